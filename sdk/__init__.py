@@ -1,0 +1,54 @@
+"""eosink: end-to-end exactly-once writes from Spark Structured Streaming.
+
+Usage::
+
+    import eosink
+    from eosink.connectors.reference import ReferenceSink
+
+    writer = eosink.foreach_batch(ReferenceSink("ledger.db"), app_id="payments",
+                                  strategy="2pc", checkpoint_location="/chk/payments")
+    query = df.writeStream.option("checkpointLocation", "/chk/payments").foreachBatch(writer).start()
+
+The sink contract is :class:`eosink.Sink` (module :mod:`eosink.contract`); errors live in
+:mod:`eosink.errors`.
+"""
+
+from eosink import errors, faults
+from eosink.contract import (
+    BatchRef,
+    Bundle,
+    Capabilities,
+    CommitStatus,
+    Committable,
+    Fingerprint,
+    Sink,
+    TaskRef,
+)
+from eosink.coordinator import CommitPolicy, Coordinator, Stats
+from eosink.spark import BatchWriter, foreach_batch
+from eosink.strategies import Idempotent, Strategy, TwoPhaseCommit, TxidCheck
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchRef",
+    "BatchWriter",
+    "Bundle",
+    "Capabilities",
+    "CommitPolicy",
+    "CommitStatus",
+    "Committable",
+    "Coordinator",
+    "Fingerprint",
+    "Idempotent",
+    "Sink",
+    "Stats",
+    "Strategy",
+    "TaskRef",
+    "TwoPhaseCommit",
+    "TxidCheck",
+    "__version__",
+    "errors",
+    "faults",
+    "foreach_batch",
+]

@@ -1,0 +1,213 @@
+"""Reading Spark's checkpoint, and keeping eosink's batch manifests beside it.
+
+Spark writes, per micro-batch ``N``: ``offsets/N`` before running the batch, and
+``commits/N`` after ``foreachBatch`` returned. ``commits/N`` is Spark's promise never to
+replay batch ``N``; it is what the two-phase-commit strategy waits for before committing.
+
+eosink records each batch's commit decision (its committables and bundle) in
+``<checkpoint>/eosink/<app>/N.json`` before the batch is released to Spark. The manifest
+shares the checkpoint's lifecycle: a fresh checkpoint has none, and recovery reads the
+manifests together with Spark's commit log.
+
+Local paths and ``file:`` URIs are handled directly (with fsync); other schemes
+(``s3://``, ``s3a://``, ``hdfs://``, ``gs://``) go through ``pyarrow.fs``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import uuid
+from typing import Any
+
+from eosink._rowhash import stable_u64
+from eosink.errors import ConfigurationError, TransientError
+
+__all__ = ["SparkCheckpoint"]
+
+
+def _app_dir_name(app_id: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", app_id)[:64]
+    return f"{safe}-{stable_u64(app_id):016x}"
+
+
+class _LocalFS:
+    def read_text(self, path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def list_names(self, path: str) -> list[str]:
+        try:
+            return os.listdir(path)
+        except FileNotFoundError:
+            return []
+
+    def write_atomic(self, path: str, text: str) -> None:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+class _ArrowFS:
+    """Remote checkpoints through pyarrow.fs (S3, HDFS via libhdfs, GCS)."""
+
+    def __init__(self, uri: str) -> None:
+        from pyarrow import fs
+
+        uri = re.sub(r"^s3a://", "s3://", uri)
+        try:
+            self._fs, self.root = fs.FileSystem.from_uri(uri)
+        except Exception as exc:
+            raise ConfigurationError(
+                f"Cannot open the checkpoint location {uri!r} with pyarrow.fs: {exc}.",
+                "Use a local path, or a URI pyarrow.fs supports (s3://, hdfs://, gs://) with its client set up.",
+            ) from exc
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            with self._fs.open_input_stream(path) as fh:
+                return bytes(fh.read()).decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        from pyarrow import fs
+
+        return bool(self._fs.get_file_info(path).type != fs.FileType.NotFound)
+
+    def list_names(self, path: str) -> list[str]:
+        from pyarrow import fs
+
+        try:
+            infos = self._fs.get_file_info(fs.FileSelector(path, allow_not_found=True))
+        except FileNotFoundError:
+            return []
+        return [info.base_name for info in infos]
+
+    def write_atomic(self, path: str, text: str) -> None:
+        self._fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with self._fs.open_output_stream(path) as fh:  # a single PUT on object stores
+            fh.write(text.encode("utf-8"))
+
+    def delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.delete_file(path)
+
+
+class SparkCheckpoint:
+    """One Spark streaming checkpoint location, as eosink needs it."""
+
+    def __init__(self, location: str | os.PathLike[str]) -> None:
+        text = os.fspath(location)
+        if not text:
+            raise ConfigurationError(
+                "The checkpoint location is empty.",
+                "Pass the same path you give to writeStream.option('checkpointLocation', ...).",
+            )
+        self.location = text
+        self._fs: _LocalFS | _ArrowFS
+        if "://" not in text or text.startswith("file:"):
+            self.root = os.path.abspath(re.sub(r"^file:(//)?", "", text))
+            self._fs = _LocalFS()
+        else:
+            self._fs = _ArrowFS(text)
+            self.root = self._fs.root
+
+    def __repr__(self) -> str:
+        return f"SparkCheckpoint({self.location!r})"
+
+    def _path(self, *parts: str) -> str:
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    def _io(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except OSError as exc:
+            raise TransientError(
+                f"Cannot {what} in the checkpoint {self.location!r}: {exc}.",
+                "Check that the checkpoint location is reachable and writable.",
+            ) from exc
+
+    # -- Spark's own files ------------------------------------------------------------------
+
+    def query_id(self) -> str | None:
+        """The query id Spark stored in ``metadata`` when the checkpoint was created."""
+        text = self._io("read metadata", self._fs.read_text, self._path("metadata"))
+        if not text:
+            return None
+        try:
+            return str(json.loads(text.splitlines()[0])["id"])
+        except (ValueError, KeyError, IndexError):
+            return None
+
+    def has_commit_file(self, batch_id: int) -> bool:
+        """Whether ``commits/<batch_id>`` exists: one cheap check, for polling."""
+        return bool(self._io("read the commit log", self._fs.exists, self._path("commits", str(batch_id))))
+
+    def is_committed(self, batch_id: int) -> bool:
+        """Whether Spark's commit log holds ``batch_id`` (so Spark will never replay it)."""
+        if self.has_commit_file(batch_id):
+            return True
+        last = self.last_committed()
+        return last is not None and batch_id <= last  # older entries may have been purged
+
+    def last_committed(self) -> int | None:
+        """The newest batch id in Spark's commit log, or None."""
+        names = self._io("list the commit log", self._fs.list_names, self._path("commits"))
+        ids = [int(n) for n in names if n.isdigit()]
+        return max(ids) if ids else None
+
+    def batch_timestamp_ms(self, batch_id: int) -> int | None:
+        """The batch's timestamp from the offsets log: identical when the batch is replayed."""
+        text = self._io("read the offsets log", self._fs.read_text, self._path("offsets", str(batch_id)))
+        if not text:
+            return None
+        for line in text.splitlines()[1:2]:
+            try:
+                return int(json.loads(line)["batchTimestampMs"])
+            except (ValueError, KeyError, TypeError):
+                return None
+        return None
+
+    # -- eosink's manifests ------------------------------------------------------------------
+
+    def _manifest_dir(self, app_id: str) -> str:
+        return self._path("eosink", _app_dir_name(app_id))
+
+    def write_manifest(self, app_id: str, batch_id: int, manifest: dict[str, Any]) -> None:
+        """Durably record a batch's commit decision (atomic replace)."""
+        path = f"{self._manifest_dir(app_id)}/{batch_id}.json"
+        self._io("write a manifest", self._fs.write_atomic, path, json.dumps(manifest, sort_keys=True))
+
+    def read_manifest(self, app_id: str, batch_id: int) -> dict[str, Any] | None:
+        text = self._io("read a manifest", self._fs.read_text, f"{self._manifest_dir(app_id)}/{batch_id}.json")
+        return json.loads(text) if text else None
+
+    def manifest_batches(self, app_id: str) -> list[int]:
+        names = self._io("list manifests", self._fs.list_names, self._manifest_dir(app_id))
+        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+
+    def delete_manifest(self, app_id: str, batch_id: int) -> None:
+        self._io("delete a manifest", self._fs.delete, f"{self._manifest_dir(app_id)}/{batch_id}.json")

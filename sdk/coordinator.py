@@ -1,0 +1,402 @@
+"""The driver-side protocol that makes every batch land exactly once, engine-neutral.
+
+Per batch (``process``): recover and fence once per process; commit any batch Spark has
+committed meanwhile (backstop); refuse a new checkpoint meeting old batches; skip a replay
+of a committed batch after comparing fingerprints; run the participants; abort work of
+failed task attempts; record the batch's manifest (its commit decision) in the checkpoint;
+then commit at once (txid-check, idempotent) or hand it to the watcher that commits when
+Spark's commit log holds the batch (two-phase commit).
+
+A commit whose reply is lost is resolved through ``commit_status`` within a bounded time,
+never guessed and never blindly retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from eosink import faults
+from eosink.checkpoint import SparkCheckpoint
+from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, Sink
+from eosink.errors import (
+    AmbiguousCommitError,
+    CheckpointMismatchError,
+    CommitAbortedError,
+    EosinkError,
+    NonDeterministicReplayError,
+    TransientError,
+)
+from eosink.faults import FaultPoint
+from eosink.participant import WritePlan
+from eosink.strategies import Strategy
+
+__all__ = ["BatchInput", "CommitPolicy", "Coordinator", "Stats"]
+
+log = logging.getLogger("eosink")
+
+
+class BatchInput(Protocol):
+    """One batch's data as the coordinator sees it: it runs participants, never holds rows."""
+
+    def write(self, plan: WritePlan) -> list[Committable]:
+        """Run every participant of the batch; return the successful attempts' committables."""
+
+    def fingerprint(self) -> Fingerprint:
+        """Fingerprint the batch without writing it (replays of committed batches)."""
+
+
+@dataclass(frozen=True)
+class CommitPolicy:
+    """Bounds for retrying transient failures and resolving ambiguous commits."""
+
+    resolve_timeout_s: float = 120.0
+    transient_retries: int = 5
+    backoff_s: float = 0.2
+    max_backoff_s: float = 5.0
+    watch_interval_s: float = 0.01
+
+
+@dataclass
+class Stats:
+    """Counters of what the protocol did, per coordinator (per driver process)."""
+
+    batches_committed: int = 0
+    replays_skipped: int = 0
+    ambiguous_commits: int = 0
+    ambiguous_resolved_committed: int = 0
+    ambiguous_recommitted: int = 0
+    recovered_forward: int = 0
+    recovered_aborted: int = 0
+    orphans_aborted: int = 0
+    commit_latency_ms: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["commit_latency_ms"] = [round(x, 3) for x in self.commit_latency_ms[-1000:]]
+        return data
+
+
+class Coordinator:
+    """Drives one (query, sink) pair, identified by ``app_id``, through the commit protocol."""
+
+    def __init__(
+        self,
+        sink: Sink[Any],
+        app_id: str,
+        strategy: Strategy,
+        checkpoint: SparkCheckpoint,
+        policy: CommitPolicy | None = None,
+    ) -> None:
+        self.sink = sink
+        self.app_id = app_id
+        self.strategy = strategy
+        self.checkpoint = checkpoint
+        self.policy = policy or CommitPolicy()
+        self.stats = Stats()
+        self.epoch: int | None = None
+        self._checkpoint_id: str | None = None
+        self._last: Bundle | None = None
+        self._pending: dict[int, tuple[list[Committable], Bundle]] = {}
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._watcher: threading.Thread | None = None
+        self._closed = False
+        self._error: BaseException | None = None
+
+    # -- start: fence, then recover ------------------------------------------------------------
+
+    def start(self) -> None:
+        """Fence older writers of the app_id and resolve in-doubt work. Runs once."""
+        if self.epoch is not None:
+            return
+        self.sink.setup(self.app_id)
+        epoch = self.sink.fence(self.app_id)
+        self._checkpoint_id = self.checkpoint.query_id()
+        self.epoch = epoch
+        self.recover()
+        self._last = self.sink.fetch_last_bundle(self.app_id)
+        log.info("eosink %s: writer epoch %d, last committed batch %s", self.app_id, epoch, self._last_id())
+
+    def recover(self) -> None:
+        """Roll forward the in-doubt batches the strategy must keep, abort the rest."""
+        in_doubt: dict[int, list[Committable]] = {}
+        if self.sink.capabilities.supports_recover:
+            for c in self.sink.recover(self.app_id):
+                in_doubt.setdefault(c.batch.batch_id, []).append(c)
+        last = self.sink.fetch_last_bundle(self.app_id)
+        batches = sorted(set(in_doubt) | set(self.checkpoint.manifest_batches(self.app_id)))
+        for n, batch_id in enumerate(batches):
+            self._recover_batch(batch_id, in_doubt.get(batch_id, []), last)
+            if n == 0:
+                faults.hit(FaultPoint.F9, batch_id)
+
+    def _recover_batch(self, batch_id: int, in_doubt: list[Committable], last: Bundle | None) -> None:
+        batch = BatchRef(self.app_id, batch_id)
+        manifest = self.checkpoint.read_manifest(self.app_id, batch_id)
+        done = last is not None and last.batch.batch_id >= batch_id
+        keep: set[str] = set()
+        if manifest is not None and not done:
+            committables = [Committable.from_json(c) for c in manifest["committables"]]
+            bundle = Bundle.from_json(manifest["bundle"])
+            if self.strategy.rolls_forward(self.checkpoint.is_committed(batch_id)):
+                log.warning("eosink %s: rolling forward in-doubt batch %d", self.app_id, batch_id)
+                self._commit(batch, committables, replace(bundle, epoch=self._epoch()))
+                self.stats.recovered_forward += 1
+                keep = {c.id for c in committables}
+            else:
+                log.warning("eosink %s: aborting in-doubt batch %d (Spark will replay it)", self.app_id, batch_id)
+                self.stats.recovered_aborted += 1
+        leftovers = [c for c in in_doubt if c.id not in keep]
+        if leftovers:
+            self.sink.abort(leftovers)
+            self.stats.orphans_aborted += len(leftovers)
+        self.checkpoint.delete_manifest(self.app_id, batch_id)
+
+    # -- one batch -------------------------------------------------------------------------------
+
+    def process(self, batch_id: int, data: BatchInput) -> None:
+        """Write batch ``batch_id`` exactly once (called from foreachBatch)."""
+        self._raise_background_error()
+        self.start()
+        self._settle_pending(batch_id)
+        faults.hit(FaultPoint.F1, batch_id)
+        batch = BatchRef(self.app_id, batch_id)
+        self._guard(batch_id)
+        last = self._last
+        if last is not None and last.batch.batch_id == batch_id:
+            self._check_replay(last, data)
+            return
+        plan = WritePlan(
+            sink=self.sink,
+            batch=batch,
+            epoch=self._epoch(),
+            upsert_keys=self.strategy.upsert_keys(),
+            transactional=self.strategy.transactional,
+            generate_keys=self.strategy.generates_keys(),
+            time_ms=self.checkpoint.batch_timestamp_ms(batch_id) or batch_id,
+        )
+        try:
+            committables = sorted(data.write(plan), key=lambda c: c.id)
+        except BaseException:
+            self._abort_orphans(batch, keep=set())
+            raise
+        faults.hit(FaultPoint.F3, batch_id)
+        keep = {c.id for c in committables}
+        self._abort_orphans(batch, keep)
+        fingerprint = sum((c.fingerprint for c in committables), Fingerprint())
+        bundle = Bundle(batch, self._epoch(), fingerprint, tuple(sorted(keep)), self._checkpoint_id, self.strategy.name)
+        self.checkpoint.write_manifest(
+            self.app_id, batch_id, {"committables": [c.to_json() for c in committables], "bundle": bundle.to_json()}
+        )
+        faults.hit(FaultPoint.F4, batch_id)
+        if self.strategy.commits_after_spark:
+            with self._lock:
+                self._pending[batch_id] = (committables, bundle)
+                self._ensure_watcher()
+                self._wake.notify_all()
+        else:
+            self._commit_and_finish(batch, committables, bundle)
+
+    def _guard(self, batch_id: int) -> None:
+        last = self._last
+        if last is None:
+            return
+        if last.checkpoint_id and self._checkpoint_id and last.checkpoint_id != self._checkpoint_id:
+            raise CheckpointMismatchError(
+                f"app_id {self.app_id!r} has batches up to {last.batch.batch_id} committed from another Spark "
+                f"checkpoint (query id {last.checkpoint_id}); this query's checkpoint has id {self._checkpoint_id}.",
+                "Restart from the original checkpoint, or give this query a new app_id.",
+            )
+        if batch_id < last.batch.batch_id:
+            raise CheckpointMismatchError(
+                f"app_id {self.app_id!r} has batch {last.batch.batch_id} committed, but Spark asks to write "
+                f"batch {batch_id}: the checkpoint is new or was rolled back.",
+                "Restart from the original checkpoint, or give this query a new app_id.",
+            )
+
+    def _check_replay(self, last: Bundle, data: BatchInput) -> None:
+        fingerprint = data.fingerprint()
+        if fingerprint != last.fingerprint:
+            batch_id = last.batch.batch_id
+            raise NonDeterministicReplayError(
+                f"Batch {batch_id} of app_id {self.app_id!r} was replayed with different data "
+                f"({fingerprint}) than was committed ({last.fingerprint}); the query is not deterministic.",
+                "Make the query deterministic (no rand(), now(), unordered limits), or use the '2pc' strategy, "
+                "which is exactly-once for non-deterministic queries.",
+                batch_id=batch_id,
+            )
+        self.stats.replays_skipped += 1
+        log.info("eosink %s: batch %d already committed, replay skipped", self.app_id, last.batch.batch_id)
+
+    def _abort_orphans(self, batch: BatchRef, keep: set[str]) -> None:
+        if not self.sink.capabilities.supports_recover:
+            return
+        orphans = [c for c in self.sink.recover(self.app_id) if c.batch == batch and c.id not in keep]
+        if orphans:
+            self.sink.abort(orphans)
+            self.stats.orphans_aborted += len(orphans)
+            log.info("eosink %s: aborted %d leftover attempt(s) of batch %d", self.app_id, len(orphans), batch.batch_id)
+
+    # -- committing --------------------------------------------------------------------------------
+
+    def _commit_and_finish(self, batch: BatchRef, committables: list[Committable], bundle: Bundle) -> None:
+        started = time.monotonic()
+        self._commit(batch, committables, bundle)
+        self.stats.commit_latency_ms.append((time.monotonic() - started) * 1000)
+        faults.hit(FaultPoint.F8, batch.batch_id)
+        self.stats.batches_committed += 1
+        self._last = bundle
+        self.checkpoint.delete_manifest(self.app_id, batch.batch_id)
+
+    def _commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        """Commit, retrying transient failures and resolving lost replies through commit_status."""
+        policy = self.policy
+        deadline: float | None = None
+        delay = policy.backoff_s
+        transient = 0
+        need_commit = True
+        while True:
+            if need_commit:
+                try:
+                    self.sink.commit(batch, committables, bundle)
+                    faults.hit(FaultPoint.F7, batch.batch_id)
+                    return
+                except AmbiguousCommitError as exc:
+                    self.stats.ambiguous_commits += 1
+                    log.warning("eosink %s: commit of batch %d is ambiguous (%s); asking the sink", self.app_id,
+                                batch.batch_id, exc.problem)
+                    deadline = deadline or time.monotonic() + policy.resolve_timeout_s
+                except TransientError as exc:
+                    transient += 1
+                    if transient > policy.transient_retries:
+                        raise
+                    log.warning("eosink %s: commit of batch %d failed (%s); retry %d", self.app_id,
+                                batch.batch_id, exc.problem, transient)
+                    time.sleep(min(policy.backoff_s * 2 ** (transient - 1), policy.max_backoff_s))
+                    continue
+            try:
+                status = self.sink.commit_status(batch, committables)
+            except TransientError:
+                status = CommitStatus.IN_PROGRESS
+            if status is CommitStatus.COMMITTED:
+                self.stats.ambiguous_resolved_committed += 1
+                return
+            if status is CommitStatus.ABORTED:
+                raise CommitAbortedError(
+                    f"Batch {batch.batch_id} of app_id {self.app_id!r} was aborted by the sink while its commit "
+                    "was in doubt.",
+                    "Restart the query from its checkpoint; an uncommitted batch is replayed.",
+                )
+            if status is CommitStatus.PREPARED:
+                self.stats.ambiguous_recommitted += 1
+                need_commit = True
+                continue
+            need_commit = False
+            if deadline is not None and time.monotonic() > deadline:
+                raise AmbiguousCommitError(
+                    f"The commit of batch {batch.batch_id} of app_id {self.app_id!r} is still in doubt after "
+                    f"{policy.resolve_timeout_s:.0f} s.",
+                    "Check the sink's health, then restart the query: recovery resolves the batch.",
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, policy.max_backoff_s)
+
+    # -- two-phase commit: commit when Spark's commit log holds the batch ---------------------------
+
+    def commit_ready(self) -> int:
+        """Commit every pending batch that Spark's commit log holds; returns how many."""
+        done = 0
+        with self._lock:
+            for batch_id in sorted(self._pending):
+                if not self.checkpoint.has_commit_file(batch_id):
+                    break
+                committables, bundle = self._pending[batch_id]
+                faults.hit(FaultPoint.F5, batch_id)
+                self._commit_and_finish(BatchRef(self.app_id, batch_id), committables, bundle)
+                del self._pending[batch_id]
+                done += 1
+        return done
+
+    def _settle_pending(self, batch_id: int) -> None:
+        """Backstop before a batch writes anything: commit what Spark committed, drop replays."""
+        with self._lock:
+            self.commit_ready()
+            for pending_id in sorted(self._pending):
+                committables, _ = self._pending.pop(pending_id)
+                if pending_id < batch_id:
+                    raise CommitAbortedError(
+                        f"Batch {pending_id} was never committed by Spark, yet Spark runs batch {batch_id}.",
+                        "Restart the query from its checkpoint; recovery resolves the batch.",
+                    )
+                self.sink.abort(committables)  # Spark replays this batch in this process
+                self.checkpoint.delete_manifest(self.app_id, pending_id)
+
+    def _ensure_watcher(self) -> None:
+        if self._watcher is None or not self._watcher.is_alive():
+            self._watcher = threading.Thread(target=self._watch, name=f"eosink-commit-{self.app_id}", daemon=True)
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                try:
+                    self.commit_ready()
+                except BaseException as exc:
+                    self._error = exc
+                    log.error("eosink %s: commit failed in the background: %s", self.app_id, exc)
+                    return
+                if self._pending:
+                    self._wake.wait(self.policy.watch_interval_s)
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait (bounded) until every pending batch is committed; True if none is left."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._raise_background_error()
+            self.commit_ready()
+            with self._lock:
+                if not self._pending:
+                    return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(self.policy.watch_interval_s)
+
+    def close(self) -> None:
+        """Commit what Spark has committed, stop the watcher, release the sink."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._wake.notify_all()
+        try:
+            if self.epoch is not None and self._error is None:
+                self.commit_ready()
+        finally:
+            self.sink.close()
+        if self._pending:
+            log.warning("eosink %s: batches %s stay in doubt until the next start", self.app_id, sorted(self._pending))
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def _raise_background_error(self) -> None:
+        if self._error is not None:
+            err = self._error
+            if isinstance(err, EosinkError):
+                raise err
+            raise RuntimeError(f"eosink background commit failed: {err!r}") from err
+
+    def _epoch(self) -> int:
+        assert self.epoch is not None, "start() not called"
+        return self.epoch
+
+    def _last_id(self) -> int | None:
+        return None if self._last is None else self._last.batch.batch_id

@@ -1,0 +1,94 @@
+"""The one error tree of eosink.
+
+Every error says what went wrong and what to do about it. The class tells the
+strategies how to react::
+
+    EosinkError
+     ├── ConfigurationError            terminal: fix the configuration, then restart
+     │    └── CheckpointMismatchError  a new checkpoint met an app_id with committed batches
+     ├── SchemaError                   terminal: the data does not fit the sink; nothing became visible
+     ├── BadRecordError                terminal: one record cannot be written (null key, too large, ...)
+     ├── TransientError                retry with bounded backoff; the operation did not take effect
+     ├── AmbiguousCommitError          the outcome of a commit is unknown: resolve with commit_status
+     ├── CommitAbortedError            prepared work vanished before it could be committed
+     ├── FencedError                   a newer writer owns the app_id: this one must stop
+     ├── NonDeterministicReplayError   a replayed batch differs from the one already committed
+     └── InjectedFault                 raised by an enabled fault point (tests only)
+
+Terminal errors stop the query before anything of the batch becomes visible;
+after the fix, a restart from the same checkpoint resumes with nothing lost and
+nothing duplicated.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AmbiguousCommitError",
+    "BadRecordError",
+    "CheckpointMismatchError",
+    "CommitAbortedError",
+    "ConfigurationError",
+    "EosinkError",
+    "FencedError",
+    "InjectedFault",
+    "NonDeterministicReplayError",
+    "SchemaError",
+    "TransientError",
+]
+
+
+class EosinkError(Exception):
+    """Base of every eosink error. ``problem`` and ``fix`` are also kept as attributes."""
+
+    def __init__(self, problem: str, fix: str | None = None) -> None:
+        self.problem = problem
+        self.fix = fix
+        super().__init__(problem if fix is None else f"{problem} Fix: {fix}")
+
+    def __reduce__(self) -> tuple[type[EosinkError], tuple[str, str | None], dict[str, object]]:
+        # Errors cross process boundaries (executors -> driver); keep them picklable.
+        return (type(self), (self.problem, self.fix), self.__dict__)
+
+
+class ConfigurationError(EosinkError):
+    """The sink, strategy or query is configured in a way that cannot be exactly-once."""
+
+
+class CheckpointMismatchError(ConfigurationError):
+    """The sink holds batches of this app_id that the current Spark checkpoint does not know."""
+
+
+class SchemaError(EosinkError):
+    """The batch's schema does not fit the sink (missing column, incompatible type, ...)."""
+
+
+class BadRecordError(EosinkError):
+    """A record cannot be written: null key, oversized value, constraint violation."""
+
+
+class TransientError(EosinkError):
+    """A temporary failure (sink down, timeout) that left nothing applied; safe to retry."""
+
+
+class AmbiguousCommitError(EosinkError):
+    """A commit request may or may not have taken effect (its reply was lost)."""
+
+
+class CommitAbortedError(EosinkError):
+    """Prepared work of a batch was aborted or lost before it could be committed."""
+
+
+class FencedError(EosinkError):
+    """A newer writer (higher epoch) has taken over this app_id; this writer is a zombie."""
+
+
+class NonDeterministicReplayError(EosinkError):
+    """A replay of an already committed batch produced different data."""
+
+    def __init__(self, problem: str, fix: str | None = None, *, batch_id: int | None = None) -> None:
+        super().__init__(problem, fix)
+        self.batch_id = batch_id
+
+
+class InjectedFault(EosinkError):
+    """Raised by a fault point configured with the ``raise`` action."""

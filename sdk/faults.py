@@ -1,0 +1,135 @@
+"""Named fault points in the commit protocol, for tests that crash eosink on purpose.
+
+Disabled unless configured, and then free: each point is one ``if`` on a module global.
+Configure with the ``EOSINK_FAULTS`` environment variable (read at import, so it reaches
+Spark's Python workers too) or :func:`configure`::
+
+    EOSINK_FAULTS="F5@3:kill"          SIGKILL the whole process group at F5 of batch 3
+    EOSINK_FAULTS="F7:ambiguous,F2@1:raise"
+
+A spec is ``POINT[@BATCH][:ACTION]``; ``POINT`` is ``F1``..``F9``, ``F11`` or its name below.
+Actions: ``kill`` (default; SIGKILL of the process group, as a real crash), ``raise``
+(:class:`~eosink.errors.InjectedFault`), ``ambiguous`` (:class:`~eosink.errors.AmbiguousCommitError`,
+as if a COMMIT reply was lost), ``stop`` (SIGSTOP of the process group, to make a zombie).
+Each spec fires once per process. When ``EOSINK_FAULT_LOG`` names a file, every firing
+appends ``POINT BATCH ACTION PID`` to it first, so a test can prove the fault happened.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import signal
+from dataclasses import dataclass
+
+from eosink.errors import AmbiguousCommitError, ConfigurationError, InjectedFault
+
+__all__ = ["FaultPoint", "configure", "enabled", "hit", "reset"]
+
+
+class FaultPoint(str, enum.Enum):
+    """The failure matrix's crash points (design brief F1-F9; F11: a task attempt fails after pre_commit)."""
+
+    F1 = "before_begin"
+    F2 = "mid_write"
+    F3 = "after_pre_commit"
+    F4 = "after_record"
+    F5 = "after_spark_commit"
+    F6 = "mid_commit"
+    F7 = "commit_reply_lost"
+    F8 = "after_commit"
+    F9 = "mid_recovery"
+    F11 = "after_task_pre_commit"
+
+
+_ACTIONS = ("kill", "raise", "ambiguous", "stop")
+
+
+@dataclass
+class _Spec:
+    point: FaultPoint
+    batch_id: int | None
+    action: str
+    fired: bool = False
+
+
+_PLAN: list[_Spec] | None = None
+
+
+def _parse_point(text: str) -> FaultPoint:
+    text = text.strip()
+    if text.upper() in FaultPoint.__members__:
+        return FaultPoint[text.upper()]
+    try:
+        return FaultPoint(text.lower())
+    except ValueError:
+        raise ConfigurationError(
+            f"Unknown fault point {text!r}.",
+            "Use F1..F9, F11 or one of: " + ", ".join(p.value for p in FaultPoint) + ".",
+        ) from None
+
+
+def _parse(spec: str) -> list[_Spec]:
+    plan: list[_Spec] = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        where, _, action = part.partition(":")
+        point_text, _, batch_text = where.partition("@")
+        action = action.strip().lower() or "kill"
+        if action not in _ACTIONS:
+            raise ConfigurationError(f"Unknown fault action {action!r} in {part!r}.", f"Use one of {_ACTIONS}.")
+        try:
+            batch_id = int(batch_text) if batch_text else None
+        except ValueError:
+            raise ConfigurationError(f"Bad batch id in fault spec {part!r}.", "Write POINT@BATCH:ACTION.") from None
+        plan.append(_Spec(_parse_point(point_text), batch_id, action))
+    return plan
+
+
+def configure(spec: str | None) -> None:
+    """Enable the fault points in ``spec`` in this process (None or "" disables all)."""
+    global _PLAN
+    _PLAN = _parse(spec) or None if spec else None
+
+
+def reset() -> None:
+    """Disable every fault point in this process."""
+    configure(None)
+
+
+def enabled() -> bool:
+    """Whether any fault point is armed in this process."""
+    return _PLAN is not None
+
+
+def hit(point: FaultPoint, batch_id: int | None = None) -> None:
+    """Pass fault point ``point``: fires it if a matching spec is armed, else does nothing."""
+    if _PLAN is None:
+        return
+    for spec in _PLAN:
+        if spec.fired or spec.point is not point:
+            continue
+        if spec.batch_id is not None and spec.batch_id != batch_id:
+            continue
+        spec.fired = True
+        _fire(spec, batch_id)
+
+
+def _fire(spec: _Spec, batch_id: int | None) -> None:
+    log = os.environ.get("EOSINK_FAULT_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(f"{spec.point.name} {batch_id} {spec.action} {os.getpid()}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    where = f"fault point {spec.point.name} ({spec.point.value}) at batch {batch_id}"
+    if spec.action == "kill":
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    elif spec.action == "stop":
+        os.killpg(os.getpgrp(), signal.SIGSTOP)
+    elif spec.action == "ambiguous":
+        raise AmbiguousCommitError(f"Injected lost commit reply at {where}.", "Resolve with commit_status.")
+    else:
+        raise InjectedFault(f"Injected failure at {where}.", "Unset EOSINK_FAULTS.")
+
+
+configure(os.environ.get("EOSINK_FAULTS"))

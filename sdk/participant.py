@@ -1,0 +1,74 @@
+"""What one participant (a Spark task) does with its share of a batch.
+
+Engine-neutral: the Spark integration calls :func:`run_participant` inside ``mapInArrow``
+on executors; unit tests call it directly. The participant writes, fingerprints in the
+same pass, pre-commits, and hands back only a small :class:`~eosink.contract.Committable`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+
+from eosink import faults
+from eosink.contract import BatchRef, Committable, Fingerprint, Sink, TaskRef
+from eosink.faults import FaultPoint
+from eosink.fingerprint import fingerprint_of
+from eosink.keys import KeyGenerator
+
+__all__ = ["WritePlan", "fingerprint_participant", "run_participant"]
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Everything participants of one batch need; pickled to executors with the sink."""
+
+    sink: Sink[Any]
+    batch: BatchRef
+    epoch: int
+    upsert_keys: tuple[str, ...] | None
+    transactional: bool
+    generate_keys: bool
+    time_ms: int
+
+    def task(self, participant: int) -> TaskRef:
+        """A task reference for one attempt of one participant (a fresh, unique attempt id)."""
+        return TaskRef(
+            self.batch, self.epoch, participant, uuid.uuid4().hex[:16], self.upsert_keys, self.transactional
+        )
+
+
+def run_participant(plan: WritePlan, participant: int, batches: Iterable[pa.RecordBatch]) -> Committable | None:
+    """Write ``batches`` as one participant; None when it had no rows."""
+    sink = plan.sink
+    keys = KeyGenerator(plan.batch.app_id, plan.batch.batch_id, plan.time_ms) if plan.generate_keys else None
+    txn: Any = None
+    fingerprint = Fingerprint()
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        fingerprint += fingerprint_of(batch)
+        if keys is not None:
+            batch = keys.add_keys(batch)
+        if txn is None:
+            txn = sink.begin(plan.task(participant))
+        sink.write(txn, batch)
+        faults.hit(FaultPoint.F2, plan.batch.batch_id)
+    if txn is None:
+        return None
+    committable = replace(sink.pre_commit(txn), rows=fingerprint.rows, fingerprint=fingerprint)
+    faults.hit(FaultPoint.F11, plan.batch.batch_id)
+    return committable
+
+
+def fingerprint_participant(batches: Iterable[pa.RecordBatch]) -> Fingerprint:
+    """The fingerprint of a participant's share, writing nothing (for replays of committed batches)."""
+    fingerprint = Fingerprint()
+    for batch in batches:
+        if batch.num_rows:
+            fingerprint += fingerprint_of(batch)
+    return fingerprint

@@ -1,0 +1,230 @@
+"""Spark Structured Streaming integration: ``foreach_batch`` for ``writeStream.foreachBatch``.
+
+Participants run on executors inside ``mapInArrow``: each writes its partition's Arrow
+record batches straight into the sink and returns one small committable row. The driver
+collects only those rows, never the data. Nothing here touches py4j or ``_jvm``, so it
+runs unchanged under Spark Connect, where foreachBatch runs in a separate Python process.
+
+pyspark is imported lazily: eosink installs without it (clusters bring their own Spark).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from eosink.checkpoint import SparkCheckpoint
+from eosink.contract import Committable, Fingerprint, Sink
+from eosink.coordinator import CommitPolicy, Coordinator, Stats
+from eosink.errors import ConfigurationError, EosinkError, TransientError
+from eosink.participant import WritePlan, fingerprint_participant, run_participant
+from eosink.strategies import Strategy, resolve_strategy
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["BatchWriter", "foreach_batch"]
+
+_RESULT_SCHEMA = "eosink string"
+_DEFAULT_PARTICIPANTS = 4
+
+
+def _require_pyspark() -> None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise ConfigurationError(
+            "pyspark is not installed in this Python environment.",
+            "pip install 'eosink[spark]' (or use the Spark your cluster provides).",
+        ) from None
+
+
+def _partition_id() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+def _result(kind: str, body: dict[str, Any]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"eosink": [json.dumps({"kind": kind, **body})]})
+
+
+class _Participant:
+    """The function mapInArrow runs on executors (pickled with the plan and sink)."""
+
+    def __init__(self, plan: WritePlan) -> None:
+        self.plan = plan
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        try:
+            committable = run_participant(self.plan, _partition_id(), batches)
+        except EosinkError as exc:
+            if isinstance(exc, TransientError):
+                raise  # let Spark retry the task
+            yield _result("error", {"type": type(exc).__name__, "problem": exc.problem, "fix": exc.fix})
+            return
+        if committable is not None:
+            yield _result("committable", committable.to_json())
+
+
+def _fingerprint_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield _result("fingerprint", fingerprint_participant(batches).to_json())
+
+
+def _raise_remote(body: dict[str, Any]) -> None:
+    from eosink import errors
+
+    cls = getattr(errors, str(body.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, EosinkError)):
+        cls = EosinkError
+    raise cls(str(body.get("problem")), body.get("fix"))
+
+
+class SparkBatch:
+    """One foreachBatch DataFrame as a :class:`~eosink.coordinator.BatchInput`."""
+
+    def __init__(self, df: DataFrame, participants: int) -> None:
+        self.df = df
+        self.participants = participants
+
+    def _run(self, frame: DataFrame, fn: Any) -> list[dict[str, Any]]:
+        rows = frame.mapInArrow(fn, _RESULT_SCHEMA).collect()
+        results = [json.loads(row[0]) for row in rows]
+        for body in results:
+            if body.get("kind") == "error":
+                _raise_remote(body)
+        return results
+
+    def write(self, plan: WritePlan) -> list[Committable]:
+        frame = self.df
+        if plan.generate_keys:  # identical rows must meet in one participant for stable ordinals
+            frame = frame.repartition(self.participants, *frame.columns)
+        else:
+            frame = frame.coalesce(self.participants)
+        return [Committable.from_json(b) for b in self._run(frame, _Participant(plan)) if b["kind"] == "committable"]
+
+    def fingerprint(self) -> Fingerprint:
+        parts = self._run(self.df, _fingerprint_partition)
+        return sum((Fingerprint.from_json(b) for b in parts), Fingerprint())
+
+
+_LIVE: weakref.WeakSet[BatchWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:  # backstop on interpreter exit: commit what Spark committed
+    for writer in list(_LIVE):
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+class BatchWriter:
+    """The callable handed to ``writeStream.foreachBatch``; see :func:`foreach_batch`.
+
+    Picklable (Spark Connect ships it to the server): the coordinator, its thread and its
+    connections are created on the first batch, in the process that runs foreachBatch.
+    """
+
+    def __init__(
+        self,
+        sink: Sink[Any],
+        *,
+        app_id: str,
+        strategy: Strategy | str,
+        checkpoint_location: str | os.PathLike[str],
+        participants: int = _DEFAULT_PARTICIPANTS,
+        policy: CommitPolicy | None = None,
+    ) -> None:
+        if not isinstance(sink, Sink):
+            raise ConfigurationError(f"{sink!r} is not an eosink Sink.", "Pass a connector's sink object.")
+        if not isinstance(app_id, str) or not app_id.strip() or len(app_id) > 200:
+            raise ConfigurationError(
+                f"app_id must be a non-empty string of at most 200 characters, got {app_id!r}.",
+                "Choose a stable name for this (query, sink) pair, e.g. 'payments-to-ledger'.",
+            )
+        if not isinstance(participants, int) or participants < 1:
+            raise ConfigurationError(f"participants must be a positive integer, got {participants!r}.",
+                                     "Use the number of parallel writers per batch you want, e.g. 4.")
+        self.sink = sink
+        self.app_id = app_id
+        self.strategy = resolve_strategy(strategy)
+        self.strategy.check(sink.capabilities, type(sink).__name__)
+        self.checkpoint = SparkCheckpoint(checkpoint_location)
+        self.participants = participants
+        self.policy = policy or CommitPolicy()
+        self._coordinator: Coordinator | None = None
+
+    def __repr__(self) -> str:
+        return (f"BatchWriter(sink={self.sink!r}, app_id={self.app_id!r}, strategy={self.strategy!r}, "
+                f"checkpoint_location={self.checkpoint.location!r})")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_coordinator"] = None
+        return state
+
+    @property
+    def coordinator(self) -> Coordinator:
+        """The driver-side protocol engine (created on first use)."""
+        if self._coordinator is None:
+            self._coordinator = Coordinator(self.sink, self.app_id, self.strategy, self.checkpoint, self.policy)
+            _LIVE.add(self)
+        return self._coordinator
+
+    @property
+    def stats(self) -> Stats:
+        """What the protocol did in this process: commits, skipped replays, resolved ambiguities."""
+        return self.coordinator.stats
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        _require_pyspark()
+        self.coordinator.process(int(batch_id), SparkBatch(df, self.participants))
+
+    def recover(self) -> None:
+        """Fence older writers and resolve in-doubt batches now, before the query starts."""
+        self.coordinator.start()
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every batch Spark has committed is committed in the sink (2PC)."""
+        if self._coordinator is None:
+            return True
+        return self._coordinator.flush(timeout_s)
+
+    def close(self) -> None:
+        """Commit what Spark has committed and release resources; call after the query stops."""
+        if self._coordinator is not None:
+            self._coordinator.close()
+            _LIVE.discard(self)
+
+
+def foreach_batch(
+    sink: Sink[Any],
+    *,
+    app_id: str,
+    strategy: Strategy | str = "2pc",
+    checkpoint_location: str | os.PathLike[str],
+    participants: int = _DEFAULT_PARTICIPANTS,
+    policy: CommitPolicy | None = None,
+) -> BatchWriter:
+    """The exactly-once function for ``df.writeStream.foreachBatch(...)``.
+
+    ``app_id`` names this (query, sink) pair for good; ``checkpoint_location`` must be the
+    query's own ``checkpointLocation``. ``participants`` caps the parallel writers (and
+    prepared transactions) per batch. Call ``close()`` on the result after the query stops.
+    """
+    return BatchWriter(
+        sink,
+        app_id=app_id,
+        strategy=strategy,
+        checkpoint_location=checkpoint_location,
+        participants=participants,
+        policy=policy,
+    )
