@@ -202,8 +202,18 @@ class SparkCheckpoint:
         self._io("write a manifest", self._fs.write_atomic, path, json.dumps(manifest, sort_keys=True))
 
     def read_manifest(self, app_id: str, batch_id: int) -> dict[str, Any] | None:
-        text = self._io("read a manifest", self._fs.read_text, f"{self._manifest_dir(app_id)}/{batch_id}.json")
-        return json.loads(text) if text else None
+        path = f"{self._manifest_dir(app_id)}/{batch_id}.json"
+        text = self._io("read a manifest", self._fs.read_text, path)
+        if not text:
+            return None
+        try:
+            manifest: dict[str, Any] = json.loads(text)
+        except ValueError:
+            raise ConfigurationError(
+                f"The eosink manifest {path!r} is damaged.",
+                "Restore the checkpoint from a backup; the manifest holds the batch's commit decision.",
+            ) from None
+        return manifest
 
     def manifest_batches(self, app_id: str) -> list[int]:
         names = self._io("list manifests", self._fs.list_names, self._manifest_dir(app_id))

@@ -140,9 +140,11 @@ class Coordinator:
         manifest = self.checkpoint.read_manifest(self.app_id, batch_id)
         done = last is not None and last.batch.batch_id >= batch_id
         keep: set[str] = set()
+        candidates = {c.id: c for c in in_doubt}
         if manifest is not None and not done:
             committables = [Committable.from_json(c) for c in manifest["committables"]]
             bundle = Bundle.from_json(manifest["bundle"])
+            candidates.update({c.id: c for c in committables})  # sinks that cannot list in-doubt work
             if self.strategy.rolls_forward(self.checkpoint.is_committed(batch_id)):
                 log.warning("eosink %s: rolling forward in-doubt batch %d", self.app_id, batch_id)
                 self._commit(batch, committables, replace(bundle, epoch=self._epoch()))
@@ -151,7 +153,7 @@ class Coordinator:
             else:
                 log.warning("eosink %s: aborting in-doubt batch %d (Spark will replay it)", self.app_id, batch_id)
                 self.stats.recovered_aborted += 1
-        leftovers = [c for c in in_doubt if c.id not in keep]
+        leftovers = [c for cid, c in candidates.items() if cid not in keep]
         if leftovers:
             self.sink.abort(leftovers)
             self.stats.orphans_aborted += len(leftovers)
@@ -163,6 +165,8 @@ class Coordinator:
         """Write batch ``batch_id`` exactly once (called from foreachBatch)."""
         self._raise_background_error()
         self.start()
+        if self._checkpoint_id is None:  # recover() ran before Spark created the checkpoint
+            self._checkpoint_id = self.checkpoint.query_id()
         self._settle_pending(batch_id)
         faults.hit(FaultPoint.F1, batch_id)
         batch = BatchRef(self.app_id, batch_id)
@@ -268,15 +272,24 @@ class Coordinator:
                     return
                 except AmbiguousCommitError as exc:
                     self.stats.ambiguous_commits += 1
-                    log.warning("eosink %s: commit of batch %d is ambiguous (%s); asking the sink", self.app_id,
-                                batch.batch_id, exc.problem)
+                    log.warning(
+                        "eosink %s: commit of batch %d is ambiguous (%s); asking the sink",
+                        self.app_id,
+                        batch.batch_id,
+                        exc.problem,
+                    )
                     deadline = deadline or time.monotonic() + policy.resolve_timeout_s
                 except TransientError as exc:
                     transient += 1
                     if transient > policy.transient_retries:
                         raise
-                    log.warning("eosink %s: commit of batch %d failed (%s); retry %d", self.app_id,
-                                batch.batch_id, exc.problem, transient)
+                    log.warning(
+                        "eosink %s: commit of batch %d failed (%s); retry %d",
+                        self.app_id,
+                        batch.batch_id,
+                        exc.problem,
+                        transient,
+                    )
                     time.sleep(min(policy.backoff_s * 2 ** (transient - 1), policy.max_backoff_s))
                     continue
             try:
@@ -292,19 +305,18 @@ class Coordinator:
                     "was in doubt.",
                     "Restart the query from its checkpoint; an uncommitted batch is replayed.",
                 )
-            if status is CommitStatus.PREPARED:
+            need_commit = status is CommitStatus.PREPARED
+            if need_commit:
                 self.stats.ambiguous_recommitted += 1
-                need_commit = True
-                continue
-            need_commit = False
             if deadline is not None and time.monotonic() > deadline:
                 raise AmbiguousCommitError(
                     f"The commit of batch {batch.batch_id} of app_id {self.app_id!r} is still in doubt after "
                     f"{policy.resolve_timeout_s:.0f} s.",
                     "Check the sink's health, then restart the query: recovery resolves the batch.",
                 )
-            time.sleep(delay)
-            delay = min(delay * 2, policy.max_backoff_s)
+            if not need_commit:  # a known-uncommitted batch is committed again at once
+                time.sleep(delay)
+                delay = min(delay * 2, policy.max_backoff_s)
 
     # -- two-phase commit: commit when Spark's commit log holds the batch ---------------------------
 

@@ -15,7 +15,8 @@ strategies how to react::
      ├── NonDeterministicReplayError   a replayed batch differs from the one already committed
      └── InjectedFault                 raised by an enabled fault point (tests only)
 
-Terminal errors stop the query before anything of the batch becomes visible;
+Terminal errors stop the query before anything of the batch becomes visible (under
+the idempotent strategy, rows already upserted stay, and the replay overwrites them);
 after the fix, a restart from the same checkpoint resumes with nothing lost and
 nothing duplicated.
 """

@@ -11,8 +11,12 @@ A spec is ``POINT[@BATCH][:ACTION]``; ``POINT`` is ``F1``..``F9``, ``F11`` or it
 Actions: ``kill`` (default; SIGKILL of the process group, as a real crash), ``raise``
 (:class:`~eosink.errors.InjectedFault`), ``ambiguous`` (:class:`~eosink.errors.AmbiguousCommitError`,
 as if a COMMIT reply was lost), ``stop`` (SIGSTOP of the process group, to make a zombie).
-Each spec fires once per process. When ``EOSINK_FAULT_LOG`` names a file, every firing
-appends ``POINT BATCH ACTION PID`` to it first, so a test can prove the fault happened.
+Each spec fires once per process; with ``EOSINK_FAULT_LOG`` set, once across all processes
+sharing that log (Spark forks a fresh Python worker per task attempt, and a retried attempt
+must not fail again). Every firing appends ``POINT BATCH ACTION PID`` to the log first, so a
+test can prove the fault happened. ``kill`` and ``stop`` signal the process group named by
+``EOSINK_FAULT_PGID`` when set (Spark's Python workers run in process groups of their own,
+so a test driver exports its group for them), else the caller's own group.
 """
 
 from __future__ import annotations
@@ -111,7 +115,21 @@ def hit(point: FaultPoint, batch_id: int | None = None) -> None:
         if spec.batch_id is not None and spec.batch_id != batch_id:
             continue
         spec.fired = True
-        _fire(spec, batch_id)
+        if _claim(spec, batch_id):
+            _fire(spec, batch_id)
+
+
+def _claim(spec: _Spec, batch_id: int | None) -> bool:
+    """Whether this process is the first, among those sharing EOSINK_FAULT_LOG, to fire ``spec``."""
+    log = os.environ.get("EOSINK_FAULT_LOG")
+    if not log:
+        return True
+    marker = f"{log}.{spec.point.name}@{spec.batch_id}.{spec.action}.fired"
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    return True
 
 
 def _fire(spec: _Spec, batch_id: int | None) -> None:
@@ -122,10 +140,11 @@ def _fire(spec: _Spec, batch_id: int | None) -> None:
             fh.flush()
             os.fsync(fh.fileno())
     where = f"fault point {spec.point.name} ({spec.point.value}) at batch {batch_id}"
+    group = int(os.environ.get("EOSINK_FAULT_PGID") or os.getpgrp())
     if spec.action == "kill":
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.killpg(group, signal.SIGKILL)
     elif spec.action == "stop":
-        os.killpg(os.getpgrp(), signal.SIGSTOP)
+        os.killpg(group, signal.SIGSTOP)
     elif spec.action == "ambiguous":
         raise AmbiguousCommitError(f"Injected lost commit reply at {where}.", "Resolve with commit_status.")
     else:

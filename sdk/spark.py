@@ -23,7 +23,7 @@ import pyarrow as pa
 from eosink.checkpoint import SparkCheckpoint
 from eosink.contract import Committable, Fingerprint, Sink
 from eosink.coordinator import CommitPolicy, Coordinator, Stats
-from eosink.errors import ConfigurationError, EosinkError, TransientError
+from eosink.errors import ConfigurationError, EosinkError, InjectedFault, TransientError
 from eosink.participant import WritePlan, fingerprint_participant, run_participant
 from eosink.strategies import Strategy, resolve_strategy
 
@@ -67,8 +67,8 @@ class _Participant:
         try:
             committable = run_participant(self.plan, _partition_id(), batches)
         except EosinkError as exc:
-            if isinstance(exc, TransientError):
-                raise  # let Spark retry the task
+            if isinstance(exc, (TransientError, InjectedFault)):
+                raise  # fail this task attempt: Spark retries it
             yield _result("error", {"type": type(exc).__name__, "problem": exc.problem, "fix": exc.fix})
             return
         if committable is not None:
@@ -151,8 +151,10 @@ class BatchWriter:
                 "Choose a stable name for this (query, sink) pair, e.g. 'payments-to-ledger'.",
             )
         if not isinstance(participants, int) or participants < 1:
-            raise ConfigurationError(f"participants must be a positive integer, got {participants!r}.",
-                                     "Use the number of parallel writers per batch you want, e.g. 4.")
+            raise ConfigurationError(
+                f"participants must be a positive integer, got {participants!r}.",
+                "Use the number of parallel writers per batch you want, e.g. 4.",
+            )
         self.sink = sink
         self.app_id = app_id
         self.strategy = resolve_strategy(strategy)
@@ -163,8 +165,10 @@ class BatchWriter:
         self._coordinator: Coordinator | None = None
 
     def __repr__(self) -> str:
-        return (f"BatchWriter(sink={self.sink!r}, app_id={self.app_id!r}, strategy={self.strategy!r}, "
-                f"checkpoint_location={self.checkpoint.location!r})")
+        return (
+            f"BatchWriter(sink={self.sink!r}, app_id={self.app_id!r}, strategy={self.strategy!r}, "
+            f"checkpoint_location={self.checkpoint.location!r})"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -148,7 +148,6 @@ class ReferenceSink(Sink[_Txn]):
     only the path and options, and opens one connection per thread and process lazily.
     """
 
-
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -160,9 +159,7 @@ class ReferenceSink(Sink[_Txn]):
         if mode not in ("append", "upsert"):
             raise ConfigurationError(f"Unknown mode {mode!r} for ReferenceSink.", "Use 'append' or 'upsert'.")
         if mode == "upsert" and not key_columns:
-            raise ConfigurationError(
-                "ReferenceSink(mode='upsert') needs key columns.", "Pass key_columns=[...]."
-            )
+            raise ConfigurationError("ReferenceSink(mode='upsert') needs key columns.", "Pass key_columns=[...].")
         self.path = os.fspath(path)
         self.atomic = atomic
         self.mode = mode
@@ -178,8 +175,7 @@ class ReferenceSink(Sink[_Txn]):
 
     def __repr__(self) -> str:
         return (
-            f"ReferenceSink({self.path!r}, atomic={self.atomic}, mode={self.mode!r}, "
-            f"key_columns={self.key_columns!r})"
+            f"ReferenceSink({self.path!r}, atomic={self.atomic}, mode={self.mode!r}, key_columns={self.key_columns!r})"
         )
 
     # -- connections --------------------------------------------------------------------
@@ -220,9 +216,7 @@ class ReferenceSink(Sink[_Txn]):
         return conn
 
     @contextmanager
-    def _transaction(
-        self, kind: Literal["IMMEDIATE", "DEFERRED"] = "IMMEDIATE"
-    ) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, kind: Literal["IMMEDIATE", "DEFERRED"] = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
         """One SQLite transaction: committed on success, rolled back on any error.
 
         IMMEDIATE takes the write lock at once (waiting up to the busy timeout), so a
@@ -354,9 +348,7 @@ class ReferenceSink(Sink[_Txn]):
                     [(txn.id, txn.rows + i, key, row) for i, (key, row) in enumerate(records)],
                 )
             else:
-                conn.executemany(
-                    _INSERT_DATA, [(key, batch.app_id, batch.batch_id, row) for key, row in records]
-                )
+                conn.executemany(_INSERT_DATA, [(key, batch.app_id, batch.batch_id, row) for key, row in records])
             conn.execute("UPDATE txns SET rows = rows + ? WHERE id = ?", (len(records), txn.id))
         txn.rows += len(records)
 
@@ -533,9 +525,7 @@ class ReferenceSink(Sink[_Txn]):
 
         Values went through JSON: timestamps, decimals and bytes come back as strings.
         """
-        cur = self._conn().execute(
-            "SELECT row FROM data WHERE ?1 IS NULL OR app_id = ?1 ORDER BY seq", (app_id,)
-        )
+        cur = self._conn().execute("SELECT row FROM data WHERE ?1 IS NULL OR app_id = ?1 ORDER BY seq", (app_id,))
         return [json.loads(r) for (r,) in cur]
 
     def bundles(self, app_id: str) -> list[Bundle]:

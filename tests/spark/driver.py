@@ -17,6 +17,9 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+# Quick JVM start for short test runs: C1 only, serial GC (CDS archive added by the tests).
+JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 
 def _naive_writer(path: str, atomic: bool):  # type: ignore[no-untyped-def]
     def write(batch_id: int):  # type: ignore[no-untyped-def]
@@ -56,6 +59,8 @@ def main() -> int:
     ap.add_argument("--stats-out")
     args = ap.parse_args()
 
+    # fault points inside Spark's Python workers (own process groups) crash this driver's group
+    os.environ["EOSINK_FAULT_PGID"] = str(os.getpgrp())
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -68,6 +73,8 @@ def main() -> int:
         SparkSession.builder.master(args.master)
         .appName("eosink-test-driver")
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.extraJavaOptions", JAVA_OPTS + " " + os.environ.get("EOSINK_TEST_DRIVER_JAVA_OPTS", ""))
+        .config("spark.executor.extraJavaOptions", JAVA_OPTS)
         .config("spark.driver.maxResultSize", "1m")  # proves the driver collects no rows
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.files.maxPartitionBytes", "2048")
@@ -79,9 +86,7 @@ def main() -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     df = (
-        spark.readStream.schema("id LONG, account STRING, amount LONG")
-        .option("maxFilesPerTrigger", 1)
-        .json(args.input)
+        spark.readStream.schema("id LONG, account STRING, amount LONG").option("maxFilesPerTrigger", 1).json(args.input)
     )
     if args.nondeterministic:
         df = df.withColumn("noise", F.rand())
@@ -101,14 +106,11 @@ def main() -> int:
         make = _naive_writer(args.sink, bool(args.atomic))
 
         def fn(batch_df, batch_id):  # type: ignore[no-untyped-def]
-            batch_df.mapInArrow(make(batch_id), "ok int").collect()
+            batch_df.mapInArrow(make(batch_id), "ok long").collect()
             faults.hit(FaultPoint.F8, batch_id)
 
     query = (
-        df.writeStream.option("checkpointLocation", args.checkpoint)
-        .foreachBatch(fn)
-        .trigger(availableNow=True)
-        .start()
+        df.writeStream.option("checkpointLocation", args.checkpoint).foreachBatch(fn).trigger(availableNow=True).start()
     )
     try:
         query.awaitTermination()

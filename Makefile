@@ -1,0 +1,62 @@
+# eosink developer commands. `make test` is what CI runs; it installs everything it needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export SPARK_LOCAL_IP := 127.0.0.1
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+PYTEST := $(PY) -m pytest -p no:cacheprovider
+SOURCES := $(shell find sdk connectors contracts -name '*.py' 2>/dev/null) pyproject.toml constraints.txt
+STAMP := $(VENV)/.eosink-installed
+
+.PHONY: help venv java lint unit package docs spark test test-full demo clean
+
+help:
+	@echo "make demo       run the exactly-once demo (Spark + the reference sink)"
+	@echo "make test       lint, unit tests, packaging, docs, Spark kill-and-restart tests (what CI runs)"
+	@echo "make test-full  every fault point x strategy, local-cluster runs"
+	@echo "make lint       ruff + mypy --strict"
+
+venv: $(STAMP)
+
+# Strict editable install: a link tree under build/ that mypy and Spark's Python workers can see.
+$(STAMP): $(SOURCES)
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "eosink needs Python >= 3.10"'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip uv
+	$(VENV)/bin/uv pip install --python $(PY) -q -c constraints.txt -e '.[dev]' --config-settings editable_mode=strict
+	@touch $@
+
+java:
+	@scripts/ensure-java.sh
+
+lint: venv
+	$(VENV)/bin/ruff check sdk connectors contracts tests examples
+	$(VENV)/bin/ruff format --check sdk connectors contracts tests examples
+	$(VENV)/bin/mypy -p eosink
+
+unit: venv
+	$(PYTEST) tests/unit -q
+
+package: venv
+	$(PY) tests/packaging/check_dist.py
+
+docs: venv
+	$(VENV)/bin/mkdocs build --strict -q -d build/site
+
+spark: venv java
+	$(PYTEST) tests/spark -q -m "not full" --durations=10
+
+test: lint unit package docs spark
+	@echo "make test: all green"
+
+test-full: venv java lint unit package docs
+	$(PYTEST) tests/spark -q --durations=20
+	EOSINK_TEST_MASTER="local-cluster[2,1,1024]" $(PYTEST) tests/spark -q -m "not full" --durations=10
+
+demo: venv java
+	$(VENV)/bin/eosink demo
+
+clean:
+	rm -rf build dist .mypy_cache .ruff_cache

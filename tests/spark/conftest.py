@@ -1,0 +1,243 @@
+"""Fixtures for tests that run real Spark drivers as separate process groups and kill them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eosink.connectors.reference import ReferenceSink
+
+DRIVER = Path(__file__).with_name("driver.py")
+CACHE = Path(os.environ.get("EOSINK_CACHE", Path(__file__).resolve().parents[2] / ".cache"))
+DRIVER_TIMEOUT_S = float(os.environ.get("EOSINK_TEST_DRIVER_TIMEOUT", "300"))
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live (non-zombie) processes of session ``sid``: the driver, its JVM, and Spark's Python
+    worker daemon, which moves itself into a process group of its own."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            members.append(int(entry))
+    return members
+
+
+def kill_group(sid: int, timeout_s: float = 60.0) -> None:
+    """SIGKILL every process of a driver's session (by PID) and wait, bounded, until all are gone."""
+    deadline = time.monotonic() + timeout_s
+    while members := _session_members(sid):
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"processes of session {sid} still alive: {members}")
+        time.sleep(0.05)
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` until true; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Run:
+    returncode: int
+    stderr: str
+    stats: dict[str, Any] | None
+    faults_fired: list[str] = field(default_factory=list)
+
+    @property
+    def error_kind(self) -> str | None:
+        for line in self.stderr.splitlines():
+            if line.startswith("EOSINK-ERROR "):
+                return line.split()[1].rstrip(":")
+        return None
+
+
+@dataclass
+class Pipeline:
+    """One streaming pipeline: input files, a checkpoint, a reference sink, and how to run it."""
+
+    root: Path
+    strategy: str = "2pc"
+    files: int = 4
+    rows_per_file: int = 30
+    atomic: bool = True
+    master: str = "local[2,4]"
+    app_id: str = "test-app"
+    extra_args: list[str] = field(default_factory=list)
+    java_opts: str = ""
+
+    def __post_init__(self) -> None:
+        self.input = self.root / "input"
+        self.checkpoint = self.root / "checkpoint"
+        self.sink_path = self.root / "sink.db"
+        self.fault_log = self.root / "faults.log"
+        self.input.mkdir(parents=True, exist_ok=True)
+        for f in range(self.files):
+            lines = []
+            for i in range(self.rows_per_file):
+                rid = f * 10_000 + i
+                # a few identical rows per file, so generated keys must tell duplicates apart
+                amount = 7 if i % 10 == 0 else rid % 97
+                row_id = f * 10_000 if i % 10 == 0 else rid
+                lines.append(json.dumps({"id": row_id, "account": f"acct-{rid % 5}", "amount": amount}))
+            (self.input / f"part-{f:04d}.json").write_text("\n".join(lines) + "\n")
+
+    def expected(self) -> Counter[tuple[Any, ...]]:
+        rows: Counter[tuple[Any, ...]] = Counter()
+        for path in sorted(self.input.iterdir()):
+            for line in path.read_text().splitlines():
+                r = json.loads(line)
+                rows[(r["id"], r["account"], r["amount"])] += 1
+        return rows
+
+    def start(
+        self,
+        faults: str | None = None,
+        *,
+        mode: str = "eosink",
+        args: list[str] | None = None,
+        master: str | None = None,
+    ) -> subprocess.Popen[str]:
+        env = dict(os.environ)
+        env.update(
+            SPARK_LOCAL_IP="127.0.0.1",
+            PYSPARK_PYTHON=sys.executable,
+            PYSPARK_DRIVER_PYTHON=sys.executable,
+            EOSINK_FAULT_LOG=str(self.fault_log),
+            PYTHONUNBUFFERED="1",
+            EOSINK_TEST_DRIVER_JAVA_OPTS=self.java_opts,
+        )
+        env.pop("EOSINK_FAULTS", None)
+        if faults:
+            env["EOSINK_FAULTS"] = faults
+        cmd = [
+            sys.executable,
+            str(DRIVER),
+            "--input",
+            str(self.input),
+            "--checkpoint",
+            str(self.checkpoint),
+            "--sink",
+            str(self.sink_path),
+            "--strategy",
+            self.strategy,
+            "--app-id",
+            self.app_id,
+            "--mode",
+            mode,
+            "--master",
+            master or self.master,
+            "--atomic",
+            str(int(self.atomic)),
+            "--stats-out",
+            str(self.root / "stats.json"),
+            *self.extra_args,
+            *(args or []),
+        ]
+        stats = self.root / "stats.json"
+        if stats.exists():
+            stats.unlink()
+        return subprocess.Popen(
+            cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+
+    def finish(self, proc: subprocess.Popen[str], timeout_s: float = DRIVER_TIMEOUT_S) -> Run:
+        try:
+            _, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid)
+            _, stderr = proc.communicate()
+            raise AssertionError(f"driver did not finish in {timeout_s} s:\n{stderr[-4000:]}") from None
+        kill_group(proc.pid)  # a killed driver leaves its JVM and Python workers: reap the whole group
+        stats_path = self.root / "stats.json"
+        stats = json.loads(stats_path.read_text()) if stats_path.exists() else None
+        return Run(proc.returncode, stderr, stats, self.fired())
+
+    def run(self, faults: str | None = None, **kw: Any) -> Run:
+        return self.finish(self.start(faults, **kw))
+
+    def fired(self) -> list[str]:
+        if not self.fault_log.exists():
+            return []
+        return [line.split()[0] for line in self.fault_log.read_text().splitlines() if line.strip()]
+
+    def sink(self) -> ReferenceSink:
+        return ReferenceSink(self.sink_path, atomic=self.atomic)
+
+    def found(self, app_id: str | None = None) -> Counter[tuple[Any, ...]]:
+        rows = self.sink().rows(app_id or self.app_id)
+        return Counter((r["id"], r["account"], r["amount"]) for r in rows)
+
+    def assert_exact(self) -> None:
+        expected, found = self.expected(), self.found()
+        lost, duplicated = expected - found, found - expected
+        assert not lost and not duplicated, f"lost={dict(lost)} duplicated={dict(duplicated)}"
+        bundles = [b.batch.batch_id for b in self.sink().bundles(self.app_id)]
+        assert bundles == list(range(self.files)), f"bundles {bundles}"
+        assert self.sink().in_doubt_count(self.app_id) == 0
+
+
+def assert_clean(run: Run) -> None:
+    assert run.returncode == 0, f"driver failed ({run.returncode}):\n{run.stderr[-6000:]}"
+
+
+def assert_killed(run: Run, point: str) -> None:
+    assert point in run.faults_fired, f"fault {point} never fired; fired={run.faults_fired}\n{run.stderr[-4000:]}"
+    assert run.returncode == -signal.SIGKILL, f"expected SIGKILL, got {run.returncode}:\n{run.stderr[-4000:]}"
+
+
+def _java_version() -> str:
+    out = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+    return (out.stderr.splitlines() or ["unknown"])[0].replace('"', "").replace(" ", "_")
+
+
+@pytest.fixture(scope="session")
+def driver_java_opts() -> str:
+    """A class-data-sharing archive of Spark's classes: halves the driver JVM's start time.
+
+    Built once per (pyspark, java) pair by a throw-away session; a stale archive is only a
+    warning for the JVM, never a failure.
+    """
+    import pyspark
+
+    archive = CACHE / "spark-cds" / f"pyspark-{pyspark.__version__}-{_java_version()}.jsa"
+    if not archive.exists():
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        code = (
+            "from pyspark.sql import SparkSession as S;"
+            "s=S.builder.master('local[1]').config('spark.ui.enabled','false')"
+            f".config('spark.driver.extraJavaOptions','-XX:ArchiveClassesAtExit={archive}')"
+            ".getOrCreate(); s.range(10).selectExpr('id*2').collect(); s.stop()"
+        )
+        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+        subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, timeout=600)
+    return f"-XX:SharedArchiveFile={archive} -Xshare:auto" if archive.exists() else ""
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path, driver_java_opts: str) -> Pipeline:
+    return Pipeline(tmp_path, java_opts=driver_java_opts)
