@@ -28,6 +28,7 @@ from eosink.errors import (
     CheckpointMismatchError,
     CommitAbortedError,
     EosinkError,
+    FencedError,
     NonDeterministicReplayError,
     TransientError,
 )
@@ -106,21 +107,42 @@ class Coordinator:
         self._wake = threading.Condition(self._lock)
         self._watcher: threading.Thread | None = None
         self._closed = False
+        self._started = False
+        self._fenced: FencedError | None = None
         self._error: BaseException | None = None
 
     # -- start: fence, then recover ------------------------------------------------------------
 
     def start(self) -> None:
-        """Fence older writers of the app_id and resolve in-doubt work. Runs once."""
-        if self.epoch is not None:
+        """Fence older writers of the app_id and resolve in-doubt work; once, until a failure.
+
+        A checkpoint that does not match the sink's bookkeeping is refused *before* fencing,
+        so a query started on the wrong checkpoint never touches the right one's work.
+        """
+        if self._started:
             return
         self.sink.setup(self.app_id)
-        epoch = self.sink.fence(self.app_id)
         self._checkpoint_id = self.checkpoint.query_id()
-        self.epoch = epoch
-        self.recover()
-        self._last = self.sink.fetch_last_bundle(self.app_id)
-        log.info("eosink %s: writer epoch %d, last committed batch %s", self.app_id, epoch, self._last_id())
+        self._check_checkpoint(self.sink.fetch_last_bundle(self.app_id))
+        try:
+            self.epoch = self.sink.fence(self.app_id)
+            self.recover()
+            self._last = self.sink.fetch_last_bundle(self.app_id)
+        except BaseException:
+            self._reset()
+            raise
+        self._started = True
+        log.info("eosink %s: writer epoch %d, last committed batch %s", self.app_id, self.epoch, self._last_id())
+
+    def _reset(self) -> None:
+        """Forget per-run state after a failure: the next batch fences and recovers again
+        (a query restarted in the same driver process is a new writer)."""
+        with self._lock:
+            self._started = False
+            self.epoch = None
+            self._last = None
+            self._error = None
+            self._pending.clear()
 
     def recover(self) -> None:
         """Roll forward the in-doubt batches the strategy must keep, abort the rest."""
@@ -145,11 +167,20 @@ class Coordinator:
             committables = [Committable.from_json(c) for c in manifest["committables"]]
             bundle = Bundle.from_json(manifest["bundle"])
             candidates.update({c.id: c for c in committables})  # sinks that cannot list in-doubt work
-            if self.strategy.rolls_forward(self.checkpoint.is_committed(batch_id)):
+            spark_committed = self.checkpoint.is_committed(batch_id)
+            if self.strategy.rolls_forward(spark_committed):
                 log.warning("eosink %s: rolling forward in-doubt batch %d", self.app_id, batch_id)
-                self._commit(batch, committables, replace(bundle, epoch=self._epoch()))
-                self.stats.recovered_forward += 1
-                keep = {c.id for c in committables}
+                try:
+                    self._commit(batch, committables, replace(bundle, epoch=self._epoch()))
+                    self.stats.recovered_forward += 1
+                    keep = {c.id for c in committables}
+                except CommitAbortedError:
+                    if spark_committed:  # Spark will never replay it: this is loss, say so loudly
+                        raise
+                    log.warning(
+                        "eosink %s: in-doubt batch %d lost its prepared work; Spark replays it", self.app_id, batch_id
+                    )
+                    self.stats.recovered_aborted += 1
             else:
                 log.warning("eosink %s: aborting in-doubt batch %d (Spark will replay it)", self.app_id, batch_id)
                 self.stats.recovered_aborted += 1
@@ -162,8 +193,25 @@ class Coordinator:
     # -- one batch -------------------------------------------------------------------------------
 
     def process(self, batch_id: int, data: BatchInput) -> None:
-        """Write batch ``batch_id`` exactly once (called from foreachBatch)."""
-        self._raise_background_error()
+        """Write batch ``batch_id`` exactly once (called from foreachBatch).
+
+        After a failure the next call fences and recovers again (a query restarted in the same
+        driver is a new writer), except after FencedError: a fenced writer stays fenced, as a
+        fenced Kafka producer does, so two drivers never take turns fencing each other.
+        """
+        if self._fenced is not None:
+            raise self._fenced
+        try:
+            self._raise_background_error()
+            self._process(batch_id, data)
+        except FencedError as exc:
+            self._fenced = exc
+            raise
+        except BaseException:
+            self._reset()
+            raise
+
+    def _process(self, batch_id: int, data: BatchInput) -> None:
         self.start()
         if self._checkpoint_id is None:  # recover() ran before Spark created the checkpoint
             self._checkpoint_id = self.checkpoint.query_id()
@@ -210,16 +258,21 @@ class Coordinator:
         last = self._last
         if last is None:
             return
-        if last.checkpoint_id and self._checkpoint_id and last.checkpoint_id != self._checkpoint_id:
-            raise CheckpointMismatchError(
-                f"app_id {self.app_id!r} has batches up to {last.batch.batch_id} committed from another Spark "
-                f"checkpoint (query id {last.checkpoint_id}); this query's checkpoint has id {self._checkpoint_id}.",
-                "Restart from the original checkpoint, or give this query a new app_id.",
-            )
+        self._check_checkpoint(last)
         if batch_id < last.batch.batch_id:
             raise CheckpointMismatchError(
                 f"app_id {self.app_id!r} has batch {last.batch.batch_id} committed, but Spark asks to write "
                 f"batch {batch_id}: the checkpoint is new or was rolled back.",
+                "Restart from the original checkpoint, or give this query a new app_id.",
+            )
+
+    def _check_checkpoint(self, last: Bundle | None) -> None:
+        if last is None:
+            return
+        if last.checkpoint_id and self._checkpoint_id and last.checkpoint_id != self._checkpoint_id:
+            raise CheckpointMismatchError(
+                f"app_id {self.app_id!r} has batches up to {last.batch.batch_id} committed from another Spark "
+                f"checkpoint (query id {last.checkpoint_id}); this query's checkpoint has id {self._checkpoint_id}.",
                 "Restart from the original checkpoint, or give this query a new app_id.",
             )
 
@@ -311,7 +364,7 @@ class Coordinator:
             if deadline is not None and time.monotonic() > deadline:
                 raise AmbiguousCommitError(
                     f"The commit of batch {batch.batch_id} of app_id {self.app_id!r} is still in doubt after "
-                    f"{policy.resolve_timeout_s:.0f} s.",
+                    f"{policy.resolve_timeout_s:g} s.",
                     "Check the sink's health, then restart the query: recovery resolves the batch.",
                 )
             if not need_commit:  # a known-uncommitted batch is committed again at once

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -16,40 +15,12 @@ from typing import Any
 
 import pytest
 
+from eosink._procs import kill_session
 from eosink.connectors.reference import ReferenceSink
 
 DRIVER = Path(__file__).with_name("driver.py")
 CACHE = Path(os.environ.get("EOSINK_CACHE", Path(__file__).resolve().parents[2] / ".cache"))
 DRIVER_TIMEOUT_S = float(os.environ.get("EOSINK_TEST_DRIVER_TIMEOUT", "300"))
-
-
-def _session_members(sid: int) -> list[int]:
-    """Live (non-zombie) processes of session ``sid``: the driver, its JVM, and Spark's Python
-    worker daemon, which moves itself into a process group of its own."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            members.append(int(entry))
-    return members
-
-
-def kill_group(sid: int, timeout_s: float = 60.0) -> None:
-    """SIGKILL every process of a driver's session (by PID) and wait, bounded, until all are gone."""
-    deadline = time.monotonic() + timeout_s
-    while members := _session_members(sid):
-        for pid in members:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if time.monotonic() > deadline:
-            raise AssertionError(f"processes of session {sid} still alive: {members}")
-        time.sleep(0.05)
 
 
 def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
@@ -85,7 +56,7 @@ class Pipeline:
     files: int = 4
     rows_per_file: int = 30
     atomic: bool = True
-    master: str = "local[2,4]"
+    master: str = field(default_factory=lambda: os.environ.get("EOSINK_TEST_MASTER", "local[2,4]"))
     app_id: str = "test-app"
     extra_args: list[str] = field(default_factory=list)
     java_opts: str = ""
@@ -129,7 +100,7 @@ class Pipeline:
             PYSPARK_DRIVER_PYTHON=sys.executable,
             EOSINK_FAULT_LOG=str(self.fault_log),
             PYTHONUNBUFFERED="1",
-            EOSINK_TEST_DRIVER_JAVA_OPTS=self.java_opts,
+            EOSINK_DRIVER_JAVA_OPTS=self.java_opts,
         )
         env.pop("EOSINK_FAULTS", None)
         if faults:
@@ -169,10 +140,10 @@ class Pipeline:
         try:
             _, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            kill_group(proc.pid)
+            kill_session(proc.pid)
             _, stderr = proc.communicate()
             raise AssertionError(f"driver did not finish in {timeout_s} s:\n{stderr[-4000:]}") from None
-        kill_group(proc.pid)  # a killed driver leaves its JVM and Python workers: reap the whole group
+        kill_session(proc.pid)  # a killed driver leaves its JVM and Python workers: reap the whole group
         stats_path = self.root / "stats.json"
         stats = json.loads(stats_path.read_text()) if stats_path.exists() else None
         return Run(proc.returncode, stderr, stats, self.fired())

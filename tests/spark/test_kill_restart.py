@@ -13,6 +13,8 @@ import signal
 
 import pytest
 
+from eosink._procs import is_stopped
+
 from .conftest import Pipeline, assert_clean, assert_killed, wait_for
 
 pytestmark = pytest.mark.spark
@@ -123,7 +125,7 @@ def test_zombie_driver_is_fenced(pipeline: Pipeline, strategy: str) -> None:
     point = ZOMBIE_POINT[strategy]
     old = pipeline.start(f"{point}@1:stop")
     wait_for(lambda: point in pipeline.fired(), 240, f"{point} to fire in the old driver")
-    wait_for(lambda: _stopped(old.pid), 30, "the old driver to stop")
+    wait_for(lambda: is_stopped(old.pid), 30, "the old driver to stop")
     assert_clean(pipeline.run())
     pipeline.assert_exact()
     os.killpg(old.pid, signal.SIGCONT)
@@ -132,12 +134,6 @@ def test_zombie_driver_is_fenced(pipeline: Pipeline, strategy: str) -> None:
     if zombie.error_kind is not None:
         assert zombie.error_kind in ("FencedError", "CommitAbortedError"), zombie.stderr[-3000:]
     pipeline.assert_exact()
-
-
-def _stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as fh:
-        stat = fh.read()
-    return stat[stat.rfind(")") + 2] == "T"
 
 
 @pytest.mark.parametrize("strategy", ["txid-check", "idempotent"])

@@ -61,9 +61,7 @@ def test_capabilities_follow_atomic_option(tmp_path: Path) -> None:
     assert ReferenceSink(tmp_path / "a.db").capabilities.atomic_batch_visibility is True
     caps = ReferenceSink(tmp_path / "b.db", atomic=False).capabilities
     assert caps.atomic_batch_visibility is False
-    assert (
-        caps.supports_prepare and caps.supports_txid_status and caps.supports_keys and caps.supports_recover
-    )
+    assert caps.supports_prepare and caps.supports_txid_status and caps.supports_keys and caps.supports_recover
 
 
 def test_upsert_mode_needs_key_columns(tmp_path: Path) -> None:
@@ -298,9 +296,7 @@ def _write_share(sink: ReferenceSink, participant: int, start: Any, out: Any) ->
     start.wait()
     txn = sink.begin(task(participant=participant))
     for chunk in range(20):
-        sink.write(
-            txn, pa.RecordBatch.from_pylist([{"p": participant, "c": chunk, "i": i} for i in range(5)])
-        )
+        sink.write(txn, pa.RecordBatch.from_pylist([{"p": participant, "c": chunk, "i": i} for i in range(5)]))
     out.put(sink.pre_commit(txn))
     sink.close()
 

@@ -1,0 +1,33 @@
+"""The ``eosink`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``eosink demo [...]`` runs the exactly-once demo; ``eosink --version`` prints the version."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="eosink", description="End-to-end exactly-once sinks for Spark.")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("command", nargs="?", choices=["demo"], help="demo: crash a streaming job, prove the result")
+    known, rest = parser.parse_known_args(argv)
+    if known.version:
+        from eosink import __version__
+
+        print(f"eosink {__version__}")
+        return 0
+    if known.command == "demo":
+        from eosink.demo import demo_main
+
+        return demo_main(rest)
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
