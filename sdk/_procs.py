@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-__all__ = ["is_stopped", "kill_session", "session_members"]
+__all__ = ["is_stopped", "kill_session", "session_members", "spark_cds_options"]
 
 
 def session_members(sid: int) -> list[int]:
@@ -51,3 +53,33 @@ def is_stopped(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(")") + 2] == "T"
+
+
+def _java_version() -> str:
+    out = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+    first = (out.stderr.splitlines() or ["unknown"])[0]
+    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in first)
+
+
+def spark_cds_options(cache_dir: str | os.PathLike[str] | None = None) -> str:
+    """JVM options that load a class-data-sharing archive of Spark's classes (about 2x faster start).
+
+    The archive is built once per (pyspark, java) pair by a throw-away session, into
+    ``cache_dir`` (default ``$EOSINK_CACHE`` or ``~/.cache/eosink``). A stale archive is only a
+    warning for the JVM; if building fails, no options are returned.
+    """
+    import pyspark
+
+    root = Path(cache_dir or os.environ.get("EOSINK_CACHE") or Path.home() / ".cache" / "eosink")
+    archive = root / "spark-cds" / f"pyspark-{pyspark.__version__}-{_java_version()}.jsa"
+    if not archive.exists():
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        code = (
+            "from pyspark.sql import SparkSession as S;"
+            "s=S.builder.master('local[1]').config('spark.ui.enabled','false')"
+            f".config('spark.driver.extraJavaOptions','-XX:ArchiveClassesAtExit={archive}')"
+            ".getOrCreate(); s.range(10).selectExpr('id*2').collect(); s.stop()"
+        )
+        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+        subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, timeout=600)
+    return f"-XX:SharedArchiveFile={archive} -Xshare:auto" if archive.exists() else ""

@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from eosink._procs import kill_session
+from eosink._procs import kill_session, spark_cds_options
 
 __all__ = ["demo_main", "job_main"]
 
@@ -151,6 +151,8 @@ def job_main(argv: Sequence[str] | None = None) -> int:
 
 # -- the demo -------------------------------------------------------------------------------------
 
+_LABELS = {"eosink": "eosink", "naive": "plain foreachBatch"}
+_JAVA_OPTS: dict[str, str] = {}
 CRASH_POINTS = {"2pc": ["F3", "F4", "F5", "F8"], "txid-check": ["F3", "F4", "F8"], "idempotent": ["F3", "F4", "F8"]}
 
 
@@ -182,6 +184,7 @@ def _run_job(work: Path, mode: str, strategy: str, faults: str | None, say: Call
         SPARK_LOCAL_IP="127.0.0.1",
         PYSPARK_PYTHON=sys.executable,
         EOSINK_FAULT_LOG=str(work / f"{mode}-faults.log"),
+        EOSINK_DRIVER_JAVA_OPTS=_JAVA_OPTS.get("driver", ""),
     )
     env.pop("EOSINK_FAULTS", None)
     if faults:
@@ -204,7 +207,7 @@ def _run_job(work: Path, mode: str, strategy: str, faults: str | None, say: Call
         "--stats-out",
         str(work / f"{mode}-stats.json"),
     ]
-    say(f"  spark driver ({mode}{', will crash at ' + faults if faults else ''}) ...")
+    say(f"  spark driver ({_LABELS[mode]}{', faults ' + faults if faults else ''}) ...")
     proc = subprocess.Popen(
         cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
@@ -219,7 +222,7 @@ def _scenario(work: Path, mode: str, strategy: str, runs: list[str | None], say:
     """Run the job once per entry of ``runs`` (fault specs), restarting from the same checkpoint."""
     from eosink.connectors.reference import ReferenceSink
 
-    outcome = _Outcome(mode)
+    outcome = _Outcome(_LABELS[mode])
     for spec in runs:
         code = _run_job(work, mode, strategy, spec, say)
         if code == -signal.SIGKILL:
@@ -263,6 +266,8 @@ def demo_main(argv: Sequence[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, flush=True)
 
+    say("preparing Spark's JVM start-up archive (first run only) ...")
+    _JAVA_OPTS["driver"] = spark_cds_options()
     rng = random.Random(args.seed)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="eosink-demo-"))
     work.mkdir(parents=True, exist_ok=True)

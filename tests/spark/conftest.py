@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from eosink._procs import kill_session
+from eosink._procs import kill_session, spark_cds_options
 from eosink.connectors.reference import ReferenceSink
 
 DRIVER = Path(__file__).with_name("driver.py")
@@ -181,32 +181,10 @@ def assert_killed(run: Run, point: str) -> None:
     assert run.returncode == -signal.SIGKILL, f"expected SIGKILL, got {run.returncode}:\n{run.stderr[-4000:]}"
 
 
-def _java_version() -> str:
-    out = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
-    return (out.stderr.splitlines() or ["unknown"])[0].replace('"', "").replace(" ", "_")
-
-
 @pytest.fixture(scope="session")
 def driver_java_opts() -> str:
-    """A class-data-sharing archive of Spark's classes: halves the driver JVM's start time.
-
-    Built once per (pyspark, java) pair by a throw-away session; a stale archive is only a
-    warning for the JVM, never a failure.
-    """
-    import pyspark
-
-    archive = CACHE / "spark-cds" / f"pyspark-{pyspark.__version__}-{_java_version()}.jsa"
-    if not archive.exists():
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        code = (
-            "from pyspark.sql import SparkSession as S;"
-            "s=S.builder.master('local[1]').config('spark.ui.enabled','false')"
-            f".config('spark.driver.extraJavaOptions','-XX:ArchiveClassesAtExit={archive}')"
-            ".getOrCreate(); s.range(10).selectExpr('id*2').collect(); s.stop()"
-        )
-        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-        subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, timeout=600)
-    return f"-XX:SharedArchiveFile={archive} -Xshare:auto" if archive.exists() else ""
+    """A class-data-sharing archive of Spark's classes, built once: halves the driver JVM's start."""
+    return spark_cds_options(CACHE)
 
 
 @pytest.fixture
