@@ -18,6 +18,10 @@ help:
 	@echo "make test       lint, unit tests, packaging, docs, Spark kill-and-restart tests (what CI runs)"
 	@echo "make test-full  every fault point x strategy, local-cluster runs"
 	@echo "make lint       ruff + mypy --strict"
+	@echo "make unit       protocol-level unit tests (no Spark)"
+	@echo "make package    build wheel + sdist, install into a clean venv, import, type-check"
+	@echo "make docs       mkdocs build --strict into build/site"
+	@echo "make spark      the quick real-Spark kill-and-restart tests"
 
 venv: $(STAMP)
 

@@ -152,6 +152,13 @@ class SparkCheckpoint:
 
     # -- Spark's own files ------------------------------------------------------------------
 
+    def exists(self) -> bool:
+        """Whether Spark has created this checkpoint (its ``metadata`` or commit log exists)."""
+        return bool(
+            self._io("read metadata", self._fs.exists, self._path("metadata"))
+            or self._io("read the commit log", self._fs.exists, self._path("commits"))
+        )
+
     def query_id(self) -> str | None:
         """The query id Spark stored in ``metadata`` when the checkpoint was created."""
         text = self._io("read metadata", self._fs.read_text, self._path("metadata"))

@@ -269,6 +269,12 @@ class Coordinator:
     def _check_checkpoint(self, last: Bundle | None) -> None:
         if last is None:
             return
+        if last.checkpoint_id and self._checkpoint_id is None and not self.checkpoint.exists():
+            raise CheckpointMismatchError(
+                f"app_id {self.app_id!r} has batches up to {last.batch.batch_id} committed from Spark checkpoint "
+                f"{last.checkpoint_id}, but the checkpoint location {self.checkpoint.location!r} is new.",
+                "Point checkpoint_location at the query's original checkpoint, or give this query a new app_id.",
+            )
         if last.checkpoint_id and self._checkpoint_id and last.checkpoint_id != self._checkpoint_id:
             raise CheckpointMismatchError(
                 f"app_id {self.app_id!r} has batches up to {last.batch.batch_id} committed from another Spark "
@@ -316,6 +322,7 @@ class Coordinator:
         deadline: float | None = None
         delay = policy.backoff_s
         transient = 0
+        recommits = 0
         need_commit = True
         while True:
             if need_commit:
@@ -361,13 +368,14 @@ class Coordinator:
             need_commit = status is CommitStatus.PREPARED
             if need_commit:
                 self.stats.ambiguous_recommitted += 1
+                recommits += 1
             if deadline is not None and time.monotonic() > deadline:
                 raise AmbiguousCommitError(
                     f"The commit of batch {batch.batch_id} of app_id {self.app_id!r} is still in doubt after "
                     f"{policy.resolve_timeout_s:g} s.",
                     "Check the sink's health, then restart the query: recovery resolves the batch.",
                 )
-            if not need_commit:  # a known-uncommitted batch is committed again at once
+            if not need_commit or recommits > 1:  # the first re-commit of a known-uncommitted batch is at once
                 time.sleep(delay)
                 delay = min(delay * 2, policy.max_backoff_s)
 

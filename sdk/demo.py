@@ -76,6 +76,7 @@ def _job_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--atomic", type=int, default=1, help="0: the sink commits a batch in several steps")
     ap.add_argument("--nondeterministic", action="store_true", help="add rand() to every row")
     ap.add_argument("--participants", type=int, default=3)
+    ap.add_argument("--key-columns", default="", help="comma-separated user keys for the idempotent strategy")
     ap.add_argument("--stats-out")
     return ap.parse_args(argv)
 
@@ -120,7 +121,7 @@ def job_main(argv: Sequence[str] | None = None) -> int:
         writer = eosink.foreach_batch(
             ReferenceSink(args.sink, atomic=bool(args.atomic)),
             app_id=args.app_id,
-            strategy=args.strategy,
+            strategy=eosink.Idempotent(args.key_columns.split(",")) if args.key_columns else args.strategy,
             checkpoint_location=args.checkpoint,
             participants=args.participants,
         )

@@ -129,6 +129,8 @@ def _claim(spec: _Spec, batch_id: int | None) -> bool:
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     except FileExistsError:
         return False
+    except OSError:  # no shared marker possible (e.g. the log's folder is gone): fire here
+        return True
     return True
 
 

@@ -1,8 +1,9 @@
 """Real Spark streaming queries, SIGKILLed at each fault point and restarted from the checkpoint.
 
-Each test runs ``driver.py`` as its own process group (driver Python, its JVM, the Python
-workers), kills the whole group at a named fault point, restarts it on the same
-checkpoint and reference sink, and checks the sink holds exactly the input rows, once.
+Each test runs ``driver.py`` in a session of its own (driver Python, its JVM, and Spark's
+Python worker daemon, which sits in a process group of its own), SIGKILLs the driver's group
+at a named fault point and then every remaining process of the session, restarts the job on
+the same checkpoint and reference sink, and checks the sink holds exactly the input rows, once.
 ``spark.driver.maxResultSize=1m`` is set in every run: the driver never collects rows.
 """
 
@@ -186,3 +187,19 @@ def test_plain_foreach_batch_duplicates_under_the_same_kill(pipeline: Pipeline) 
     found = Counter((r["id"], r["account"], r["amount"]) for r in rows)
     duplicated = found - pipeline.expected()
     assert sum(duplicated.values()) == pipeline.rows_per_file, f"duplicated: {dict(duplicated)}"
+
+
+def test_bad_input_stops_with_a_typed_error_then_the_fixed_query_resumes_exactly(pipeline: Pipeline) -> None:
+    """Bad configuration found on the executors (an idempotent key column the data lacks).
+
+    Pass: the query stops with SchemaError (typed, raised on the driver although it was found
+    in a task) naming the column, nothing became visible; after the fix (another strategy on
+    the same checkpoint and app_id) the restart writes every row exactly once.
+    """
+    run = pipeline.run(args=["--strategy", "idempotent", "--key-columns", "no_such_column"])
+    assert run.returncode == 3, run.stderr[-3000:]
+    assert run.error_kind == "SchemaError", run.stderr[-3000:]
+    assert "no_such_column" in run.stderr
+    assert pipeline.sink().rows(pipeline.app_id) == []
+    assert_clean(pipeline.run())
+    pipeline.assert_exact()

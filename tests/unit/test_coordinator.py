@@ -543,14 +543,15 @@ def test_new_checkpoint_meeting_committed_batches_is_refused(tmp_path: Path, var
 def test_batch_id_older_than_the_last_committed_is_refused(tmp_path: Path, variant: Variant, metadata: bool) -> None:
     """Spark asks for batch 2 while the sink has batch 3 committed (rolled-back or unidentifiable checkpoint).
 
-    Pass: CheckpointMismatchError before anything is written; content unchanged.
+    Pass: CheckpointMismatchError before anything is written (a checkpoint Spark has not
+    created yet is refused as new, before fencing); content unchanged.
     """
     ms = mini(tmp_path, variant)
     ms.run()
     ckpt = ms.ckpt if metadata else FakeCheckpoint(tmp_path / "bare", metadata=False)
     c2 = ms.new_coordinator(ckpt)
     batch = MemoryBatch(make_rows(2))
-    with pytest.raises(CheckpointMismatchError, match="batch 2"):
+    with pytest.raises(CheckpointMismatchError, match="batch 2" if metadata else "is new"):
         c2.process(2, batch)
     assert batch.writes == 0
     ms.assert_exact()
@@ -867,11 +868,15 @@ def test_2pc_batch_committed_by_spark_whose_prepared_work_vanished_fails_loudly(
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.id for v in VARIANTS])
-def test_wrong_checkpoint_leaves_the_original_checkpoints_work_alone(tmp_path: Path, variant: Variant) -> None:
+@pytest.mark.parametrize("created", [True, False], ids=["spark-created-it", "before-spark-starts"])
+def test_wrong_checkpoint_leaves_the_original_checkpoints_work_alone(
+    tmp_path: Path, variant: Variant, created: bool
+) -> None:
     """A driver crashes with batch 1 in doubt (F5 for 2PC: Spark committed it; F4 otherwise).
 
-    Then the query is started by mistake with a new checkpoint, is refused with
-    CheckpointMismatchError, and is started again with the original checkpoint.
+    Then the query is started by mistake with a new checkpoint (one Spark created, or, with
+    ``BatchWriter.recover()`` before the query starts, one Spark has not created yet), is
+    refused with CheckpointMismatchError, and is started again with the original checkpoint.
     Pass: the refused start changed nothing (same in-doubt work), and the restart from the
     original checkpoint ends exact.
     """
@@ -880,11 +885,14 @@ def test_wrong_checkpoint_leaves_the_original_checkpoints_work_alone(tmp_path: P
     ms.crash()
     reader = ms.reader()
     in_doubt = reader.in_doubt_count(APP)
-    other = FakeCheckpoint(tmp_path / "new-checkpoint")
+    other = FakeCheckpoint(tmp_path / "new-checkpoint", metadata=created)
     wrong = ms.new_coordinator(other)
-    other.write_offsets(0)
     with pytest.raises(CheckpointMismatchError):
-        wrong.process(0, MemoryBatch(make_rows(0)))
+        if created:
+            other.write_offsets(0)
+            wrong.process(0, MemoryBatch(make_rows(0)))
+        else:
+            wrong.start()
     assert reader.in_doubt_count(APP) == in_doubt
     reader.close()
     ms.restart()

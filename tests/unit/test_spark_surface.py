@@ -1,0 +1,83 @@
+"""The Spark-facing surface without a Spark session: validation, pickling, missing pyspark."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+
+import eosink
+from eosink.connectors.reference import ReferenceSink
+from eosink.contract import Capabilities
+from eosink.errors import ConfigurationError
+
+
+def _writer(tmp_path: Path, **kw: object) -> eosink.BatchWriter:
+    args: dict[str, object] = {"app_id": "app", "strategy": "2pc", "checkpoint_location": str(tmp_path / "chk")}
+    args.update(kw)
+    return eosink.foreach_batch(ReferenceSink(tmp_path / "s.db"), **args)  # type: ignore[arg-type]
+
+
+def test_public_names_are_exported() -> None:
+    """`import eosink` exposes the contract, the strategies, foreach_batch and the error module."""
+    for name in ("Sink", "foreach_batch", "TwoPhaseCommit", "TxidCheck", "Idempotent", "errors"):
+        assert name in eosink.__all__ and hasattr(eosink, name)
+
+
+@pytest.mark.parametrize("app_id", ["", "   ", "x" * 201, 7])
+def test_bad_app_id_is_a_configuration_error(tmp_path: Path, app_id: object) -> None:
+    """Pass: ConfigurationError whose message says what a good app_id looks like."""
+    with pytest.raises(ConfigurationError, match="app_id"):
+        _writer(tmp_path, app_id=app_id)
+
+
+@pytest.mark.parametrize("participants", [0, -1, 1.5])
+def test_bad_participants_is_a_configuration_error(tmp_path: Path, participants: object) -> None:
+    with pytest.raises(ConfigurationError, match="participants"):
+        _writer(tmp_path, participants=participants)
+
+
+def test_unknown_strategy_and_missing_checkpoint_are_configuration_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="Unknown strategy"):
+        _writer(tmp_path, strategy="exactly-twice")
+    with pytest.raises(ConfigurationError, match="checkpoint"):
+        _writer(tmp_path, checkpoint_location="")
+
+
+def test_not_a_sink_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="not an eosink Sink"):
+        eosink.foreach_batch(object(), app_id="a", checkpoint_location=str(tmp_path))  # type: ignore[arg-type]
+
+
+def test_strategy_the_sink_cannot_serve_is_refused_up_front(tmp_path: Path) -> None:
+    """A sink without upserts cannot run the idempotent strategy: refused before any query starts."""
+    sink = ReferenceSink(tmp_path / "s.db")
+    sink.capabilities = Capabilities(supports_keys=False)
+    with pytest.raises(ConfigurationError, match="supports_keys"):
+        eosink.foreach_batch(sink, app_id="a", strategy="idempotent", checkpoint_location=str(tmp_path))
+
+
+def test_writer_pickles_without_its_coordinator(tmp_path: Path) -> None:
+    """Spark Connect pickles the foreachBatch function: the writer must travel without threads or
+    connections, and build its coordinator again where it lands."""
+    writer = _writer(tmp_path)
+    _ = writer.coordinator  # created locally
+    clone = pickle.loads(pickle.dumps(writer))
+    assert clone._coordinator is None
+    assert clone.app_id == "app" and clone.strategy == writer.strategy
+    assert clone.coordinator is not writer.coordinator
+
+
+def test_missing_pyspark_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without pyspark, calling the writer says to install the spark extra."""
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    with pytest.raises(ConfigurationError, match=r"eosink\[spark\]"):
+        _writer(tmp_path)(object(), 0)
+
+
+def test_repr_shows_what_identifies_the_writer(tmp_path: Path) -> None:
+    """repr names the sink, app_id, strategy and checkpoint (what an operator needs in a log)."""
+    text = repr(_writer(tmp_path))
+    assert "app_id='app'" in text and "TwoPhaseCommit()" in text and "chk" in text and "ReferenceSink" in text
