@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export SPARK_LOCAL_IP := 127.0.0.1
 export EOSINK_CACHE := $(CURDIR)/.cache
+export NO_MKDOCS_2_WARNING := 1
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 PYTEST := $(PY) -m pytest -p no:cacheprovider
