@@ -190,3 +190,63 @@ def driver_java_opts() -> str:
 @pytest.fixture
 def pipeline(tmp_path: Path, driver_java_opts: str) -> Pipeline:
     return Pipeline(tmp_path, java_opts=driver_java_opts)
+
+
+class AtomicityReader:
+    """A concurrent reader: polls the sink while drivers run and records every partial batch it sees.
+
+    Each poll reads, in one SQLite snapshot, the visible row count per batch and the committed
+    bundles. A batch is partial when some but not all of its rows are visible, or when rows are
+    visible without its bundle (data and bundle must appear in one atomic step).
+    """
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        import threading
+
+        self.pipeline = pipeline
+        self.polls = 0
+        self.partial: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _poll(self, conn: Any) -> None:
+        conn.execute("BEGIN")
+        try:
+            counts = dict(
+                conn.execute(
+                    "SELECT batch_id, count(*) FROM data WHERE app_id = ? GROUP BY batch_id", (self.pipeline.app_id,)
+                ).fetchall()
+            )
+            bundles = {
+                b for (b,) in conn.execute("SELECT batch_id FROM bundles WHERE app_id = ?", (self.pipeline.app_id,))
+            }
+        finally:
+            conn.execute("COMMIT")
+        self.polls += 1
+        for batch_id, n in counts.items():
+            if n != self.pipeline.rows_per_file or batch_id not in bundles:
+                self.partial.append(
+                    f"batch {batch_id}: {n} rows visible, bundle {'present' if batch_id in bundles else 'absent'}"
+                )
+
+    def _run(self) -> None:
+        import sqlite3
+
+        conn = None
+        while not self._stop.wait(0.02):
+            try:
+                if conn is None:
+                    if not self.pipeline.sink_path.exists():
+                        continue
+                    conn = sqlite3.connect(self.pipeline.sink_path, timeout=30, isolation_level=None)
+                self._poll(conn)
+            except sqlite3.OperationalError:
+                continue  # tables not created yet, or the file is busy: poll again
+
+    def __enter__(self) -> AtomicityReader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)

@@ -16,7 +16,7 @@ import pytest
 
 from eosink._procs import is_stopped
 
-from .conftest import Pipeline, assert_clean, assert_killed, wait_for
+from .conftest import AtomicityReader, Pipeline, assert_clean, assert_killed, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -48,14 +48,22 @@ def _quick_only(quick: str) -> list[object]:
 def test_kill_at_fault_point_then_restart_is_exact(pipeline: Pipeline, strategy: str, point: str) -> None:
     """SIGKILL of the driver's process group at ``point`` of batch 1, then a restart.
 
-    Proves: nothing lost, nothing duplicated, one bundle per batch, nothing left in doubt.
-    F6 (mid-commit) runs against the non-atomic reference sink, where a commit takes several steps.
+    Proves: nothing lost, nothing duplicated, one bundle per batch, nothing left in doubt; and,
+    where the sink and strategy declare atomic batch visibility (atomic reference sink, 2pc or
+    txid-check), a concurrent reader never saw part of a batch. F6 (mid-commit) runs against
+    the non-atomic reference sink, where a commit takes several steps.
     """
     pipeline.strategy = strategy
     pipeline.atomic = point != "F6"
-    assert_killed(pipeline.run(f"{point}@1:kill"), point)
-    assert_clean(pipeline.run())
+    with AtomicityReader(pipeline) as reader:
+        assert_killed(pipeline.run(f"{point}@1:kill"), point)
+        assert_clean(pipeline.run())
     pipeline.assert_exact()
+    assert reader.polls > 0
+    if pipeline.atomic and strategy != "idempotent":
+        assert not reader.partial, reader.partial[:5]
+    if point == "F6":  # the non-atomic sink showed half of batch 1 until recovery rolled it forward
+        assert any(p.startswith("batch 1:") for p in reader.partial), "the reader cannot see partial batches"
 
 
 @pytest.mark.parametrize(
