@@ -10,17 +10,26 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``eosink demo [...]`` runs the exactly-once demo; ``eosink --version`` prints the version."""
+    """``eosink demo [...]`` runs the exactly-once demo; ``eosink services ...`` runs the test servers."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="eosink", description="End-to-end exactly-once sinks for Spark.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_argument("command", nargs="?", choices=["demo"], help="demo: crash a streaming job, prove the result")
+    parser.add_argument(
+        "command",
+        nargs="?",
+        choices=["demo", "services"],
+        help="demo: crash a streaming job, prove the result; services: up|check|down|status|env the test servers",
+    )
     known, rest = parser.parse_known_args(argv)
     if known.version:
         from eosink import __version__
 
         print(f"eosink {__version__}")
         return 0
+    if known.command == "services":
+        from eosink.services.cli import main as services_main
+
+        return services_main(rest)
     if known.command == "demo":
         from eosink.demo import demo_main
 

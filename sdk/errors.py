@@ -13,7 +13,8 @@ strategies how to react::
      ├── CommitAbortedError            prepared work vanished before it could be committed
      ├── FencedError                   a newer writer owns the app_id: this one must stop
      ├── NonDeterministicReplayError   a replayed batch differs from the one already committed
-     └── InjectedFault                 raised by an enabled fault point (tests only)
+     ├── InjectedFault                 raised by an enabled fault point (tests only)
+     └── ServiceError                  a local test service could not be provisioned, started or checked
 
 Terminal errors stop the query before anything of the batch becomes visible (under
 the idempotent strategy, rows already upserted stay, and the replay overwrites them);
@@ -34,6 +35,7 @@ __all__ = [
     "InjectedFault",
     "NonDeterministicReplayError",
     "SchemaError",
+    "ServiceError",
     "TransientError",
 ]
 
@@ -93,3 +95,7 @@ class NonDeterministicReplayError(EosinkError):
 
 class InjectedFault(EosinkError):
     """Raised by a fault point configured with the ``raise`` action."""
+
+
+class ServiceError(EosinkError):
+    """A service of the test harness (:mod:`eosink.services`) could not be provisioned, started or checked."""

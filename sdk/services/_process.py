@@ -1,0 +1,172 @@
+"""Start server processes detached, wait until they serve, stop them by PID.
+
+A server is started in a session of its own, so stopping it signals its whole process group
+(by the recorded PID, never by name). The PID is recorded with the process's start time, so
+a recycled PID is never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from eosink.errors import ServiceError
+
+__all__ = ["Proc", "free_port", "group_members", "log_tail", "port_open", "spawn", "stop", "wait_until"]
+
+log = logging.getLogger("eosink.services")
+
+
+@dataclass(frozen=True)
+class Proc:
+    """A started server: its PID and the kernel's start time of that PID (clock ticks)."""
+
+    pid: int
+    start_time: int
+
+    def alive(self) -> bool:
+        """Whether this very process (not a recycled PID) still runs and is not a zombie."""
+        stat = _stat(self.pid)
+        return stat is not None and stat[0] != "Z" and int(stat[19]) == self.start_time
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+def spawn(
+    argv: Sequence[str | os.PathLike[str]],
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    user: tuple[int, int] | None = None,
+) -> Proc:
+    """Start ``argv`` in a new session, output appended to ``log_path``; optionally as (uid, gid)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        if user is not None:
+            os.chown(log_path, *user)
+        child = subprocess.Popen(
+            [os.fspath(a) for a in argv],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+            user=user[0] if user else None,
+            group=user[1] if user else None,
+            extra_groups=[] if user else None,
+        )
+    stat = _stat(child.pid)
+    # The Popen object is dropped on purpose: the server outlives this process. Python reaps
+    # nothing it does not wait for, so a server that exits early stays a zombie until we exit.
+    return Proc(child.pid, int(stat[19]) if stat else 0)
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last lines of a log, for error messages."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def wait_until(
+    ready: Callable[[], bool],
+    *,
+    what: str,
+    proc: Proc,
+    log_path: Path,
+    timeout_s: float,
+    fix: str,
+) -> None:
+    """Poll ``ready`` until true; fail with the log's tail if the process dies or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.05
+    while True:
+        if ready():
+            return
+        if not proc.alive():
+            raise ServiceError(
+                f"{what} exited while starting (pid {proc.pid}). Last lines of {log_path}:\n{log_tail(log_path)}", fix
+            )
+        if time.monotonic() > deadline:
+            raise ServiceError(
+                f"{what} did not become ready within {timeout_s:.0f} s (pid {proc.pid}). "
+                f"Last lines of {log_path}:\n{log_tail(log_path)}",
+                fix,
+            )
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+def stop(proc: Proc, *, what: str, timeout_s: float = 30.0, sig: signal.Signals = signal.SIGTERM) -> None:
+    """Signal the process group led by ``proc`` (``sig``), SIGKILL after ``timeout_s``; wait until all are gone."""
+    if not proc.alive():
+        return
+    for signum, wait_s in ((sig, timeout_s), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signum)
+        deadline = time.monotonic() + wait_s
+        while (proc.alive() or group_members(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not proc.alive() and not group_members(proc.pid):
+            _reap(proc.pid)
+            return
+        log.warning("%s (pid %d) ignored %s", what, proc.pid, signum.name)
+    raise ServiceError(f"{what} (pid {proc.pid}) is still running after SIGKILL.", f"inspect it: ps -g {proc.pid}")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None and stat[0] != "Z" and int(stat[2]) == pgid:
+                members.append(int(entry))
+    return members
+
+
+def _reap(pid: int, timeout_s: float = 10.0) -> None:
+    """Collect our own child's exit status, once every thread of it has exited (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            return  # not our child (its parent reaps it) or already collected
+        if done == pid or time.monotonic() > deadline:
+            return
+        time.sleep(0.02)

@@ -1,0 +1,116 @@
+"""Run a server as an unprivileged user when the harness runs as root (PostgreSQL refuses root).
+
+No user is created and no directory outside the harness's own is re-permissioned: the
+server runs as ``$EOSINK_SERVICES_USER``, else ``postgres``, else ``nobody``, and what it
+needs is placed where that user can reach it — the cache if its parents are traversable,
+else a private directory under the system's temporary directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pwd
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from eosink.errors import ServiceError
+from eosink.services._layout import cache_root
+
+__all__ = ["ServiceUser", "service_user"]
+
+CANDIDATES = ("postgres", "nobody")
+
+
+class ServiceUser:
+    """The (uid, gid) a server runs as, and how to give it a directory or files it can use."""
+
+    def __init__(self, name: str, uid: int, gid: int) -> None:
+        self.name, self.uid, self.gid = name, uid, gid
+
+    @property
+    def ids(self) -> tuple[int, int]:
+        """(uid, gid) for :func:`eosink.services._process.spawn`."""
+        return self.uid, self.gid
+
+    def can_reach(self, path: Path) -> bool:
+        """Whether this user can traverse every parent of ``path`` and read (and enter) ``path``."""
+        try:
+            target = path.stat()
+        except OSError:
+            return False
+        wanted = (stat.S_IROTH | stat.S_IXOTH) if stat.S_ISDIR(target.st_mode) else stat.S_IROTH
+        if not self._allows(target, wanted):
+            return False
+        return all(self._allows(parent.stat(), stat.S_IXOTH) for parent in path.parents)
+
+    def _allows(self, st: os.stat_result, other_bits: int) -> bool:
+        shift = 6 if st.st_uid == self.uid else 3 if st.st_gid == self.gid else 0
+        bits = other_bits << shift
+        return st.st_mode & bits == bits
+
+    def private_dir(self, preferred: Path, label: str) -> Path:
+        """A fresh directory owned by this user: ``preferred`` if reachable, else one under the temp dir."""
+        parent = preferred.parent
+        if not self.can_reach(parent):
+            parent = _fallback_root() / label
+            parent.mkdir(parents=True, exist_ok=True)
+        target = parent / preferred.name
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(mode=0o700)
+        os.chown(target, self.uid, self.gid)
+        return target
+
+    def discard(self, preferred: Path, label: str) -> None:
+        """Remove the fallback directory :meth:`private_dir` may have made for ``preferred``."""
+        fallback = _fallback_root() / label
+        if fallback.exists():
+            shutil.rmtree(fallback, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            _fallback_root().rmdir()  # only if nothing else is kept there
+
+    def reachable_copy(self, tree: Path, label: str) -> Path:
+        """``tree`` itself if this user can use it, else a copy it can (made once, kept)."""
+        if self.can_reach(tree):
+            return tree
+        copy = _fallback_root() / label
+        if not (copy / ".complete").exists():
+            if copy.exists():
+                shutil.rmtree(copy)
+            shutil.copytree(tree, copy, symlinks=True)
+            (copy / ".complete").touch()
+        return copy
+
+
+def _fallback_root() -> Path:
+    """``<tmp>/eosink-<hash of the cache path>``: world-traversable, created by us (0755)."""
+    tag = hashlib.sha256(str(cache_root()).encode()).hexdigest()[:10]
+    root = Path(tempfile.gettempdir()) / f"eosink-{tag}"
+    root.mkdir(mode=0o755, exist_ok=True)
+    if root.stat().st_uid != os.geteuid():
+        raise ServiceError(
+            f"{root} belongs to another user.", "remove it, or set EOSINK_CACHE to a directory other users can reach."
+        )
+    return root
+
+
+def service_user() -> ServiceUser | None:
+    """The unprivileged user to run servers as, or None when not running as root."""
+    if os.geteuid() != 0:
+        return None
+    names = [os.environ["EOSINK_SERVICES_USER"]] if os.environ.get("EOSINK_SERVICES_USER") else list(CANDIDATES)
+    for name in names:
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if entry.pw_uid != 0:
+            return ServiceUser(name, entry.pw_uid, entry.pw_gid)
+    raise ServiceError(
+        f"Running as root, and none of the users {', '.join(names)} exists to run PostgreSQL as.",
+        "create an unprivileged user and set EOSINK_SERVICES_USER to its name, or run as an ordinary user.",
+    )

@@ -1,0 +1,142 @@
+"""``eosink services up|check|down|status|env [NAME ...]``: the harness from the command line.
+
+Names are the servers (postgres, kafka, hdfs, minio) and ``spark-jars`` (provision and check
+only); none means all. ``up`` provisions in two lanes at once — MinIO's Go build beside the
+Maven downloads — then starts the servers one by one. Exit status 1 means something failed;
+the message says what to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from eosink.errors import ServiceError
+from eosink.services._registry import SERVICE_NAMES, get_service
+from eosink.services.base import Service
+from eosink.services.spark_jars import SparkJars
+
+__all__ = ["main"]
+
+log = logging.getLogger("eosink.services")
+JARS = "spark-jars"
+ALL = (*SERVICE_NAMES, JARS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one harness command; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="eosink services", description="Real servers for tests, without Docker.")
+    parser.add_argument("action", choices=["up", "check", "down", "status", "env"])
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(ALL)} (default: all)")
+    args = parser.parse_args(argv)
+    _log_progress()
+    unknown = [n for n in args.names if n not in ALL]
+    if unknown:
+        parser.error(f"unknown service {', '.join(unknown)}; choose from {', '.join(ALL)}")
+    names: list[str] = [n for n in ALL if n in args.names] if args.names else list(ALL)
+    action: Callable[[list[str]], int] = {"up": up, "check": check, "down": down, "status": status, "env": env}[
+        args.action
+    ]
+    try:
+        return action(names)
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _log_progress() -> None:
+    """The harness's progress on stderr; the clients' own chatter (kafka-python, boto) stays quiet."""
+    logger = logging.getLogger("eosink")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+def _servers(names: list[str]) -> list[Service[Any]]:
+    return [get_service(n) for n in names if n != JARS]
+
+
+def up(names: list[str]) -> int:
+    """Provision (two lanes in parallel), then start every named server."""
+    started = time.monotonic()
+    servers = _servers(names)
+    to_provision = [s for s in servers if s.external() is None and s.pid() is None]
+    go_lane = [s.provision for s in to_provision if s.name == "minio"]
+    maven_lane = ([SparkJars().provision] if JARS in names else []) + [
+        s.provision for s in to_provision if s.name != "minio"
+    ]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        lanes = [pool.submit(_run_all, lane) for lane in (maven_lane, go_lane)]
+        for lane in lanes:
+            lane.result()
+    for server in servers:
+        server.up()
+    log.info("services up in %.0f s", time.monotonic() - started)
+    status(names)
+    return 0
+
+
+def _run_all(steps: list[Callable[[], None]]) -> None:
+    for step in steps:
+        step()
+
+
+def check(names: list[str]) -> int:
+    """Exercise every named service with the client its connector uses."""
+    failed = 0
+    for name in names:
+        try:
+            if name == JARS:
+                summary = SparkJars().check()
+            else:
+                server = get_service(name)
+                summary = server.check(server.endpoint())
+            print(f"ok    {summary}")
+        except ServiceError as exc:
+            failed += 1
+            print(f"FAIL  {name}: {exc}")
+    if failed:
+        print(f"{failed} of {len(names)} service checks failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def down(names: list[str]) -> int:
+    """Stop every named local server (your own servers are left alone)."""
+    for server in _servers(names):
+        if not server.down():
+            log.info("[%s] not running", server.name)
+    return 0
+
+
+def status(names: list[str]) -> int:
+    """One line per service: where it is and where its log is."""
+    for server in _servers(names):
+        if server.external() is not None:
+            where = f"your server ({', '.join(server.override_vars)}): {server.external()!r}"
+        elif (pid := server.pid()) is not None:
+            where = f"running, pid {pid}: {server.endpoint()!r}; log {server.log_path}"
+        else:
+            where = "stopped"
+        print(f"{server.name:<9} {where}")
+    return 0
+
+
+def env(names: list[str]) -> int:
+    """``export`` lines for every running service's endpoint (includes generated credentials)."""
+    for server in _servers(names):
+        try:
+            endpoint = server.endpoint()
+        except ServiceError as exc:
+            print(f"# {server.name}: {exc.problem}")
+            continue
+        for key, value in endpoint.env().items():
+            print(f"export {key}={shlex.quote(value)}")
+    return 0

