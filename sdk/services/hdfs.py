@@ -1,0 +1,374 @@
+"""HDFS for the tests: one NameNode and one DataNode in a single JVM (Hadoop's MiniDFSCluster).
+
+What runs: ``MiniHdfs.java`` (next to this module), a small launcher compiled at provisioning
+time against ``org.apache.hadoop:hadoop-minicluster`` 3.5.0 from Maven Central — the
+Hadoop version of the client in the installed pyspark. The YARN and MapReduce parts of the
+minicluster are excluded (131 jars, 78 MB, instead of 195, 114 MB); ``hadoop-hdfs-client``, which
+``hadoop-hdfs`` only declares as *provided*, is added. Needs a JDK 17 or newer (``java`` and
+``javac``; ``$JAVA_HOME`` is honoured) and Maven.
+
+Ports: every listener is bound to 127.0.0.1 on a port the kernel picks, and the launcher reports
+the NameNode's RPC and HTTP ports on its ``READY`` line. The endpoint is
+
+* ``EOSINK_HDFS_URL``    ``hdfs://127.0.0.1:<rpc port>`` — what ``hdfs_native`` and Spark use;
+* ``EOSINK_WEBHDFS_URL`` ``http://127.0.0.1:<http port>/webhdfs/v1`` — WebHDFS (REST) on the NameNode.
+
+Data: fresh under ``run/hdfs/data`` at every start, replication 1, permission checks off (any
+user name may write anywhere). The JVM runs with ``-Xmx768m``, the serial GC and the C1 JIT only,
+and with a class-data-sharing archive made at provisioning by one training start: together they
+roughly halve the start time, at some cost in peak throughput that tests do not notice.
+
+Your own cluster: set ``EOSINK_HDFS_URL=hdfs://namenode:8020`` (``viewfs://`` works too).
+``EOSINK_WEBHDFS_URL`` is optional; unset, it is derived from the NameNode's host and Hadoop 3's
+default HTTP port: ``http://namenode:9870/webhdfs/v1`` (set it for HA name services and viewfs,
+whose "host" is no NameNode; ``hdfs_native`` reads their layout from ``$HADOOP_CONF_DIR``).
+The check writes, renames, reads and deletes a file under ``/tmp/eosink-check-*`` as
+``$HADOOP_USER_NAME`` (or your login name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from hdfs_native import Client, WriteOptions
+
+from eosink.errors import ServiceError
+from eosink.services import _jdk as _jdk_tools
+from eosink.services._maven import Artifact, fetch_jars
+from eosink.services._process import Proc, log_tail, spawn, stop, wait_until
+from eosink.services.base import Endpoint, Service
+
+__all__ = ["HADOOP_VERSION", "HdfsEndpoint", "HdfsService"]
+
+log = logging.getLogger("eosink.services")
+
+#: The Hadoop of the installed pyspark's client (``hadoop-client-api-3.5.0.jar``).
+HADOOP_VERSION = "3.5.0"
+
+#: Parts of the minicluster a NameNode and a DataNode never load (YARN, MapReduce and their tests).
+_NOT_HDFS = tuple(
+    f"org.apache.hadoop:{name}"
+    for name in (
+        "hadoop-yarn-server-tests",
+        "hadoop-yarn-api",
+        "hadoop-yarn-server-web-proxy",
+        "hadoop-mapreduce-client-app",
+        "hadoop-mapreduce-client-core",
+        "hadoop-mapreduce-client-hs",
+        "hadoop-mapreduce-client-jobclient",
+    )
+)
+_ARTIFACTS = (
+    Artifact("org.apache.hadoop", "hadoop-minicluster", HADOOP_VERSION, exclusions=_NOT_HDFS),
+    # hadoop-hdfs declares its client classes (HdfsConfiguration, DistributedFileSystem) as provided.
+    Artifact("org.apache.hadoop", "hadoop-hdfs-client", HADOOP_VERSION),
+)
+
+_JVM_OPTS = ("-Xmx768m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.net.preferIPv4Stack=true")
+_MAIN = "MiniHdfs"
+_READY = re.compile(r"^READY rpc=127\.0\.0\.1:(\d+) http=127\.0\.0\.1:(\d+)$", re.MULTILINE)
+#: Hadoop 3's default NameNode HTTP port, for deriving the WebHDFS URL of your own cluster.
+_DEFAULT_NN_HTTP_PORT = 9870
+_WEBHDFS_PATH = "/webhdfs/v1"
+#: hdfs_native retries an unreachable NameNode 15 times with backoff (minutes); a check fails in seconds.
+_CHECK_CLIENT_CONF = {"dfs.client.failover.max.attempts": "2"}
+
+
+@dataclass(frozen=True)
+class HdfsEndpoint(Endpoint):
+    """A NameNode: its RPC URL (for ``hdfs_native`` and Spark) and its WebHDFS base URL."""
+
+    url: str
+    webhdfs_url: str
+
+    def env(self) -> dict[str, str]:
+        return {"EOSINK_HDFS_URL": self.url, "EOSINK_WEBHDFS_URL": self.webhdfs_url}
+
+
+class HdfsService(Service[HdfsEndpoint]):
+    """A MiniDFSCluster (1 NameNode, 1 DataNode) on 127.0.0.1, or your own cluster."""
+
+    name = "hdfs"
+    endpoint_type = HdfsEndpoint
+    override_vars = ("EOSINK_HDFS_URL", "EOSINK_WEBHDFS_URL")
+
+    # -- your own cluster ------------------------------------------------------------------
+
+    def external(self) -> HdfsEndpoint | None:
+        """``EOSINK_HDFS_URL`` (required) and ``EOSINK_WEBHDFS_URL`` (derived when unset)."""
+        url = os.environ.get("EOSINK_HDFS_URL", "").strip().rstrip("/")
+        webhdfs = os.environ.get("EOSINK_WEBHDFS_URL", "").strip().rstrip("/")
+        if not url:
+            if webhdfs:
+                raise ServiceError(
+                    "EOSINK_WEBHDFS_URL is set but EOSINK_HDFS_URL is not; the connectors talk to HDFS over RPC.",
+                    "also set EOSINK_HDFS_URL=hdfs://<namenode>:8020, or unset EOSINK_WEBHDFS_URL.",
+                )
+            return None
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("hdfs", "viewfs") or not parts.hostname:
+            raise ServiceError(
+                f"EOSINK_HDFS_URL={url!r} is not an HDFS URL.", "set it like hdfs://<namenode>:8020 (or viewfs://...)."
+            )
+        if not webhdfs:
+            host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+            webhdfs = f"http://{host}:{_DEFAULT_NN_HTTP_PORT}{_WEBHDFS_PATH}"
+        else:
+            web = urllib.parse.urlsplit(webhdfs)
+            if web.scheme not in ("http", "https") or not web.hostname:
+                raise ServiceError(
+                    f"EOSINK_WEBHDFS_URL={webhdfs!r} is not an HTTP URL.",
+                    f"set it like http://<namenode>:{_DEFAULT_NN_HTTP_PORT}{_WEBHDFS_PATH}, or unset it.",
+                )
+            if web.path in ("", "/"):
+                webhdfs += _WEBHDFS_PATH
+        return HdfsEndpoint(url=url, webhdfs_url=webhdfs)
+
+    # -- provisioning ----------------------------------------------------------------------
+
+    @property
+    def _jar(self) -> Path:
+        return self.home / "minihdfs.jar"
+
+    def provision(self) -> None:
+        """Fetch the Hadoop jars, compile the launcher, and make its class-data-sharing archive (all cached)."""
+        jars = fetch_jars(_ARTIFACTS, self.home / "jars", what=f"HDFS (Hadoop {HADOOP_VERSION} minicluster)")
+        java, javac = _jdk()
+        build_key = self._compile(javac, jars)
+        self._train_cds(java, build_key)
+
+    def _compile(self, javac: str, jars: list[Path]) -> str:
+        """Compile MiniHdfs.java into ``classes/`` and pack it as ``minihdfs.jar``; a key of what was built."""
+        source = Path(__file__).with_name("MiniHdfs.java")
+        digest = hashlib.sha256(source.read_bytes())
+        digest.update("\n".join(p.name for p in jars).encode())
+        key = digest.hexdigest()
+        stamp = self.home / "minihdfs.jar.sha256"
+        if self._jar.exists() and stamp.exists() and stamp.read_text().strip() == key:
+            return key
+        classes = self.home / "classes"
+        if classes.exists():
+            shutil.rmtree(classes)
+        classes.mkdir()
+        log.info("[hdfs] compiling %s", source.name)
+        cmd = [javac, "-nowarn", "-cp", str(self.home / "jars" / "*"), "-d", str(classes), str(source)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
+            raise ServiceError(
+                f"javac could not compile {source} against Hadoop {HADOOP_VERSION}:\n{tail}",
+                "use a JDK 17 or newer (set JAVA_HOME to it); if the jars are damaged, delete "
+                f"{self.home} and run `make services-up` again.",
+            )
+        # Class-data sharing accepts only jars on the class path, not directories.
+        tmp = self._jar.with_suffix(".tmp")
+        with zipfile.ZipFile(tmp, "w") as jar:
+            for cls in sorted(classes.rglob("*.class")):
+                jar.write(cls, cls.relative_to(classes).as_posix())
+        os.replace(tmp, self._jar)
+        stamp.write_text(key + "\n")
+        return key
+
+    def _cds_archive(self, java: str, build_key: str) -> Path:
+        """Where the archive for this build and this JVM lives (a JVM update makes a new one)."""
+        real = Path(java).resolve()
+        key = hashlib.sha256(f"{build_key}|{real}|{real.stat().st_mtime_ns}".encode()).hexdigest()[:16]
+        return self.home / "cds" / f"minihdfs-{key}.jsa"
+
+    def _train_cds(self, java: str, build_key: str) -> None:
+        """Start the cluster once with ``-XX:ArchiveClassesAtExit`` so later starts map its classes.
+
+        A failed start raises (the real start would fail alike); an archive the JVM did not write
+        only costs speed, so it is logged and not tried again for this build.
+        """
+        archive = self._cds_archive(java, build_key)
+        failed = archive.with_suffix(".failed")
+        if archive.exists() or failed.exists():
+            return
+        cds = archive.parent
+        if cds.exists():
+            shutil.rmtree(cds)
+        cds.mkdir()
+        work, train_log = cds / "train", cds / "train.log"
+        (work / "tmp").mkdir(parents=True)
+        partial = archive.with_suffix(".partial")
+        log.info("[hdfs] one training start to make a class-data-sharing archive (once per build)")
+        started = time.monotonic()
+        proc = spawn(self._argv(java, work, [f"-XX:ArchiveClassesAtExit={partial}"]), train_log)
+        try:
+            self._wait_ready(proc, train_log)
+        finally:
+            stop(proc, what="HDFS (training start)")
+        shutil.rmtree(work, ignore_errors=True)
+        if partial.exists():
+            os.replace(partial, archive)
+            log.info("[hdfs] archive made in %.1f s: %s", time.monotonic() - started, archive)
+        else:
+            failed.write_text(log_tail(train_log) + "\n")
+            log.warning("[hdfs] the JVM wrote no class-data-sharing archive (starts stay slower); see %s", train_log)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def _argv(self, java: str, data: Path, extra: list[str]) -> list[str]:
+        return [
+            java,
+            *_JVM_OPTS,
+            f"-Djava.io.tmpdir={data / 'tmp'}",  # Jetty unpacks its web apps here
+            *extra,
+            "-cp",
+            f"{self._jar}{os.pathsep}{self.home / 'jars' / '*'}",
+            _MAIN,
+            str(data),
+            "0",  # NameNode RPC port: the kernel picks, READY reports
+            "0",  # NameNode HTTP port
+        ]
+
+    def _wait_ready(self, proc: Proc, log_path: Path) -> tuple[int, int]:
+        """Wait for the launcher's READY line; the NameNode's (RPC, HTTP) ports."""
+        ports: list[tuple[int, int]] = []
+
+        def ready() -> bool:
+            try:
+                text = log_path.read_text(errors="replace")
+            except OSError:
+                return False
+            found = _READY.search(text)
+            if found:
+                ports.append((int(found[1]), int(found[2])))
+            return bool(found)
+
+        wait_until(
+            ready,
+            what="HDFS (MiniDFSCluster)",
+            proc=proc,
+            log_path=log_path,
+            timeout_s=self.start_timeout_s,
+            fix=f"read {log_path}; a JDK 17+ and about 1 GB of free memory are needed.",
+        )
+        return ports[0]
+
+    def launch(self) -> tuple[Proc, HdfsEndpoint]:
+        """Start MiniHdfs on fresh data; return once the NameNode is active and the DataNode registered."""
+        java, _ = _jdk()
+        extra: list[str] = []
+        archive = self._cds_archive(java, (self.home / "minihdfs.jar.sha256").read_text().strip())
+        if archive.exists():
+            extra.append(f"-XX:SharedArchiveFile={archive}")
+        (self.data / "tmp").mkdir(parents=True, exist_ok=True)
+        log.info("[hdfs] starting MiniDFSCluster (Hadoop %s)%s", HADOOP_VERSION, " with CDS" if extra else "")
+        proc = spawn(self._argv(java, self.data, extra), self.log_path)
+        try:
+            rpc, http = self._wait_ready(proc, self.log_path)
+        except BaseException:
+            stop(proc, what="HDFS")
+            raise
+        endpoint = HdfsEndpoint(url=f"hdfs://127.0.0.1:{rpc}", webhdfs_url=f"http://127.0.0.1:{http}{_WEBHDFS_PATH}")
+        log.info("[hdfs] NameNode at %s, WebHDFS at %s", endpoint.url, endpoint.webhdfs_url)
+        return proc, endpoint
+
+    # -- checking --------------------------------------------------------------------------
+
+    def check(self, endpoint: HdfsEndpoint) -> str:
+        """Write, rename and read back a file with ``hdfs_native``; stat it over WebHDFS; delete it."""
+        started = time.monotonic()
+        user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        folder = f"/tmp/eosink-check-{uuid.uuid4().hex}"
+        part, final = f"{folder}/part.tmp", f"{folder}/data.bin"
+        payload = os.urandom(256 * 1024)
+        step = "connect"
+        client: Client | None = None
+        created = cleaned = False
+        try:
+            client = Client(endpoint.url, _CHECK_CLIENT_CONF)
+            step = f"create {part}"
+            writer = client.create(part, WriteOptions(create_parent=True))
+            created = True
+            step = f"write {part}"
+            writer.write(payload)
+            step = f"close {part}"
+            writer.close()
+            step = f"rename {part} to {final}"
+            client.rename(part, final)
+            step = f"read {final}"
+            reader = client.read(final)
+            try:
+                back = reader.readall()
+            finally:
+                reader.close()
+            if back != payload:
+                raise ServiceError(
+                    f"HDFS at {endpoint.url} returned different bytes for {final} ({len(back)} of {len(payload)}).",
+                    self._fix(),
+                )
+            step = f"WebHDFS GETFILESTATUS {final}"
+            length = _webhdfs_length(endpoint.webhdfs_url, final, user)
+            if length != len(payload):
+                raise ServiceError(
+                    f"WebHDFS at {endpoint.webhdfs_url} reports {length} bytes for {final}, not {len(payload)}.",
+                    self._fix(),
+                )
+            step = f"delete {folder}"
+            client.delete(folder, recursive=True)
+            cleaned = True
+        except ServiceError:
+            raise
+        except Exception as exc:
+            where = endpoint.webhdfs_url if step.startswith("WebHDFS") else endpoint.url
+            raise ServiceError(
+                f"HDFS check failed at step '{step}' against {where}: {type(exc).__name__}: {exc}", self._fix()
+            ) from exc
+        finally:
+            if client is not None and created and not cleaned:
+                with contextlib.suppress(Exception):  # best effort: the failed step's error is the one to report
+                    client.delete(folder, recursive=True)
+        ms = (time.monotonic() - started) * 1000
+        return (
+            f"hdfs {endpoint.url}: wrote, renamed, read back {len(payload) // 1024} KiB (hdfs_native) "
+            f"and stat'ed it over WebHDFS {endpoint.webhdfs_url} as {user!r} in {ms:.0f} ms"
+        )
+
+    def _fix(self) -> str:
+        if self.external() is not None:
+            return (
+                "check that EOSINK_HDFS_URL / EOSINK_WEBHDFS_URL point at a running NameNode that lets "
+                "$HADOOP_USER_NAME write under /tmp, or unset them to use the local cluster."
+            )
+        return f"read {self.log_path}; restart with `eosink services down hdfs` then `eosink services up hdfs`."
+
+
+def _jdk() -> tuple[str, str]:
+    """``java`` and ``javac`` of one JDK."""
+    java = _jdk_tools.java("HDFS")
+    return java, _jdk_tools.javac(java, "HDFS")
+
+
+def _webhdfs_length(base: str, path: str, user: str) -> int:
+    """The length WebHDFS reports for ``path`` (GETFILESTATUS on the NameNode; no DataNode redirect)."""
+    query = urllib.parse.urlencode({"op": "GETFILESTATUS", "user.name": user})
+    url = f"{base}{urllib.parse.quote(path)}?{query}"
+    try:
+        with urllib.request.urlopen(url, timeout=15) as reply:
+            status = json.load(reply)["FileStatus"]
+    except urllib.error.HTTPError as exc:
+        body = exc.read(500).decode(errors="replace")
+        raise OSError(f"HTTP {exc.code}: {body}") from exc
+    if status.get("type") != "FILE":
+        raise OSError(f"expected a FILE, got {status!r}")
+    length: int = status["length"]
+    return length

@@ -1,0 +1,291 @@
+"""Apache Kafka for the tests: one KRaft node (broker and controller in one JVM) on 127.0.0.1.
+
+What runs: Apache Kafka :data:`KAFKA_VERSION` (Scala 2.13 build) from Maven Central's jars —
+no tarball, no ZooKeeper — started as ``java -cp 'jars/*' kafka.Kafka server.properties`` with
+``process.roles=broker,controller`` and ``node.id=1``, a static one-voter quorum, a broker and a
+controller listener on free ports, all replication factors 1, and its log directory formatted by
+Kafka's own ``kafka.tools.StorageTool`` at every start (data is fresh per run). Logging goes through
+log4j2 (plus its SLF4J 1.x binding, as in Kafka's distribution) to the service log.
+
+Why this version: kafka-python 3.0.x (the client of the connector and of :meth:`KafkaService.check`)
+knows the protocol of brokers up to 4.3, so the newest 4.3 patch release is pinned. The formatted
+cluster finalizes ``transaction.version=2`` (KIP-890), as any new Kafka 4 cluster does, but
+kafka-python drives transactions with the older requests (EndTxn <= v3), which the broker serves
+with the classic semantics: a producer keeps its producer ID and epoch across its transactions.
+The JVM runs with a 512 MB heap, the serial GC and no C2 compiler (:data:`JVM_OPTS`).
+
+``transaction.max.timeout.ms`` is set to one hour (:data:`TRANSACTION_MAX_TIMEOUT_MS`, broker
+default 15 minutes): eosink's two-phase commit keeps a Kafka transaction open from the sink's
+``pre_commit`` until Spark has committed the batch's checkpoint (and, after a crash, until
+recovery commits or aborts it), so its producers ask for a long ``transaction.timeout.ms``. A
+broker refuses ``InitProducerId`` from a producer whose timeout exceeds its maximum, and aborts
+any transaction left open longer than the producer's timeout. :meth:`KafkaService.check` asks for
+exactly this timeout, so a server that would refuse the connector fails the check.
+
+Your own broker: set ``EOSINK_KAFKA_BOOTSTRAP=host:port[,host:port...]`` and no local server is
+started. It must allow transactions (``transaction.state.log.replication.factor`` and
+``min.isr`` satisfiable) with ``transaction.max.timeout.ms`` of at least one hour, and let the
+client create and delete topics.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eosink.errors import ServiceError
+from eosink.services import _jdk
+from eosink.services._maven import Artifact, fetch_jars
+from eosink.services._process import Proc, free_port, port_open, spawn, stop, wait_until
+from eosink.services.base import Endpoint, Service
+
+__all__ = ["KAFKA_VERSION", "TRANSACTION_MAX_TIMEOUT_MS", "KafkaEndpoint", "KafkaService"]
+
+log = logging.getLogger("eosink.services")
+
+#: The Apache Kafka release (newest whose protocol kafka-python 3.0.x knows).
+KAFKA_VERSION = "4.3.1"
+#: The log4j2 release Kafka 4.3.1 is built against; its SLF4J 1.x binding makes the broker log.
+LOG4J_VERSION = "2.25.4"
+#: The broker's longest allowed transaction (1 h), and the timeout :meth:`KafkaService.check` asks for.
+TRANSACTION_MAX_TIMEOUT_MS = 3_600_000
+
+ARTIFACTS = (
+    Artifact("org.apache.kafka", "kafka_2.13", KAFKA_VERSION),
+    Artifact("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+)
+STORAGE_TOOL = "kafka.tools.StorageTool"
+#: A small heap and no C2 compiler: a test broker on a busy 2-core machine starts about 40 % faster this way.
+JVM_OPTS = ("-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+"""
+
+
+@dataclass(frozen=True)
+class KafkaEndpoint(Endpoint):
+    """A Kafka cluster: its bootstrap servers, ``host:port[,host:port...]`` (plaintext, no auth)."""
+
+    bootstrap_servers: str
+
+    def env(self) -> dict[str, str]:
+        return {"EOSINK_KAFKA_BOOTSTRAP": self.bootstrap_servers}
+
+
+class KafkaService(Service[KafkaEndpoint]):
+    """Apache Kafka in KRaft mode: one combined broker and controller, transactions enabled."""
+
+    name = "kafka"
+    endpoint_type = KafkaEndpoint
+    override_vars = ("EOSINK_KAFKA_BOOTSTRAP",)
+
+    @property
+    def jars(self) -> Path:
+        """Kafka's runtime classpath, fetched from Maven Central."""
+        return self.home / "jars"
+
+    def external(self) -> KafkaEndpoint | None:
+        bootstrap = os.environ.get("EOSINK_KAFKA_BOOTSTRAP", "").strip()
+        return KafkaEndpoint(bootstrap) if bootstrap else None
+
+    def provision(self) -> None:
+        fetch_jars(ARTIFACTS, self.jars, what=f"Apache Kafka {KAFKA_VERSION}")
+        (self.home / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
+
+    def launch(self) -> tuple[Proc, KafkaEndpoint]:
+        broker_port = free_port()
+        controller_port = free_port()
+        while controller_port == broker_port:
+            controller_port = free_port()
+        config = self.run / "server.properties"
+        config.write_text(_server_properties(broker_port, controller_port, self.data / "kraft"))
+        java = [_jdk.java("Kafka"), *JVM_OPTS, f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}"]
+        java += ["-cp", f"{self.jars}{os.sep}*"]
+
+        started = time.monotonic()
+        fix = f"check {config} and that {self.jars} holds Kafka {KAFKA_VERSION} (delete it to fetch it again)."
+        try:
+            fmt = subprocess.run(
+                [*java, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(config)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise ServiceError(f"Kafka's storage tool did not format {self.data} within 120 s.", fix) from None
+        if fmt.returncode != 0:
+            raise ServiceError(
+                f"Kafka's storage tool could not format {self.data}:\n{(fmt.stdout + fmt.stderr)[-3000:]}", fix
+            )
+        log.info(
+            "[kafka] storage formatted in %.1f s; starting broker on 127.0.0.1:%d",
+            time.monotonic() - started,
+            broker_port,
+        )
+
+        proc = spawn([*java, "kafka.Kafka", str(config)], self.log_path, cwd=self.run)
+        endpoint = KafkaEndpoint(f"127.0.0.1:{broker_port}")
+        try:
+            wait_until(
+                lambda: port_open(broker_port) and _serves(endpoint.bootstrap_servers),
+                what=f"Kafka {KAFKA_VERSION}",
+                proc=proc,
+                log_path=self.log_path,
+                timeout_s=self.start_timeout_s,
+                fix=f"read {self.log_path} (the broker was stopped), then try again.",
+            )
+        except BaseException:
+            # No state is recorded for a failed launch, so nothing else could stop this broker later.
+            stop(proc, what="kafka")
+            raise
+        return proc, endpoint
+
+    def check(self, endpoint: KafkaEndpoint) -> str:
+        from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
+        started = time.monotonic()
+        bootstrap = endpoint.bootstrap_servers
+        tag = uuid.uuid4().hex[:12]
+        topic, txn_id = f"eosink-check-{tag}", f"eosink-check-{tag}"
+        common: dict[str, Any] = {"bootstrap_servers": bootstrap, "bootstrap_timeout_ms": 10_000}
+        common["request_timeout_ms"] = 10_000
+        where = "your broker's log" if self.external() is not None else f"the log: {self.log_path}"
+        fix = f"check that Kafka at {bootstrap} runs and allows transactions ({where})."
+        step = "connecting the admin client"
+        admin = producer = consumer = None
+        created = False
+        try:
+            admin = KafkaAdminClient(**common)
+            step = f"creating topic {topic}"
+            admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}}, wait_for_metadata=True)
+            created = True
+            step = f"initializing a transactional producer (transaction.timeout.ms={TRANSACTION_MAX_TIMEOUT_MS})"
+            producer = KafkaProducer(
+                transactional_id=txn_id,
+                transaction_timeout_ms=TRANSACTION_MAX_TIMEOUT_MS,
+                max_block_ms=10_000,
+                **common,
+            )
+            producer.init_transactions()
+            for value, commit in ((b"committed-1", True), (b"aborted", False), (b"committed-2", True)):
+                step = f"{'committing' if commit else 'aborting'} a transaction with {value!r}"
+                producer.begin_transaction()
+                producer.send(topic, value).get(timeout=10)
+                if commit:
+                    producer.commit_transaction()
+                else:
+                    producer.abort_transaction()
+            version = ".".join(map(str, producer.config["api_version"]))
+
+            step = "reading the topic with isolation_level=read_committed"
+            consumer = KafkaConsumer(
+                isolation_level="read_committed", auto_offset_reset="earliest", enable_auto_commit=False, **common
+            )
+            partition = TopicPartition(topic, 0)
+            consumer.assign([partition])
+            end = consumer.end_offsets([partition])[partition]
+            seen: list[bytes] = []
+            deadline = time.monotonic() + 15
+            while consumer.position(partition) < end and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=500).values():
+                    seen.extend(r.value for r in records)
+            if seen != [b"committed-1", b"committed-2"]:
+                raise ServiceError(
+                    f"Kafka at {bootstrap}: a read_committed consumer of {topic} read {seen!r} up to offset "
+                    f"{consumer.position(partition)} of {end}, expected exactly [b'committed-1', b'committed-2'].",
+                    fix,
+                )
+        except ServiceError:
+            raise
+        except Exception as exc:
+            if "InvalidTransactionTimeout" in repr(exc):
+                fix = f"set transaction.max.timeout.ms={TRANSACTION_MAX_TIMEOUT_MS} (or more) in the broker's config."
+            raise ServiceError(f"Kafka at {bootstrap} failed while {step}: {exc!r}.", fix) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                if consumer is not None:
+                    consumer.close(autocommit=False, timeout_ms=5000)
+            with contextlib.suppress(Exception):
+                if producer is not None:
+                    producer.close(timeout=5)
+            with contextlib.suppress(Exception):
+                if admin is not None:
+                    if created:
+                        admin.delete_topics([topic])
+                    admin.close()
+        return (
+            f"kafka {version} at {bootstrap}: transactional produce + read_committed consume ok "
+            f"({time.monotonic() - started:.1f} s)"
+        )
+
+
+def _server_properties(broker_port: int, controller_port: int, log_dir: Path) -> str:
+    """One KRaft node that is broker and controller, on 127.0.0.1 only, sized for tests."""
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        # eosink's 2PC keeps transactions open until Spark's checkpoint commit (see the module docstring).
+        "transaction.max.timeout.ms": str(TRANSACTION_MAX_TIMEOUT_MS),
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+def _cluster_id() -> str:
+    """A random cluster ID in Kafka's form: a UUID, URL-safe base64 without padding, not starting with '-'."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def _serves(bootstrap: str) -> bool:
+    """Whether the broker answers a metadata request and lists itself (it is registered and unfenced)."""
+    from kafka import KafkaAdminClient
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, bootstrap_timeout_ms=3000, request_timeout_ms=3000)
+    except Exception:
+        return False
+    try:
+        return bool(admin.describe_cluster().get("brokers"))
+    except Exception:
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            admin.close()
