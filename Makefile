@@ -11,8 +11,12 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 PYTEST := $(PY) -m pytest -p no:cacheprovider
 SOURCES := $(shell find sdk connectors contracts -name '*.py' 2>/dev/null) pyproject.toml constraints.txt
 STAMP := $(VENV)/.eosink-installed
+EOSINK := $(VENV)/bin/eosink
+# Runs a test command between `services up` + `services check` and `services down`, whatever its result.
+WITH_SERVICES = $(EOSINK) services up && $(EOSINK) services check && $(1); rc=$$?; $(EOSINK) services down; exit $$rc
 
-.PHONY: help venv java lint unit package docs spark test test-full demo clean
+.PHONY: help venv java tools lint unit package docs spark services services-up services-check services-down \
+	services-status test test-full demo clean
 
 help:
 	@echo "make demo       run the exactly-once demo (Spark + the reference sink)"
@@ -23,6 +27,8 @@ help:
 	@echo "make package    build wheel + sdist, install into a clean venv, import, type-check"
 	@echo "make docs       mkdocs build --strict into build/site"
 	@echo "make spark      the quick real-Spark kill-and-restart tests"
+	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
+	@echo "make services   the harness's own tests (starts and stops the servers)"
 
 venv: $(STAMP)
 
@@ -36,6 +42,9 @@ $(STAMP): $(SOURCES)
 
 java:
 	@scripts/ensure-java.sh
+
+tools: java
+	@scripts/ensure-tools.sh
 
 lint: venv
 	$(VENV)/bin/ruff check sdk connectors contracts tests examples
@@ -54,10 +63,26 @@ docs: venv
 spark: venv java
 	$(PYTEST) tests/spark -q -m "not full" --durations=10
 
-test: lint unit package docs spark
+services-up: venv tools
+	$(EOSINK) services up
+
+services-check: venv
+	$(EOSINK) services check
+
+services-down: venv
+	$(EOSINK) services down
+
+services-status: venv
+	$(EOSINK) services status
+
+services: venv tools
+	@$(call WITH_SERVICES,$(PYTEST) tests/services -q --durations=5)
+
+test: lint unit package docs services spark
 	@echo "make test: all green"
 
-test-full: venv java lint unit package docs
+test-full: venv tools lint unit package docs
+	@$(call WITH_SERVICES,$(PYTEST) tests/services -q --durations=5)
 	$(PYTEST) tests/spark -q --durations=20
 	EOSINK_TEST_MASTER="local-cluster[2,1,1024]" $(PYTEST) tests/spark -q -m "not full" --durations=10
 

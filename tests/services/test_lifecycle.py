@@ -1,0 +1,105 @@
+"""The harness's lifecycle, on a private PostgreSQL in a cache of its own (fast, and never touches the shared one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from eosink.errors import ServiceError
+from eosink.services import cli
+from eosink.services._process import Proc, group_members
+from eosink.services.postgres import PostgresEndpoint, PostgresService
+
+
+@pytest.fixture
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("EOSINK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("EOSINK_POSTGRES_URL", raising=False)
+    return tmp_path / "cache"
+
+
+def test_up_is_idempotent_down_leaves_nothing(private_cache: Path) -> None:
+    """up twice gives one server; down stops its whole process group; then the endpoint is a clear error.
+
+    Pass condition: same PID and endpoint on the second ``up``; the health check passes; the
+    password is in neither the endpoint's repr nor the server log; the state file is 0600;
+    after ``down`` no process of the server's group is left and ``endpoint()`` raises a
+    ServiceError that says how to start it.
+    """
+    service = PostgresService()
+    endpoint = service.up()
+    pid = service.pid()
+    assert pid is not None
+    try:
+        assert service.up() == endpoint and service.pid() == pid
+        assert "PREPARE TRANSACTION" in service.check(endpoint)
+        password = endpoint.password
+        assert password and password not in repr(endpoint)
+        assert password not in service.log_path.read_text()
+        state_file = service.run / "state.json"
+        assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
+        start_time = json.loads(state_file.read_text())["start_time"]
+    finally:
+        assert service.down()
+    assert not Proc(pid, start_time).alive()
+    assert group_members(pid) == []
+    with pytest.raises(ServiceError, match="not running") as err:
+        service.endpoint()
+    assert err.value.fix is not None and "make services-up" in err.value.fix
+    assert not service.down()
+
+
+def test_restart_after_crash_starts_fresh(private_cache: Path) -> None:
+    """A server that died leaves a stale state file: ``up`` notices and starts a new one with fresh data."""
+    service = PostgresService()
+    first = service.up()
+    pid = service.pid()
+    assert pid is not None
+    os.killpg(pid, signal.SIGKILL)
+    try:
+        deadline = time.monotonic() + 30
+        while service.pid() is not None:
+            assert time.monotonic() < deadline, "the killed server still counts as running"
+            time.sleep(0.05)
+        second = service.up()
+        assert second.port and second.url != first.url
+        assert service.pid() not in (None, pid)
+        service.check(second)
+    finally:
+        service.down()
+
+
+def test_your_own_server_replaces_the_local_one(
+    private_cache: Path, postgres_endpoint: PostgresEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With EOSINK_POSTGRES_URL set, up starts nothing and every consumer gets that server."""
+    monkeypatch.setenv("EOSINK_POSTGRES_URL", postgres_endpoint.url)
+    service = PostgresService()
+    assert service.up().url == postgres_endpoint.url
+    assert service.pid() is None
+    assert service.endpoint().port == postgres_endpoint.port
+    assert not service.down()
+
+
+def test_bad_own_server_url_is_a_clear_error(private_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A malformed EOSINK_POSTGRES_URL is a ServiceError that names the variable and the expected form."""
+    monkeypatch.setenv("EOSINK_POSTGRES_URL", "host=127.0.0.1 port=notaport =")
+    with pytest.raises(ServiceError, match="EOSINK_POSTGRES_URL"):
+        PostgresService().endpoint()
+
+
+def test_cli_reports_and_rejects(private_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``status`` lists every server; ``check`` of a stopped server fails with what to do; unknown names exit 2."""
+    assert cli.main(["status", "postgres"]) == 0
+    assert "postgres" in capsys.readouterr().out
+    assert cli.main(["check", "postgres"]) == 1
+    assert "make services-up" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["up", "oracle"])
+    assert exit_.value.code == 2
