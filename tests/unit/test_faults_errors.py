@@ -226,9 +226,9 @@ ERROR_CLASSES = [getattr(errors, name) for name in errors.__all__]
 def test_error_tree_shape() -> None:
     """Every exported error is an EosinkError; CheckpointMismatchError is a ConfigurationError.
 
-    Pass: the subclass relations hold, and the module exports all eleven classes.
+    Pass: the subclass relations hold, and the module exports all twelve classes.
     """
-    assert len(ERROR_CLASSES) == 11
+    assert len(ERROR_CLASSES) == 12
     assert all(issubclass(cls, EosinkError) for cls in ERROR_CLASSES)
     assert issubclass(CheckpointMismatchError, ConfigurationError)
     assert issubclass(EosinkError, Exception)
