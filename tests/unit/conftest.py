@@ -1,13 +1,8 @@
 """Shared fixtures of the unit tests: a fake Spark checkpoint, in-memory batches and a "mini Spark".
 
-Nothing here starts Spark. The pieces mimic, at protocol level, what Spark and
-:mod:`eosink.spark` do around :class:`eosink.coordinator.Coordinator`:
+Nothing here starts Spark. The fake checkpoint, the in-memory batches and the strategy
+variants come from :mod:`eosink.contracts._mini` (shared with the contract suite);
 
-* :class:`FakeCheckpoint` writes a checkpoint directory the way Spark does: ``metadata``
-  (the query id), ``offsets/N`` before a batch runs and ``commits/N`` after foreachBatch returned.
-* :class:`MemoryBatch` is a :class:`~eosink.coordinator.BatchInput` over Arrow record batches
-  split into participant shares; ``write`` runs :func:`eosink.participant.run_participant`
-  per share, as ``SparkBatch`` does inside ``mapInArrow``.
 * :class:`MiniSpark` runs batches through a coordinator in Spark's order (offsets, foreachBatch,
   commit log, then the 2PC commit), and restarts the "driver": a new Coordinator and a new sink
   object on the same files, replaying every batch whose ``commits/N`` is missing.
@@ -22,39 +17,40 @@ helpers with ``from unit_conftest import ...``.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import sys
-import threading
-import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from eosink import faults
-from eosink._rowhash import row_hashes
-from eosink.checkpoint import SparkCheckpoint
 from eosink.connectors.reference import ReferenceSink
-from eosink.contract import Committable, Fingerprint
+from eosink.contracts._mini import (  # noqa: F401 - re-exported to the unit tests
+    BASE_TS_MS,
+    FAST,
+    NON_2PC,
+    SCHEMA,
+    VARIANTS,
+    FakeCheckpoint,
+    MemoryBatch,
+    NoWatcherCoordinator,
+    Variant,
+    batches_for,
+    canon,
+    chunks,
+    make_rows,
+    wait_until,
+)
 from eosink.coordinator import CommitPolicy, Coordinator
 from eosink.errors import InjectedFault
-from eosink.keys import KEY_COLUMN
-from eosink.participant import WritePlan, fingerprint_participant, run_participant
-from eosink.strategies import Idempotent, Strategy, TwoPhaseCommit, TxidCheck
 
 sys.modules.setdefault("unit_conftest", sys.modules[__name__])
 
 APP = "payments"
-BASE_TS_MS = 1_700_000_000_000
-SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("tag", pa.string())])
-FAST = CommitPolicy(resolve_timeout_s=5.0, transient_retries=3, backoff_s=0.001, max_backoff_s=0.01)
-"""A commit policy with tiny back-offs, so that retries in tests take milliseconds."""
+SinkFactory = Callable[[Path], ReferenceSink]
 
 
 # -- faults ------------------------------------------------------------------------------------
@@ -73,197 +69,13 @@ def _no_faults(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 # -- strategies --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Variant:
-    """One strategy configuration the protocol tests run under."""
-
-    id: str
-    make: Callable[[], Strategy]
-    user_keys: bool = False
-
-    @property
-    def two_pc(self) -> bool:
-        return self.id == "2pc"
-
-    @property
-    def transactional(self) -> bool:
-        return self.make().transactional
-
-    @property
-    def generated_keys(self) -> bool:
-        return self.make().generates_keys()
-
-
-VARIANTS = [
-    Variant("2pc", TwoPhaseCommit),
-    Variant("txid-check", TxidCheck),
-    Variant("idempotent-generated", Idempotent),
-    Variant("idempotent-id", lambda: Idempotent(["id"]), user_keys=True),
-]
-NON_2PC = [v for v in VARIANTS if not v.two_pc]
-
-
 @pytest.fixture(params=VARIANTS, ids=[v.id for v in VARIANTS])
 def variant(request: pytest.FixtureRequest) -> Variant:
     """Each of the four strategy variants in turn."""
     return request.param  # type: ignore[no-any-return]
 
 
-# -- data --------------------------------------------------------------------------------------
-
-
-def make_rows(batch_id: int, n: int = 9, *, duplicate: bool = True, salt: str = "") -> list[dict[str, Any]]:
-    """Rows of one batch: unique ids, some null tags, plus (``duplicate``) one exact duplicate row."""
-    rows: list[dict[str, Any]] = [
-        {
-            "id": batch_id * 100 + i,
-            "name": f"b{batch_id}-r{i}{salt}",
-            "amount": round(i * 1.25 + batch_id, 2),
-            "tag": None if i % 4 == 0 else f"t{i % 3}",
-        }
-        for i in range(n)
-    ]
-    if duplicate:
-        rows.append(dict(rows[1]))
-    return rows
-
-
-def chunks(rows: Sequence[dict[str, Any]], size: int) -> list[pa.RecordBatch]:
-    """``rows`` as record batches of at most ``size`` rows, with the fixed schema."""
-    return [pa.RecordBatch.from_pylist(list(rows[i : i + size]), schema=SCHEMA) for i in range(0, len(rows), size)]
-
-
-class MemoryBatch:
-    """An in-memory :class:`~eosink.coordinator.BatchInput`: ``participants`` shares of record batches.
-
-    ``write`` runs one participant per share, like ``SparkBatch`` (and, for generated keys,
-    first re-splits the rows by row hash, as ``SparkBatch`` repartitions by every column so
-    that identical rows meet in one participant). ``speculative`` maps a participant index to
-    a number of extra attempts whose committables are dropped (losing speculative duplicates);
-    ``task_retries`` re-runs a participant that raised InjectedFault (Spark retrying a task).
-    """
-
-    def __init__(
-        self,
-        rows: Sequence[dict[str, Any]],
-        *,
-        participants: int = 3,
-        chunk: int = 2,
-        speculative: dict[int, int] | None = None,
-        task_retries: int = 0,
-    ) -> None:
-        self.rows = [dict(r) for r in rows]
-        self.participants = participants
-        self.chunk = chunk
-        self.speculative = dict(speculative or {})
-        self.task_retries = task_retries
-        self.writes = 0
-        self.fingerprints = 0
-        self.attempts = 0
-
-    def shares(self, by_hash: bool = False) -> list[list[pa.RecordBatch]]:
-        """The participants' shares: contiguous slices, or (``by_hash``) rows grouped by row hash."""
-        p = self.participants
-        if by_hash and self.rows:
-            hashes = row_hashes(pa.RecordBatch.from_pylist(self.rows, schema=SCHEMA))
-            groups: list[list[dict[str, Any]]] = [[] for _ in range(p)]
-            for row, h in zip(self.rows, hashes, strict=True):
-                groups[int(h) % p].append(row)
-        else:
-            size = -(-len(self.rows) // p) if self.rows else 0
-            groups = [self.rows[i * size : (i + 1) * size] for i in range(p)]
-        return [chunks(g, self.chunk) for g in groups]
-
-    def write(self, plan: WritePlan) -> list[Committable]:
-        self.writes += 1
-        out: list[Committable] = []
-        for i, share in enumerate(self.shares(by_hash=plan.generate_keys)):
-            committable = self._attempt(plan, i, share)
-            if committable is not None:
-                out.append(committable)
-            for _ in range(self.speculative.get(i, 0)):
-                self.attempts += 1
-                run_participant(plan, i, share)  # the losing duplicate: its committable is dropped
-        return out
-
-    def _attempt(self, plan: WritePlan, i: int, share: list[pa.RecordBatch]) -> Committable | None:
-        for attempt in range(self.task_retries + 1):
-            self.attempts += 1
-            try:
-                return run_participant(plan, i, share)
-            except InjectedFault:
-                if attempt == self.task_retries:
-                    raise
-        raise AssertionError("unreachable")
-
-    def fingerprint(self) -> Fingerprint:
-        self.fingerprints += 1
-        return self.expected_fingerprint()
-
-    def expected_fingerprint(self) -> Fingerprint:
-        """The batch's fingerprint, computed without counting as a call by the coordinator."""
-        return sum((fingerprint_participant(s) for s in self.shares()), Fingerprint())
-
-
-def batches_for(variant: Variant, n: int = 4, **kwargs: Any) -> list[MemoryBatch]:
-    """``n`` batches of test data; exact duplicate rows only where the strategy keeps them apart."""
-    return [MemoryBatch(make_rows(b, duplicate=not variant.user_keys), **kwargs) for b in range(n)]
-
-
-def canon(rows: Sequence[dict[str, Any]]) -> Counter[str]:
-    """The multiset of rows (generated keys removed), comparable whatever the order."""
-    return Counter(json.dumps({k: v for k, v in r.items() if k != KEY_COLUMN}, sort_keys=True) for r in rows)
-
-
-# -- Spark's checkpoint ------------------------------------------------------------------------
-
-
-class FakeCheckpoint:
-    """A Spark checkpoint directory, written the way Spark writes it."""
-
-    def __init__(self, root: Path, query_id: str | None = None, *, metadata: bool = True) -> None:
-        self.root = root
-        self.query_id = query_id or str(uuid.uuid4())
-        root.mkdir(parents=True, exist_ok=True)
-        if metadata:
-            (root / "metadata").write_text(json.dumps({"id": self.query_id}) + "\n")
-
-    def write_offsets(self, batch_id: int) -> None:
-        """``offsets/N``, written once before the batch runs (a replay reuses it)."""
-        path = self.root / "offsets" / str(batch_id)
-        if not path.exists():
-            path.parent.mkdir(exist_ok=True)
-            path.write_text("v1\n" + json.dumps({"batchTimestampMs": self.timestamp_ms(batch_id)}) + "\n{}\n")
-
-    @staticmethod
-    def timestamp_ms(batch_id: int) -> int:
-        return BASE_TS_MS + 1000 * batch_id
-
-    def write_commit(self, batch_id: int) -> None:
-        """``commits/N``: Spark's promise never to replay the batch."""
-        path = self.root / "commits" / str(batch_id)
-        path.parent.mkdir(exist_ok=True)
-        path.write_text('v1\n{"nextBatchWatermarkMs":0}\n')
-
-    def has_commit(self, batch_id: int) -> bool:
-        return (self.root / "commits" / str(batch_id)).exists()
-
-    def spark(self) -> SparkCheckpoint:
-        return SparkCheckpoint(self.root)
-
-
-class NoWatcherCoordinator(Coordinator):
-    """The Coordinator without its background commit-log watcher thread.
-
-    Tests call ``commit_ready()`` where the watcher would have, so every interleaving is
-    deterministic (and fault points never fire in a thread). One test runs the real watcher.
-    """
-
-    def _ensure_watcher(self) -> None:
-        return None
-
-
-SinkFactory = Callable[[Path], ReferenceSink]
+# -- the driver ----------------------------------------------------------------------------------
 
 
 class MiniSpark:
@@ -372,14 +184,3 @@ def db_query(path: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         return conn.execute(sql, args).fetchall()
     finally:
         conn.close()
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    """Poll ``predicate`` until it holds or ``timeout_s`` passes (bounded; no fixed sleeps)."""
-    deadline = time.monotonic() + timeout_s
-    tick = threading.Event()
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        tick.wait(0.002)
-    return True
