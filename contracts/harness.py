@@ -1,0 +1,77 @@
+"""What a connector supplies to the contract suite: a way to make its sink and to read it back.
+
+The suite owns every scenario; a connector adopts it with a harness::
+
+    from eosink.contracts import Namespace, SinkHarness, contract_tests
+
+    class JsonLinesHarness(SinkHarness):
+        def make_sink(self, ns: Namespace) -> JsonLinesSink:
+            return JsonLinesSink(ns.path / "out")
+
+        def read_committed(self, ns: Namespace) -> list[dict[str, Any]]:
+            return read_json_lines(ns.path / "out")
+
+    TestJsonLinesContract = contract_tests(JsonLinesHarness())
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from eosink.contract import Sink
+
+__all__ = ["CONTRACT_SCHEMA", "Namespace", "SinkHarness"]
+
+#: The columns of every row the suite writes. ``id`` is unique per row of a batch; ``tag``
+#: has nulls. Under the idempotent strategy with generated keys, an ``eosink_key`` (string)
+#: column is added in front; a reader should return it too (the suite ignores it).
+CONTRACT_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("tag", pa.string())])
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """Where one test case writes: a short unique ``name`` (safe as a table, topic or prefix name,
+    ``[a-z0-9_]``) and a fresh, empty directory ``path`` of its own."""
+
+    name: str
+    path: Path
+
+
+class SinkHarness(ABC):
+    """The connector's side of the contract suite."""
+
+    #: Bytes of the request that commits (for the fault proxy's ambiguous-commit cut), e.g. ``b"COMMIT"``.
+    commit_request_marker: bytes = b"COMMIT"
+
+    @abstractmethod
+    def make_sink(self, ns: Namespace) -> Sink[Any]:
+        """A new sink for ``ns``, built from configuration only.
+
+        The suite calls it once per simulated process: a crash drops every object of the old
+        process, and the next call's sink must find everything the old one made durable. The
+        first call's sink may create storage for :data:`CONTRACT_SCHEMA` (a table, a directory).
+        """
+
+    @abstractmethod
+    def read_committed(self, ns: Namespace) -> list[dict[str, Any]]:
+        """What a reader sees in ``ns`` now: one dict per visible row, with every column."""
+
+    def fault_endpoint(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the sink's server, for cases that cut connections through a fault proxy.
+
+        None (the default) means the sink has no network endpoint; those cases are skipped,
+        and the report says so.
+        """
+        return None
+
+    def make_sink_via(self, ns: Namespace, host: str, port: int) -> Sink[Any]:
+        """Like :meth:`make_sink`, but reaching the server through ``host:port`` (the fault proxy)."""
+        raise NotImplementedError(f"{type(self).__name__} declares a fault endpoint but not make_sink_via")
+
+    def cleanup(self, ns: Namespace) -> None:  # noqa: B027 - optional hook
+        """Remove what a case left in ``ns`` outside ``ns.path`` (tables, topics). Default: nothing."""

@@ -1,0 +1,9 @@
+"""The reference sink passes the contract suite, in its atomic and its non-atomic mode."""
+
+from __future__ import annotations
+
+from eosink.contracts import contract_tests
+from tests.contracts.harnesses import ReferenceHarness
+
+TestReferenceContract = contract_tests(ReferenceHarness())
+TestReferenceNonAtomicContract = contract_tests(ReferenceHarness(atomic=False), "TestReferenceNonAtomicContract")
