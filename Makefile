@@ -15,7 +15,7 @@ EOSINK := $(VENV)/bin/eosink
 # Runs a test command between `services up` + `services check` and `services down`, whatever its result.
 WITH_SERVICES = $(EOSINK) services up && $(EOSINK) services check && $(1); rc=$$?; $(EOSINK) services down; exit $$rc
 
-.PHONY: help venv java tools lint unit package docs spark services services-up services-check services-down \
+.PHONY: help venv java tools lint unit package docs contracts spark services services-up services-check services-down \
 	services-status test test-full demo clean
 
 help:
@@ -29,6 +29,7 @@ help:
 	@echo "make spark      the quick real-Spark kill-and-restart tests"
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
 	@echo "make services   the harness's own tests (starts and stops the servers)"
+	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
 
 venv: $(STAMP)
 
@@ -63,6 +64,10 @@ docs: venv
 spark: venv java
 	$(PYTEST) tests/spark -q -m "not full" --durations=10
 
+contracts: venv
+	$(PYTEST) tests/contracts -q --durations=5
+	$(PY) tests/template/check_template.py
+
 services-up: venv tools
 	$(EOSINK) services up
 
@@ -78,10 +83,10 @@ services-status: venv
 services: venv tools
 	@$(call WITH_SERVICES,$(PYTEST) tests/services -q --durations=5)
 
-test: lint unit package docs services spark
+test: lint unit package docs contracts services spark
 	@echo "make test: all green"
 
-test-full: venv tools lint unit package docs
+test-full: venv tools lint unit package docs contracts
 	@$(call WITH_SERVICES,$(PYTEST) tests/services -q --durations=5)
 	$(PYTEST) tests/spark -q --durations=20
 	EOSINK_TEST_MASTER="local-cluster[2,1,1024]" $(PYTEST) tests/spark -q -m "not full" --durations=10
