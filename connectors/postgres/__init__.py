@@ -1,0 +1,3 @@
+"""PostgreSQL connector (in progress: issue 5)."""
+
+__all__: list[str] = []
