@@ -1,0 +1,154 @@
+"""The control schema of the PostgreSQL sink: its DDL, its version, and the names derived from it.
+
+Tables (all in ``PostgresConfig.control_schema``, default ``eosink``)::
+
+    version   (version)                      one row: the schema version this code created
+    epochs    (app_id PK, epoch)             fence: +1 per writer; commit locks the row
+    txns      (id PK, app_id, batch_id, ...)  one row per prepared committable, inserted INSIDE the
+                                             prepared transaction: visible only once COMMIT PREPARED
+                                             ran; state 'prepared' -> 'committed' | 'aborted'
+    bundles   (app_id, batch_id PK, bundle)  the batch markers, inserted with the batch's rows
+    s_<hash>  (eosink$txn, eosink$seq, <the target's columns>)
+                                             staging: one table per target table shape
+
+The DDL is idempotent and runs under a transaction-scoped advisory lock, only when the
+``version`` table is missing: ``CREATE ... IF NOT EXISTS`` is *not* run on every start, because
+``CREATE INDEX IF NOT EXISTS`` locks its table before noticing the index exists, and a
+left-over prepared transaction holding a lock on that table would block it forever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from psycopg import Connection, sql
+
+from eosink.errors import ConfigurationError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SEQ_COLUMN",
+    "TXN_COLUMN",
+    "advisory_key",
+    "ensure_control_schema",
+    "gid_for",
+    "gid_prefix",
+    "parse_gid",
+    "short_hash",
+]
+
+SCHEMA_VERSION = 1
+TXN_COLUMN = "eosink$txn"
+"""Staging column: the committable (gid) a staged row belongs to."""
+SEQ_COLUMN = "eosink$seq"
+"""Staging column: the row's ordinal within its committable (the later row of a key wins an upsert)."""
+
+_GID_VERSION = "eo1"
+_ATTEMPT_OK = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def short_hash(text: str, nbytes: int = 8) -> str:
+    """A stable hex digest of ``text`` (``2 * nbytes`` characters)."""
+    return hashlib.blake2b(text.encode(), digest_size=nbytes).hexdigest()
+
+
+def advisory_key(*parts: str) -> int:
+    """A signed 64-bit key for ``pg_advisory_xact_lock`` from ``parts``."""
+    digest = hashlib.blake2b("\x00".join(("eosink", *parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def gid_prefix(control_schema: str, app_id: str | None = None) -> str:
+    """The prefix of every gid of a control schema (and, given, of one app_id within it).
+
+    gids are global to the PostgreSQL cluster; ``pg_prepared_xacts.database`` tells the database.
+    """
+    prefix = f"{_GID_VERSION}.{short_hash(control_schema, 4)}."
+    return prefix if app_id is None else f"{prefix}{short_hash(app_id)}."
+
+
+def gid_for(control_schema: str, app_id: str, batch_id: int, epoch: int, participant: int, attempt: str) -> str:
+    """``eo1.<schema hash 8>.<app_id hash 16>.<batch>.<epoch>.<participant>.<attempt>``: < 200 bytes, ASCII.
+
+    The attempt is kept when it is short and plain (``[A-Za-z0-9_-]{1,32}``), else hashed.
+    The gid is also the committable's id, and :func:`parse_gid` reads batch, epoch and
+    participant back, so ``recover`` can list prepared work whose ``txns`` row is still
+    invisible inside its prepared transaction.
+    """
+    tag = attempt if _ATTEMPT_OK.fullmatch(attempt) else short_hash(attempt)
+    return f"{gid_prefix(control_schema, app_id)}{batch_id}.{epoch}.{participant}.{tag}"
+
+
+def parse_gid(gid: str) -> tuple[int, int, int] | None:
+    """(batch_id, epoch, participant) of a gid made by :func:`gid_for`, or None."""
+    parts = gid.split(".")
+    if len(parts) != 7 or parts[0] != _GID_VERSION:
+        return None
+    try:
+        return int(parts[3]), int(parts[4]), int(parts[5])
+    except ValueError:
+        return None
+
+
+def _ddl(schema: str) -> list[sql.Composed]:
+    s = sql.Identifier(schema)
+    statements = [
+        "CREATE SCHEMA IF NOT EXISTS {s}",
+        "CREATE TABLE IF NOT EXISTS {s}.version (version integer NOT NULL)",
+        """CREATE TABLE IF NOT EXISTS {s}.epochs (
+            app_id    text PRIMARY KEY,
+            epoch     bigint NOT NULL,
+            fenced_at timestamptz NOT NULL DEFAULT now()
+        )""",
+        """CREATE TABLE IF NOT EXISTS {s}.txns (
+            id            text PRIMARY KEY,
+            app_id        text NOT NULL,
+            batch_id      bigint NOT NULL,
+            epoch         bigint NOT NULL,
+            participant   integer NOT NULL,
+            attempt       text NOT NULL,
+            state         text NOT NULL CHECK (state IN ('prepared', 'committed', 'aborted')),
+            transactional boolean NOT NULL,
+            staging       text,
+            target        text[],
+            columns       text[],
+            upsert_keys   text[],
+            rows          bigint NOT NULL DEFAULT 0,
+            created_at    timestamptz NOT NULL DEFAULT now(),
+            updated_at    timestamptz
+        )""",
+        "CREATE INDEX IF NOT EXISTS txns_by_app_state ON {s}.txns (app_id, state, batch_id)",
+        """CREATE TABLE IF NOT EXISTS {s}.bundles (
+            app_id       text NOT NULL,
+            batch_id     bigint NOT NULL,
+            bundle       jsonb NOT NULL,
+            committed_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (app_id, batch_id)
+        )""",
+    ]
+    return [sql.SQL(stmt).format(s=s) for stmt in statements]
+
+
+def ensure_control_schema(conn: Connection[tuple[object, ...]], schema: str) -> None:
+    """Create (or check) the control schema. ``conn`` is in autocommit mode."""
+    s = sql.Identifier(schema)
+    row = conn.execute("SELECT to_regclass(format('%%I.version', %s::text)) IS NOT NULL", (schema,)).fetchone()
+    if not (row and row[0]):
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("control", schema),))
+            for statement in _ddl(schema):
+                conn.execute(statement)
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {s}.version (version) SELECT %s WHERE NOT EXISTS (SELECT 1 FROM {s}.version)"
+                ).format(s=s),
+                (SCHEMA_VERSION,),
+            )
+    version = conn.execute(sql.SQL("SELECT max(version) FROM {}.version").format(s)).fetchone()
+    found = version[0] if version else None
+    if found != SCHEMA_VERSION:
+        raise ConfigurationError(
+            f"The control schema {schema!r} has version {found}, but this eosink uses version {SCHEMA_VERSION}.",
+            "Upgrade eosink on every driver and executor, or point control_schema at another schema.",
+        )

@@ -1,0 +1,721 @@
+"""PostgresSink: exactly-once writes into one PostgreSQL table (psycopg 3), batch-atomic.
+
+The contract maps onto PostgreSQL like this (``ctl`` is ``PostgresConfig.control_schema``; the
+tables are described in :mod:`eosink.connectors.postgres._control`)::
+
+    setup(app_id)          the control schema (idempotent DDL under an advisory lock, versioned)
+    fence(app_id)          ctl.epochs: INSERT .. ON CONFLICT DO UPDATE SET epoch = epoch + 1
+                           RETURNING epoch, in its own transaction
+    begin(task)            one connection and one transaction T per participant attempt; the
+                           epoch is read (a plain read: a lock would be kept by the prepared T and
+                           block the next fence); a fenced attempt, or an attempt id already
+                           prepared, stops here
+    write(txn, batch)      first write: reflect the target (create it with create_table=True),
+                           check the batch against it (SchemaError / BadRecordError before any
+                           row is sent), make sure the staging table ctl.s_<hash> exists; then
+                           COPY the rows, tagged with the committable's gid, into staging, in T
+    pre_commit(txn)        epoch read again in T (FencedError); INSERT the ctl.txns row (state
+                           'prepared') in T; PREPARE TRANSACTION gid: durable, invisible, owned by
+                           no session. Non-transactional tasks (idempotent strategy) instead
+                           upsert their staged rows into the target and COMMIT: visible now
+    commit(batch, cs, b)   1. one read: epoch (FencedError), the batch's bundle (present: the
+                              same committables -> done; others -> CommitAbortedError), which
+                              gids are still prepared
+                           2. COMMIT PREPARED of each such gid (staged rows become committed,
+                              still in staging: invisible; a gid already gone is fine)
+                           3. ONE transaction: lock the app's epochs row (FencedError), look for
+                              the bundle again, lock the committables' txns rows (each must be
+                              'prepared' or, non-transactional, 'committed'), move the staged rows
+                              into the target (append, or upsert by keys: DISTINCT ON the keys,
+                              the later row wins), mark them 'committed', INSERT the bundle, COMMIT
+                           A connection lost during that COMMIT is AmbiguousCommitError; any
+                           other connection error TransientError (nothing of step 3 applied;
+                           steps 1-2 are idempotent)
+    abort(cs)              refuses committed work (CommitAbortedError); ROLLBACK PREPARED each gid
+                           still prepared; staged rows of already COMMIT PREPARED ones deleted
+                           and their txns rows set 'aborted'; unknown ids ignored
+    commit_status(b, cs)   bundle present -> COMMITTED; every committable still prepared (gid in
+                           pg_prepared_xacts, read first) or 'prepared'/'committed' in txns (read
+                           after, in a fresh snapshot) -> PREPARED; otherwise ABORTED
+    recover(app_id)        gids in pg_prepared_xacts with this control schema's and app_id's
+                           prefix (batch/epoch/participant parsed from the gid), plus txns rows
+                           of app_id in state 'prepared' (COMMIT PREPARED done, move pending)
+    fetch_last_bundle      ctl.bundles: the highest batch_id of app_id
+
+Why this is exactly-once and batch-atomic: a batch's rows reach the target only in step 3's
+transaction, which also writes the bundle, so readers see all of a batch or none of it, and
+the bundle exists exactly when the rows do. A crash anywhere leaves each committable either
+prepared (a gid) or staged and committed (a txns row 'prepared'), both of which ``commit``
+completes and ``abort`` discards; step 3 finds the bundle if a previous attempt finished.
+The epochs row lock in step 3 serialises commits and aborts of an app_id with ``fence``.
+
+Prepared transactions never hold a lock that another eosink operation waits for: T only
+inserts (staged rows, its own new txns row) and reads epochs without locking it. All DDL
+(control schema, target, staging, unique index) runs in separate, short transactions before
+T writes. Staging tables are regular (logged) tables: an UNLOGGED one would be emptied by a
+server crash while its txns rows survive.
+
+Identifiers are composed only with :class:`psycopg.sql.Identifier`; values are always bound.
+The sink pickles to its configuration alone and opens connections lazily, per process (and a
+control connection per thread); ``close()`` closes this process's connections.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from eosink.connectors.postgres._control import (
+    SEQ_COLUMN,
+    TXN_COLUMN,
+    advisory_key,
+    ensure_control_schema,
+    gid_for,
+    gid_prefix,
+    parse_gid,
+    short_hash,
+)
+from eosink.connectors.postgres._copy import copy_batch
+from eosink.connectors.postgres._pool import Conn, Connections
+from eosink.connectors.postgres._schema import Target, check_batch, create_table_sql, reflect
+from eosink.connectors.postgres.config import PostgresConfig
+from eosink.contract import BatchRef, Bundle, Capabilities, CommitStatus, Committable, Sink, TaskRef
+from eosink.errors import (
+    AmbiguousCommitError,
+    BadRecordError,
+    CommitAbortedError,
+    ConfigurationError,
+    EosinkError,
+    FencedError,
+    SchemaError,
+    TransientError,
+)
+
+__all__ = ["PostgresSink"]
+
+log = logging.getLogger("eosink.postgres")
+
+
+@dataclass
+class _Txn:
+    """One participant attempt's open transaction; lives only in the writing process."""
+
+    id: str
+    task: TaskRef
+    keys: tuple[str, ...]
+    conn: Conn | None
+    pid: int
+    target: Target | None = None
+    staging: str | None = None
+    columns: tuple[str, ...] = ()
+    rows: int = 0
+
+
+class PostgresSink(Sink[_Txn]):
+    """A batch-atomic, exactly-once sink for one PostgreSQL table (see the module docstring).
+
+    ``PostgresSink(PostgresConfig(...))`` or ``PostgresSink(conninfo, table=..., **options)``.
+    Picklable with no open connection; safe to share between threads and processes.
+    """
+
+    def __init__(self, config: PostgresConfig | str, /, table: str | tuple[str, str] | None = None, **options: Any):
+        if isinstance(config, str):
+            if table is None:
+                raise ConfigurationError("PostgresSink needs a table.", "Pass table='schema.table'.")
+            config = PostgresConfig(config, table, **options)
+        elif table is not None or options:
+            raise ConfigurationError("Pass either a PostgresConfig or conninfo and options.", "Use one form.")
+        self.config = config
+        self.capabilities = Capabilities(
+            supports_prepare=True,
+            supports_txid_status=True,
+            supports_keys=True,
+            atomic_batch_visibility=True,
+            supports_recover=True,
+        )
+        self._reset()
+
+    def _reset(self) -> None:
+        # A function of the configuration only: no reference cycle back to the sink, so a dropped
+        # sink (executors unpickle one per task and never close it) closes its connections at once.
+        self._conns = Connections(functools.partial(_open_connection, self.config))
+        self._ready = False
+        self._staged: set[str] = set()
+        self._prepare_checked = False
+
+    def __repr__(self) -> str:
+        return f"PostgresSink({self.config!r})"
+
+    __str__ = __repr__
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config}  # connections never travel
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["config"])  # type: ignore[misc]
+
+    @property
+    def gid_prefix(self) -> str:
+        """Every gid (and committable id) this sink's control schema prepares starts with this."""
+        return gid_prefix(self.config.control_schema)
+
+    # -- connections and errors ---------------------------------------------------------------
+
+    def _ctl(self) -> Conn:
+        """This thread's autocommit connection for driver-side work (the control schema ensured)."""
+        conn, _ = self._conns.control()
+        if not self._ready:
+            ensure_control_schema(conn, self.config.control_schema)
+            self._ready = True
+        return conn
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Turn psycopg errors into eosink errors; forget a control connection that broke."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            self._conns.forget_control()
+            raise self._translate(exc, what) from None
+
+    def _translate(self, exc: psycopg.Error, what: str) -> EosinkError:
+        detail = self.config.scrub(f"{type(exc).__name__}: {str(exc).strip()}")
+        where = f"{what} on PostgreSQL ({self.config.target[1]!r})"
+        if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            return ConfigurationError(
+                f"{where} was refused: {detail}.",
+                f"Grant the user the rights it needs on the target table and on schema {self.config.control_schema!r} "
+                "(USAGE, CREATE; SELECT, INSERT, UPDATE, DELETE on its tables).",
+            )
+        if isinstance(exc, psycopg.errors.ObjectNotInPrerequisiteState) and "prepared" in str(exc):
+            return _prepared_disabled(where)
+        if exc.sqlstate == "53200" and "prepared transactions" in str(exc):
+            return TransientError(
+                f"{where}: every prepared-transaction slot is taken: {detail}.",
+                "Retry later; if it persists, raise max_prepared_transactions, and let recovery resolve in-doubt "
+                f"work (prepared gids starting with {self.gid_prefix!r} in pg_prepared_xacts).",
+            )
+        if isinstance(exc, psycopg.DataError | psycopg.IntegrityError):
+            return BadRecordError(f"{where}: a row was refused: {detail}.", "Fix or filter the offending rows.")
+        if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
+            return SchemaError(f"{where}: {detail}.", "Check the target table; it changed while the query ran.")
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            return TransientError(f"{where} failed: {detail}.", "Retry; check that the server is up and reachable.")
+        return EosinkError(f"{where} failed: {detail}.", "See the PostgreSQL error above.")
+
+    def setup(self, app_id: str) -> None:
+        """Create the control schema (also done lazily by every process's first call)."""
+        with self._errors("setup"):
+            conn = self._ctl()
+            if _max_prepared(conn) == 0:
+                log.warning("eosink: %s", _prepared_disabled(self.config.target[1]).problem)
+
+    def close(self) -> None:
+        """Close this process's connections; the next call opens new ones."""
+        self._conns.close_all()
+
+    def _t(self, name: str) -> sql.Identifier:
+        return sql.Identifier(self.config.control_schema, name)
+
+    # -- fencing --------------------------------------------------------------------------------
+
+    def fence(self, app_id: str) -> int:
+        """Hand out the next epoch of ``app_id``."""
+        with self._errors(f"fence({app_id!r})"):
+            row = (
+                self._ctl()
+                .execute(
+                    sql.SQL(
+                        "INSERT INTO {} AS e (app_id, epoch) VALUES (%s, 1) "
+                        "ON CONFLICT (app_id) DO UPDATE SET epoch = e.epoch + 1, fenced_at = now() RETURNING epoch"
+                    ).format(self._t("epochs")),
+                    (app_id,),
+                )
+                .fetchone()
+            )
+        assert row is not None
+        return int(row[0])
+
+    def _epoch(self, conn: Conn, app_id: str) -> int:
+        row = conn.execute(sql.SQL("SELECT epoch FROM {} WHERE app_id = %s").format(self._t("epochs")), (app_id,))
+        found = row.fetchone()
+        return int(found[0]) if found else 0
+
+    @staticmethod
+    def _fenced(app_id: str, epoch: int, current: int, what: str) -> None:
+        if current > epoch:
+            raise FencedError(
+                f"{what} of {app_id!r} at epoch {epoch} was fenced: a newer writer holds epoch {current}.",
+                "Stop this older writer; only the newest may commit.",
+            )
+
+    # -- participant side -----------------------------------------------------------------------
+
+    def _keys(self, task: TaskRef) -> tuple[str, ...]:
+        if task.upsert_keys:
+            return tuple(task.upsert_keys)
+        return self.config.key_columns if self.config.mode == "upsert" else ()
+
+    def begin(self, task: TaskRef) -> _Txn:
+        """Open the participant's transaction after checking its epoch."""
+        app = task.batch.app_id
+        gid = gid_for(self.config.control_schema, app, task.batch.batch_id, task.epoch, task.participant, task.attempt)
+        conn = None
+        try:
+            with self._errors("begin"):
+                ctl = self._ctl()
+                if task.transactional and not self._prepare_checked:
+                    if _max_prepared(ctl) == 0:
+                        raise _prepared_disabled(self.config.target[1])
+                    self._prepare_checked = True
+                conn = self._conns.take()
+                row = conn.execute(
+                    sql.SQL(
+                        "SELECT (SELECT epoch FROM {e} WHERE app_id = %(app)s), "
+                        "EXISTS (SELECT 1 FROM {t} WHERE id = %(gid)s) "
+                        "OR EXISTS (SELECT 1 FROM pg_prepared_xacts WHERE gid = %(gid)s)"
+                    ).format(e=self._t("epochs"), t=self._t("txns")),
+                    {"app": app, "gid": gid},
+                ).fetchone()
+                assert row is not None
+                self._fenced(app, task.epoch, int(row[0] or 0), "begin")
+                if row[1]:
+                    raise ConfigurationError(
+                        f"Participant {task.participant} of batch {task.batch} attempt {task.attempt!r} was already "
+                        f"prepared ({gid}).",
+                        "Give every task attempt its own TaskRef.attempt.",
+                    )
+        except BaseException:
+            self._conns.give_back(conn)
+            raise
+        return _Txn(gid, task, self._keys(task), conn, os.getpid())
+
+    def _open(self, txn: _Txn, what: str) -> Conn:
+        if txn.conn is None or txn.pid != os.getpid():
+            raise CommitAbortedError(
+                f"Transaction {txn.id} is closed (failed or already prepared); it cannot {what}.",
+                "Restart the task with a new attempt.",
+            )
+        return txn.conn
+
+    def _fail(self, txn: _Txn) -> None:
+        """Roll back and forget the participant's transaction (after any error in it)."""
+        conn, txn.conn = txn.conn, None
+        self._conns.give_back(conn)
+
+    def write(self, txn: _Txn, data: pa.RecordBatch) -> None:
+        """COPY the batch into staging, in the participant's transaction (checked first)."""
+        conn = self._open(txn, "be written")
+        if data.num_rows == 0:
+            return
+        where = f"participant {txn.task.participant} of batch {txn.task.batch}"
+        try:
+            with self._errors(f"write ({where})"):
+                if txn.target is None:
+                    self._prepare_target(txn, data, where)
+                elif tuple(data.schema.names) != txn.columns:
+                    raise SchemaError(
+                        f"The columns changed within one task ({list(txn.columns)} -> {data.schema.names}).",
+                        "Give every record batch of a task the same schema.",
+                    )
+                target = txn.target
+                assert target is not None and txn.staging is not None
+                check_batch(target, data, txn.keys, where)
+                columns = [c for name in txn.columns if (c := target.column(name)) is not None]
+                names = sql.SQL(", ").join(sql.Identifier(n) for n in (TXN_COLUMN, SEQ_COLUMN, *txn.columns))
+                statement = sql.SQL("COPY {} ({}) FROM STDIN").format(self._t(txn.staging), names)
+                with conn.cursor().copy(statement) as copy:
+                    txn.rows += copy_batch(copy, txn.id, txn.rows, data, columns)
+        except BaseException:
+            self._fail(txn)
+            raise
+
+    def _prepare_target(self, txn: _Txn, data: pa.RecordBatch, where: str) -> None:
+        """Reflect (or create) the target, its unique index for upserts, and the staging table."""
+        ctl = self._ctl()
+        schema, table = self.config.target
+        target = reflect(ctl, schema, table)
+        if target is None and self.config.create_table:
+            with ctl.transaction():
+                ctl.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("table", str(schema), table),))
+                ctl.execute(create_table_sql(schema, table, data.schema))
+            target = reflect(ctl, schema, table)
+        if target is None:
+            name = table if schema is None else f"{schema}.{table}"
+            raise SchemaError(
+                f"The target table {name!r} does not exist ({where}).",
+                "Create it, or configure the sink with create_table=True.",
+            )
+        if target.kind not in ("r", "p"):
+            raise SchemaError(f"{target.display} is not a table (relkind {target.kind!r}).", "Write into a table.")
+        if txn.keys and not target.has_unique(txn.keys):
+            if not self.config.create_table:
+                raise SchemaError(
+                    f"Upserting into {target.display} by {list(txn.keys)} needs a unique index on exactly those "
+                    "columns.",
+                    f"CREATE UNIQUE INDEX ON {target.display} ({', '.join(txn.keys)}), or set create_table=True.",
+                )
+            check_batch(target, data, txn.keys, where)  # the key columns exist before indexing them
+            index = sql.Identifier(f"eosink_{short_hash(target.display + chr(0) + chr(0).join(txn.keys))}_key")
+            with ctl.transaction():
+                ctl.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("table", target.schema, target.name),))
+                ctl.execute(
+                    sql.SQL("CREATE UNIQUE INDEX IF NOT EXISTS {} ON {} ({})").format(
+                        index, target.ident, sql.SQL(", ").join(sql.Identifier(k) for k in txn.keys)
+                    )
+                )
+            target = reflect(ctl, target.schema, target.name)
+            assert target is not None
+        if target.column(TXN_COLUMN) or target.column(SEQ_COLUMN):
+            raise SchemaError(f"{target.display} has a column named {TXN_COLUMN!r} or {SEQ_COLUMN!r}.", "Rename it.")
+        staging = f"s_{short_hash(target.signature())}"
+        if staging not in self._staged:
+            self._ensure_staging(ctl, target, staging)
+            self._staged.add(staging)
+        txn.target, txn.staging, txn.columns = target, staging, tuple(data.schema.names)
+
+    def _ensure_staging(self, ctl: Conn, target: Target, staging: str) -> None:
+        exists = "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NOT NULL"
+        row = ctl.execute(exists, (self.config.control_schema, staging)).fetchone()
+        if row and row[0]:
+            return
+        with ctl.transaction():
+            ctl.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("staging", staging),))
+            row = ctl.execute(exists, (self.config.control_schema, staging)).fetchone()
+            if row and row[0]:
+                return
+            ctl.execute(
+                sql.SQL(
+                    "CREATE TABLE {} AS SELECT NULL::text AS {}, NULL::bigint AS {}, t.* FROM {} AS t WITH NO DATA"
+                ).format(self._t(staging), sql.Identifier(TXN_COLUMN), sql.Identifier(SEQ_COLUMN), target.ident)
+            )
+            ctl.execute(
+                sql.SQL("CREATE INDEX {} ON {} ({})").format(
+                    sql.Identifier(f"{staging}_txn"), self._t(staging), sql.Identifier(TXN_COLUMN)
+                )
+            )
+
+    def _txn_row(self, txn: _Txn, state: str) -> tuple[sql.Composed, tuple[Any, ...]]:
+        task = txn.task
+        target = [txn.target.schema, txn.target.name] if txn.target else None
+        statement = sql.SQL(
+            "INSERT INTO {} (id, app_id, batch_id, epoch, participant, attempt, state, transactional, staging, "
+            "target, columns, upsert_keys, rows) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+        ).format(self._t("txns"))
+        values = (
+            txn.id,
+            task.batch.app_id,
+            task.batch.batch_id,
+            task.epoch,
+            task.participant,
+            task.attempt,
+            state,
+            task.transactional,
+            txn.staging,
+            target,
+            list(txn.columns),
+            list(txn.keys),
+            txn.rows,
+        )
+        return statement, values
+
+    def pre_commit(self, txn: _Txn) -> Committable:
+        """PREPARE TRANSACTION (or, non-transactional: upsert into the target and COMMIT)."""
+        conn = self._open(txn, "be prepared")
+        task = txn.task
+        try:
+            with self._errors(f"pre_commit of {txn.id}"):
+                self._fenced(task.batch.app_id, task.epoch, self._epoch(conn, task.batch.app_id), "pre_commit")
+                if task.transactional:
+                    conn.execute(*self._txn_row(txn, "prepared"))
+                    conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(txn.id)))
+                else:
+                    if txn.staging is not None and txn.target is not None:
+                        self._move(conn, txn.id, txn.staging, txn.target.ident, txn.columns, txn.keys)
+                    conn.execute(*self._txn_row(txn, "committed"))
+                    conn.commit()
+        except BaseException:
+            self._fail(txn)
+            raise
+        txn.conn = None
+        self._conns.give_back(conn)
+        return Committable(task.batch, task.epoch, task.participant, id=txn.id, rows=txn.rows)
+
+    def _move(
+        self, conn: Conn, txn_id: str, staging: str, target: sql.Identifier, columns: Sequence[str], keys: Sequence[str]
+    ) -> None:
+        """Move one committable's staged rows into the target (append, or upsert by ``keys``)."""
+        cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+        moved = sql.SQL("WITH moved AS (DELETE FROM {} WHERE {} = %s RETURNING *) INSERT INTO {} ({}) ").format(
+            self._t(staging), sql.Identifier(TXN_COLUMN), target, cols
+        )
+        if not keys:
+            rest = sql.SQL("SELECT {} FROM moved ORDER BY {}").format(cols, sql.Identifier(SEQ_COLUMN))
+        else:
+            key_list = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
+            others = [c for c in columns if c not in keys]
+            action = (
+                sql.SQL("DO UPDATE SET ({}) = ROW({})").format(
+                    sql.SQL(", ").join(sql.Identifier(c) for c in others),
+                    sql.SQL(", ").join(sql.SQL("EXCLUDED.{}").format(sql.Identifier(c)) for c in others),
+                )
+                if others
+                else sql.SQL("DO NOTHING")
+            )
+            rest = sql.SQL(
+                "SELECT DISTINCT ON ({k}) {c} FROM moved ORDER BY {k}, {s} DESC ON CONFLICT ({k}) {a}"
+            ).format(k=key_list, c=cols, s=sql.Identifier(SEQ_COLUMN), a=action)
+        conn.execute(moved + rest, (txn_id,))
+
+    # -- coordinator side -----------------------------------------------------------------------
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        """COMMIT PREPARED each gid, then one transaction moves the batch and writes its bundle."""
+        app, ids = batch.app_id, [c.id for c in committables]
+        with self._errors(f"commit of batch {batch}"):
+            ctl = self._ctl()
+            row = ctl.execute(
+                sql.SQL(
+                    "SELECT (SELECT epoch FROM {e} WHERE app_id = %(app)s), "
+                    "(SELECT bundle FROM {b} WHERE app_id = %(app)s AND batch_id = %(batch)s), "
+                    "ARRAY(SELECT gid::text FROM pg_prepared_xacts "
+                    "      WHERE database = current_database() AND gid = ANY(%(ids)s::text[]) ORDER BY gid)"
+                ).format(e=self._t("epochs"), b=self._t("bundles")),
+                {"app": app, "batch": batch.batch_id, "ids": ids},
+            ).fetchone()
+            assert row is not None
+            self._fenced(app, bundle.epoch, int(row[0] or 0), "commit")
+            if row[1] is not None:
+                return self._same_bundle(batch, row[1], bundle)
+            for gid in row[2]:
+                with suppress(psycopg.errors.UndefinedObject):  # resolved meanwhile: step 3 tells how
+                    ctl.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
+            self._commit_batch(ctl, batch, committables, bundle)
+        return None
+
+    def _commit_batch(self, ctl: Conn, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        app, ids = batch.app_id, [c.id for c in committables]
+        sent = False
+        try:
+            with ctl.transaction():
+                row = ctl.execute(
+                    sql.SQL(
+                        "INSERT INTO {} AS e (app_id, epoch) VALUES (%s, 0) "
+                        "ON CONFLICT (app_id) DO UPDATE SET epoch = e.epoch RETURNING epoch"
+                    ).format(self._t("epochs")),
+                    (app,),
+                ).fetchone()
+                assert row is not None
+                self._fenced(app, bundle.epoch, int(row[0]), "commit")
+                found = ctl.execute(
+                    sql.SQL("SELECT bundle FROM {} WHERE app_id = %s AND batch_id = %s").format(self._t("bundles")),
+                    (app, batch.batch_id),
+                ).fetchone()
+                if found is not None:
+                    self._same_bundle(batch, found[0], bundle)
+                    return
+                rows = ctl.execute(
+                    sql.SQL(
+                        "SELECT id, app_id, batch_id, state, transactional, staging, target, columns, upsert_keys "
+                        "FROM {} WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+                    ).format(self._t("txns")),
+                    (ids,),
+                ).fetchall()
+                txns = {r[0]: r for r in rows}
+                for c in committables:
+                    t = txns.get(c.id)
+                    if t is None or t[3] == "aborted" or (t[1], t[2]) != (app, batch.batch_id):
+                        raise CommitAbortedError(
+                            f"Committable {c.id} of batch {batch} is {t[3] if t else 'gone'}; "
+                            "the batch cannot be committed.",
+                            "Abort the batch's other committables and replay the batch.",
+                        )
+                    if t[3] == "prepared" and t[5] is not None:
+                        self._move(ctl, c.id, t[5], sql.Identifier(*t[6]), t[7], t[8] or ())
+                ctl.execute(
+                    sql.SQL("UPDATE {} SET state = 'committed', updated_at = now() WHERE id = ANY(%s)").format(
+                        self._t("txns")
+                    ),
+                    (ids,),
+                )
+                ctl.execute(
+                    sql.SQL("INSERT INTO {} (app_id, batch_id, bundle) VALUES (%s, %s, %s)").format(self._t("bundles")),
+                    (app, batch.batch_id, Jsonb(bundle.to_json())),
+                )
+                sent = True  # leaving the block sends COMMIT
+        except psycopg.Error as exc:
+            if sent and exc.sqlstate is None:  # no answer to COMMIT: it may or may not have happened
+                self._conns.forget_control()
+                raise AmbiguousCommitError(
+                    f"The COMMIT of batch {batch} got no reply ({self.config.scrub(str(exc).strip())}).",
+                    "Ask commit_status (the coordinator does); never assume either outcome.",
+                ) from None
+            raise
+
+    @staticmethod
+    def _same_bundle(batch: BatchRef, stored: Any, bundle: Bundle) -> None:
+        existing = Bundle.from_json(stored)
+        if set(existing.committables) != set(bundle.committables):
+            raise CommitAbortedError(
+                f"Batch {batch} was already committed by another attempt "
+                f"(committables {list(existing.committables)}, not {list(bundle.committables)}).",
+                "Abort this attempt's committables; the batch is done.",
+            )
+
+    def abort(self, committables: Sequence[Committable]) -> None:
+        """ROLLBACK PREPARED what is still prepared, drop what was staged; committed work is refused."""
+        ids = [c.id for c in committables]
+        if not ids:
+            return
+        with self._errors("abort"):
+            ctl = self._ctl()
+            row = ctl.execute(
+                sql.SQL(
+                    "SELECT ARRAY(SELECT id FROM {} WHERE id = ANY(%(ids)s::text[]) AND state = 'committed'), "
+                    "ARRAY(SELECT gid::text FROM pg_prepared_xacts "
+                    "      WHERE database = current_database() AND gid = ANY(%(ids)s::text[]) ORDER BY gid)"
+                ).format(self._t("txns")),
+                {"ids": ids},
+            ).fetchone()
+            assert row is not None
+            self._refuse_committed(row[0])
+            for gid in row[1]:
+                with suppress(psycopg.errors.UndefinedObject):
+                    ctl.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+            with ctl.transaction():
+                staged = ctl.execute(
+                    sql.SQL(
+                        "UPDATE {t} SET state = 'aborted', updated_at = now() WHERE id IN "
+                        "(SELECT id FROM {t} WHERE id = ANY(%s) AND state = 'prepared' ORDER BY id FOR UPDATE) "
+                        "RETURNING id, staging"
+                    ).format(t=self._t("txns")),
+                    (ids,),
+                ).fetchall()
+                for txn_id, staging in staged:
+                    if staging is not None:
+                        ctl.execute(
+                            sql.SQL("DELETE FROM {} WHERE {} = %s").format(
+                                self._t(staging), sql.Identifier(TXN_COLUMN)
+                            ),
+                            (txn_id,),
+                        )
+                done = ctl.execute(
+                    sql.SQL("SELECT ARRAY(SELECT id FROM {} WHERE id = ANY(%s) AND state = 'committed')").format(
+                        self._t("txns")
+                    ),
+                    (ids,),
+                ).fetchone()
+                self._refuse_committed(done[0] if done else [])
+
+    @staticmethod
+    def _refuse_committed(committed: Sequence[str]) -> None:
+        if committed:
+            raise CommitAbortedError(
+                f"Cannot abort committed work {list(committed)}: its rows are visible.",
+                "Do not abort a batch whose commit succeeded; check commit_status first.",
+            )
+
+    def fetch_last_bundle(self, app_id: str) -> Bundle | None:
+        """The bundle with the highest batch_id of ``app_id``."""
+        with self._errors("fetch_last_bundle"):
+            row = (
+                self._ctl()
+                .execute(
+                    sql.SQL("SELECT bundle FROM {} WHERE app_id = %s ORDER BY batch_id DESC LIMIT 1").format(
+                        self._t("bundles")
+                    ),
+                    (app_id,),
+                )
+                .fetchone()
+            )
+        return Bundle.from_json(row[0]) if row else None
+
+    def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
+        """COMMITTED if the bundle exists; PREPARED if every committable is still committable; else ABORTED.
+
+        The prepared gids are read first, the tables after, in a newer snapshot: a gid that
+        COMMIT PREPARED resolves in between is then seen in txns, never missed by both reads.
+        """
+        ids = [c.id for c in committables]
+        with self._errors("commit_status"):
+            ctl = self._ctl()
+            prepared = {
+                r[0]
+                for r in ctl.execute(
+                    "SELECT gid::text FROM pg_prepared_xacts WHERE database = current_database() AND gid = ANY(%s)",
+                    (ids,),
+                )
+            }
+            row = ctl.execute(
+                sql.SQL(
+                    "SELECT EXISTS (SELECT 1 FROM {b} WHERE app_id = %s AND batch_id = %s), "
+                    "ARRAY(SELECT id FROM {t} WHERE id = ANY(%s) AND state IN ('prepared', 'committed'))"
+                ).format(b=self._t("bundles"), t=self._t("txns")),
+                (batch.app_id, batch.batch_id, ids),
+            ).fetchone()
+        assert row is not None
+        if row[0]:
+            return CommitStatus.COMMITTED
+        alive = prepared | set(row[1])
+        return CommitStatus.PREPARED if all(i in alive for i in ids) else CommitStatus.ABORTED
+
+    def recover(self, app_id: str) -> list[Committable]:
+        """Every prepared, uncommitted committable of ``app_id``: prepared gids and staged-but-unmoved work."""
+        prefix = gid_prefix(self.config.control_schema, app_id)
+        with self._errors("recover"):
+            ctl = self._ctl()
+            gids = [
+                r[0]
+                for r in ctl.execute(
+                    "SELECT gid::text FROM pg_prepared_xacts WHERE database = current_database() "
+                    "AND left(gid, %s) = %s",
+                    (len(prefix), prefix),
+                )
+            ]
+            rows = ctl.execute(
+                sql.SQL(
+                    "SELECT id, batch_id, epoch, participant, rows, state FROM {} "
+                    "WHERE app_id = %s AND (state = 'prepared' OR id = ANY(%s))"
+                ).format(self._t("txns")),
+                (app_id, gids),
+            ).fetchall()
+        found: dict[str, Committable] = {}
+        for txn_id, batch_id, epoch, participant, n, state in rows:
+            if state == "prepared":
+                found[txn_id] = Committable(BatchRef(app_id, batch_id), epoch, participant, id=txn_id, rows=n)
+        known = {r[0] for r in rows}
+        for gid in gids:
+            parsed = parse_gid(gid)
+            if gid not in known and parsed is not None:
+                batch_id, epoch, participant = parsed
+                found[gid] = Committable(BatchRef(app_id, batch_id), epoch, participant, id=gid)
+        return sorted(found.values(), key=lambda c: (c.batch.batch_id, c.id))
+
+
+def _open_connection(config: PostgresConfig, autocommit: bool) -> Conn:
+    conn: Conn = psycopg.connect(config.conninfo, autocommit=autocommit, **config.connect_kwargs())
+    return conn
+
+
+def _max_prepared(conn: Conn) -> int:
+    row = conn.execute("SELECT current_setting('max_prepared_transactions')::int").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _prepared_disabled(where: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"PostgreSQL has max_prepared_transactions = 0 ({where}): PREPARE TRANSACTION is disabled, which the "
+        "transactional strategies (2pc, txid-check) need.",
+        "Set max_prepared_transactions in postgresql.conf to at least the number of concurrently writing tasks "
+        "(e.g. 2 x the executors' cores) and restart the server; or use the idempotent strategy.",
+    )
