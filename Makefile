@@ -15,7 +15,7 @@ EOSINK := $(VENV)/bin/eosink
 # Runs a test command between `services up` + `services check` and `services down`, whatever its result.
 WITH_SERVICES = $(EOSINK) services up && $(EOSINK) services check && $(1); rc=$$?; $(EOSINK) services down; exit $$rc
 
-.PHONY: help venv java tools lint unit package docs contracts spark services services-up services-check services-down \
+.PHONY: help venv java tools lint unit package docs contracts postgres15 spark services services-up services-check services-down \
 	services-status test test-full demo clean
 
 help:
@@ -28,7 +28,7 @@ help:
 	@echo "make docs       mkdocs build --strict into build/site"
 	@echo "make spark      the quick real-Spark kill-and-restart tests"
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
-	@echo "make services   the harness's own tests (starts and stops the servers)"
+	@echo "make services   the harness's own tests and the connectors' tests against real servers (starts and stops them)"
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
 
 venv: $(STAMP)
@@ -68,6 +68,13 @@ contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5
 	$(PY) tests/template/check_template.py
 
+# The PostgreSQL connector against Debian's PostgreSQL 15 (compatibility; part of test-full).
+PG15_BINDIR ?= /usr/lib/postgresql/15/bin
+postgres15: venv
+	@test -x $(PG15_BINDIR)/postgres || { echo "PostgreSQL 15 not found in $(PG15_BINDIR): apt-get install postgresql-15, or set PG15_BINDIR" >&2; exit 1; }
+	@export EOSINK_CACHE=$(CURDIR)/.cache/pg15 EOSINK_POSTGRES_BINDIR=$(PG15_BINDIR); \
+	$(EOSINK) services up postgres && $(PYTEST) tests/connectors/postgres -q; rc=$$?; $(EOSINK) services down postgres; exit $$rc
+
 services-up: venv tools
 	$(EOSINK) services up
 
@@ -81,13 +88,13 @@ services-status: venv
 	$(EOSINK) services status
 
 services: venv tools
-	@$(call WITH_SERVICES,$(PYTEST) tests/services -q --durations=5)
+	@$(call WITH_SERVICES,$(PYTEST) tests/services tests/connectors -q --durations=5)
 
 test: lint unit package docs contracts services spark
 	@echo "make test: all green"
 
-test-full: venv tools lint unit package docs contracts
-	@$(call WITH_SERVICES,$(PYTEST) tests/services -q --durations=5)
+test-full: venv tools lint unit package docs contracts postgres15
+	@$(call WITH_SERVICES,$(PYTEST) tests/services tests/connectors -q --durations=5)
 	$(PYTEST) tests/spark -q --durations=20
 	EOSINK_TEST_MASTER="local-cluster[2,1,1024]" $(PYTEST) tests/spark -q -m "not full" --durations=10
 
