@@ -105,7 +105,10 @@ class TaskRef:
     ``attempt`` is unique per task attempt (never derived from the partition id alone:
     Spark may re-partition a replay). ``upsert_keys`` asks the sink to upsert by these
     columns instead of appending; ``transactional=False`` lets ``pre_commit`` make the
-    data visible at once (the idempotent strategy).
+    data visible at once (the idempotent strategy). ``strategy`` names the strategy
+    (``2pc``, ``txid-check``, ``idempotent``, or empty when unknown): a sink may keep work
+    durable and invisible more cheaply when it knows the commit follows inline (txid-check)
+    instead of after Spark's commit log, e.g. without a prepared transaction.
     """
 
     batch: BatchRef
@@ -114,6 +117,7 @@ class TaskRef:
     attempt: str
     upsert_keys: tuple[str, ...] | None = None
     transactional: bool = True
+    strategy: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -123,6 +127,7 @@ class TaskRef:
             "attempt": self.attempt,
             "upsert_keys": list(self.upsert_keys) if self.upsert_keys is not None else None,
             "transactional": self.transactional,
+            "strategy": self.strategy,
         }
 
     @classmethod
@@ -135,6 +140,7 @@ class TaskRef:
             str(data["attempt"]),
             tuple(keys) if keys is not None else None,
             bool(data.get("transactional", True)),
+            str(data.get("strategy", "")),
         )
 
 

@@ -34,10 +34,19 @@ class WritePlan:
     transactional: bool
     generate_keys: bool
     time_ms: int
+    strategy: str = ""
 
     def task(self, participant: int) -> TaskRef:
         """A task reference for one attempt of one participant (a fresh, unique attempt id)."""
-        return TaskRef(self.batch, self.epoch, participant, uuid.uuid4().hex[:16], self.upsert_keys, self.transactional)
+        return TaskRef(
+            self.batch,
+            self.epoch,
+            participant,
+            uuid.uuid4().hex[:16],
+            self.upsert_keys,
+            self.transactional,
+            self.strategy,
+        )
 
 
 def run_participant(plan: WritePlan, participant: int, batches: Iterable[pa.RecordBatch]) -> Committable | None:

@@ -10,11 +10,19 @@ Tables (all in ``PostgresConfig.control_schema``, default ``eosink``)::
     bundles   (app_id, batch_id PK, bundle)  the batch markers, inserted with the batch's rows
     s_<hash>  (eosink$txn, eosink$seq, <the target's columns>)
                                              staging: one table per target table shape
+    maintenance (task PK, last_run)          (v2) when the cleanup last ran, claimed by one writer
 
 The DDL is idempotent and runs under a transaction-scoped advisory lock, only when the
 ``version`` table is missing: ``CREATE ... IF NOT EXISTS`` is *not* run on every start, because
 ``CREATE INDEX IF NOT EXISTS`` locks its table before noticing the index exists, and a
 left-over prepared transaction holding a lock on that table would block it forever.
+
+Upgrades: the ``version`` row says which :data:`MIGRATIONS` ran. A newer eosink applies the
+missing ones, in order, in one transaction under the same advisory lock (with a lock timeout:
+it fails clearly rather than waiting behind a stuck lock). Migrations only *add* objects and
+never touch ``txns``, staging tables or ``bundles`` rows, which in-doubt prepared transactions
+may hold locks on: upgrading with work in doubt is safe, and recovery after it resolves that
+work as before. An older eosink refuses a newer schema.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ __all__ = [
     "short_hash",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 TXN_COLUMN = "eosink$txn"
 """Staging column: the committable (gid) a staged row belongs to."""
 SEQ_COLUMN = "eosink$seq"
@@ -130,25 +138,42 @@ def _ddl(schema: str) -> list[sql.Composed]:
     return [sql.SQL(stmt).format(s=s) for stmt in statements]
 
 
-def ensure_control_schema(conn: Connection[tuple[object, ...]], schema: str) -> None:
-    """Create (or check) the control schema. ``conn`` is in autocommit mode."""
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: ("CREATE TABLE IF NOT EXISTS {s}.maintenance (task text PRIMARY KEY, last_run timestamptz NOT NULL)",),
+}
+"""Version -> the statements that upgrade the previous version to it (additive only; see above)."""
+
+
+def ensure_control_schema(conn: Connection[tuple[object, ...]], schema: str, *, version: int = SCHEMA_VERSION) -> None:
+    """Create, upgrade (to ``version``) or check the control schema. ``conn`` is in autocommit mode."""
     s = sql.Identifier(schema)
-    row = conn.execute("SELECT to_regclass(format('%%I.version', %s::text)) IS NOT NULL", (schema,)).fetchone()
-    if not (row and row[0]):
+    found = _version(conn, schema)
+    if found is None or found < version:
         with conn.transaction():
+            conn.execute("SET LOCAL lock_timeout = '30s'")
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("control", schema),))
-            for statement in _ddl(schema):
-                conn.execute(statement)
-            conn.execute(
-                sql.SQL(
-                    "INSERT INTO {s}.version (version) SELECT %s WHERE NOT EXISTS (SELECT 1 FROM {s}.version)"
-                ).format(s=s),
-                (SCHEMA_VERSION,),
-            )
-    version = conn.execute(sql.SQL("SELECT max(version) FROM {}.version").format(s)).fetchone()
-    found = version[0] if version else None
-    if found != SCHEMA_VERSION:
+            found = _version(conn, schema)
+            if found is None:
+                for statement in _ddl(schema):
+                    conn.execute(statement)
+                conn.execute(sql.SQL("INSERT INTO {}.version (version) VALUES (1)").format(s))
+                found = 1
+            for step in range(found + 1, version + 1):
+                for text in MIGRATIONS[step]:
+                    conn.execute(sql.SQL(text).format(s=s))
+            if found < version:
+                conn.execute(sql.SQL("UPDATE {}.version SET version = %s").format(s), (version,))
+            found = max(found, version)
+    if found != version:
         raise ConfigurationError(
-            f"The control schema {schema!r} has version {found}, but this eosink uses version {SCHEMA_VERSION}.",
+            f"The control schema {schema!r} has version {found}, newer than this eosink's {version}.",
             "Upgrade eosink on every driver and executor, or point control_schema at another schema.",
         )
+
+
+def _version(conn: Connection[tuple[object, ...]], schema: str) -> int | None:
+    row = conn.execute("SELECT to_regclass(format('%%I.version', %s::text)) IS NOT NULL", (schema,)).fetchone()
+    if not (row and row[0]):
+        return None
+    found = conn.execute(sql.SQL("SELECT max(version) FROM {}.version").format(sql.Identifier(schema))).fetchone()
+    return int(str(found[0])) if found and found[0] is not None else None

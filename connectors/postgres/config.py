@@ -105,6 +105,9 @@ class PostgresConfig:
     * ``commit_mode``: ``"atomic"``: participants stage their rows and ``PREPARE``; the batch
       becomes visible in one transaction with its bundle.
     * ``connect_timeout_s``, ``statement_timeout_s`` (None: the server's), ``lock_timeout_s``.
+    * ``retention_s``: finished bookkeeping (txns rows, bundles but the newest per app_id) older
+      than this is deleted by the cleanup, which runs at most every ``cleanup_interval_s`` across
+      all writers of the control schema (None: only when ``PostgresSink.cleanup()`` is called).
     """
 
     conninfo: str
@@ -118,6 +121,8 @@ class PostgresConfig:
     statement_timeout_s: float | None = None
     lock_timeout_s: float | None = None
     application_name: str = "eosink"
+    retention_s: float = 7 * 86400.0
+    cleanup_interval_s: float | None = 3600.0
     target: TableName = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -157,6 +162,10 @@ class PostgresConfig:
         set_(self, "target", parse_table_name(self.table))
         if self.connect_timeout_s <= 0:
             raise ConfigurationError("connect_timeout_s must be positive.", "Pass e.g. connect_timeout_s=10.")
+        if self.retention_s < 0:
+            raise ConfigurationError("retention_s must not be negative.", "Pass e.g. retention_s=7 * 86400.")
+        if self.cleanup_interval_s is not None and self.cleanup_interval_s <= 0:
+            raise ConfigurationError("cleanup_interval_s must be positive.", "Pass e.g. 3600, or None to disable.")
 
     # -- connecting ------------------------------------------------------------------------
 

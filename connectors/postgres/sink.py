@@ -65,6 +65,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ import pyarrow as pa
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from eosink.connectors.postgres._cleanup import CleanupReport, claim_cleanup, run_cleanup
 from eosink.connectors.postgres._control import (
     SEQ_COLUMN,
     TXN_COLUMN,
@@ -89,6 +91,7 @@ from eosink.connectors.postgres._copy import copy_batch
 from eosink.connectors.postgres._pool import Conn, Connections
 from eosink.connectors.postgres._schema import Target, check_batch, create_table_sql, reflect
 from eosink.connectors.postgres.config import PostgresConfig
+from eosink.connectors.postgres.metrics import MetricsSnapshot, PostgresMetrics
 from eosink.contract import BatchRef, Bundle, Capabilities, CommitStatus, Committable, Sink, TaskRef
 from eosink.errors import (
     AmbiguousCommitError,
@@ -119,6 +122,13 @@ class _Txn:
     staging: str | None = None
     columns: tuple[str, ...] = ()
     rows: int = 0
+    bytes: int = 0
+
+    @property
+    def prepares(self) -> bool:
+        """Kept by PREPARE TRANSACTION (2pc: the commit may come from another process, much later);
+        else staged and committed at once (txid-check commits inline; idempotent upserts now)."""
+        return self.task.transactional and self.task.strategy != "txid-check"
 
 
 class PostgresSink(Sink[_Txn]):
@@ -152,6 +162,9 @@ class PostgresSink(Sink[_Txn]):
         self._ready = False
         self._staged: set[str] = set()
         self._prepare_checked = False
+        self._in_flight: dict[BatchRef, str] = {}  # batch -> xid of a COMMIT whose reply was lost
+        self._next_cleanup = 0.0
+        self.metrics = PostgresMetrics()
 
     def __repr__(self) -> str:
         return f"PostgresSink({self.config!r})"
@@ -205,6 +218,9 @@ class PostgresSink(Sink[_Txn]):
                 "Retry later; if it persists, raise max_prepared_transactions, and let recovery resolve in-doubt "
                 f"work (prepared gids starting with {self.gid_prefix!r} in pg_prepared_xacts).",
             )
+        pooled = _pgbouncer_problem(str(exc))
+        if pooled is not None:
+            return ConfigurationError(f"{where}: {detail}. {pooled[0]}", pooled[1])
         if isinstance(exc, psycopg.DataError | psycopg.IntegrityError):
             return BadRecordError(f"{where}: a row was refused: {detail}.", "Fix or filter the offending rows.")
         if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
@@ -214,15 +230,73 @@ class PostgresSink(Sink[_Txn]):
         return EosinkError(f"{where} failed: {detail}.", "See the PostgreSQL error above.")
 
     def setup(self, app_id: str) -> None:
-        """Create the control schema (also done lazily by every process's first call)."""
+        """Check the server and create (or upgrade) the control schema; clean up if it is due."""
         with self._errors("setup"):
             conn = self._ctl()
+            version = conn.info.server_version
+            if version < 130000:
+                raise ConfigurationError(
+                    f"PostgreSQL {version // 10000} is too old for eosink: pg_current_xact_id() and pg_xact_status() "
+                    "need PostgreSQL 13 or newer.",
+                    "Upgrade the server to PostgreSQL 13+.",
+                )
             if _max_prepared(conn) == 0:
                 log.warning("eosink: %s", _prepared_disabled(self.config.target[1]).problem)
+        self._maybe_cleanup(force=True)
 
     def close(self) -> None:
         """Close this process's connections; the next call opens new ones."""
         self._conns.close_all()
+
+    # -- metrics and housekeeping -----------------------------------------------------------------
+
+    def metrics_for(self, app_id: str) -> MetricsSnapshot:
+        """This process's figures for ``app_id`` plus the server's count and oldest age of its in-doubt work."""
+        prefix = gid_prefix(self.config.control_schema, app_id)
+        with self._errors("metrics"):
+            row = (
+                self._ctl()
+                .execute(
+                    sql.SQL(
+                        "WITH w AS ("
+                        " SELECT prepared AS since FROM pg_prepared_xacts"
+                        " WHERE database = current_database() AND left(gid, %(n)s) = %(p)s"
+                        " UNION ALL SELECT created_at FROM {t} WHERE app_id = %(app)s AND state = 'prepared')"
+                        " SELECT count(*), extract(epoch FROM now() - min(since))::float8 FROM w"
+                    ).format(t=self._t("txns")),
+                    {"n": len(prefix), "p": prefix, "app": app_id},
+                )
+                .fetchone()
+            )
+        count, oldest = (int(row[0]), row[1]) if row else (0, None)
+        return self.metrics.snapshot(app_id, count, None if oldest is None else round(float(oldest), 3))
+
+    def cleanup(self, retention_s: float | None = None) -> CleanupReport:
+        """Delete bookkeeping older than ``retention_s`` (default: the configured retention) now.
+
+        Finished txns rows and all but the newest bundle of each app_id go; staged rows that no
+        live committable owns go too. In-doubt work is never touched.
+        """
+        with self._errors("cleanup"):
+            report = run_cleanup(
+                self._ctl(), self.config.control_schema, self.config.retention_s if retention_s is None else retention_s
+            )
+        log.info("eosink: cleanup of %r: %s", self.config.control_schema, report)
+        return report
+
+    def _maybe_cleanup(self, force: bool = False) -> None:
+        """Run the cleanup when its interval has passed, here and (claimed in the database) everywhere."""
+        interval = self.config.cleanup_interval_s
+        now = time.monotonic()
+        if interval is None or (now < self._next_cleanup and not force):
+            return
+        self._next_cleanup = now + interval
+        try:
+            with self._errors("cleanup"):
+                if claim_cleanup(self._ctl(), self.config.control_schema, interval):
+                    self.cleanup()
+        except EosinkError as exc:  # housekeeping never fails a batch
+            log.warning("eosink: cleanup skipped: %s", exc.problem)
 
     def _t(self, name: str) -> sql.Identifier:
         return sql.Identifier(self.config.control_schema, name)
@@ -274,7 +348,7 @@ class PostgresSink(Sink[_Txn]):
         try:
             with self._errors("begin"):
                 ctl = self._ctl()
-                if task.transactional and not self._prepare_checked:
+                if task.transactional and task.strategy != "txid-check" and not self._prepare_checked:
                     if _max_prepared(ctl) == 0:
                         raise _prepared_disabled(self.config.target[1])
                     self._prepare_checked = True
@@ -436,9 +510,12 @@ class PostgresSink(Sink[_Txn]):
         try:
             with self._errors(f"pre_commit of {txn.id}"):
                 self._fenced(task.batch.app_id, task.epoch, self._epoch(conn, task.batch.app_id), "pre_commit")
-                if task.transactional:
+                if txn.prepares:
                     conn.execute(*self._txn_row(txn, "prepared"))
-                    conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(txn.id)))
+                    self._prepare_transaction(conn, txn)
+                elif task.transactional:  # staged, durable, invisible: the inline commit moves it
+                    conn.execute(*self._txn_row(txn, "prepared"))
+                    conn.commit()
                 else:
                     if txn.staging is not None and txn.target is not None:
                         self._move(conn, txn.id, txn.staging, txn.target.ident, txn.columns, txn.keys)
@@ -449,7 +526,42 @@ class PostgresSink(Sink[_Txn]):
             raise
         txn.conn = None
         self._conns.give_back(conn)
-        return Committable(task.batch, task.epoch, task.participant, id=txn.id, rows=txn.rows)
+        return Committable(
+            task.batch, task.epoch, task.participant, id=txn.id, rows=txn.rows, payload={"bytes": txn.bytes}
+        )
+
+    def _prepare_transaction(self, conn: Conn, txn: _Txn) -> None:
+        """PREPARE TRANSACTION; a full slot table becomes an error naming the setting and the number needed."""
+        try:
+            conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(txn.id)))
+        except psycopg.errors.OutOfMemory as exc:  # 53200: "maximum number of prepared transactions reached"
+            if "prepared transactions" not in str(exc):
+                raise
+            conn.rollback()
+            raise self._too_few_slots(txn) from None
+
+    def _too_few_slots(self, txn: _Txn) -> ConfigurationError:
+        app = txn.task.batch.app_id
+        prefix = gid_prefix(self.config.control_schema, app)
+        row = (
+            self._ctl()
+            .execute(
+                "SELECT current_setting('max_prepared_transactions')::int, count(*), "
+                "count(*) FILTER (WHERE left(gid, %s) = %s) FROM pg_prepared_xacts",
+                (len(prefix), prefix),
+            )
+            .fetchone()
+        )
+        limit, total, mine = (int(v) for v in row) if row else (0, 0, 0)
+        needed = max(total + 1, 2 * (txn.task.participant + 1), mine + txn.task.participant + 1)
+        return ConfigurationError(
+            f"PostgreSQL's max_prepared_transactions = {limit} is too few: {total} prepared transactions exist "
+            f"({mine} of app_id {app!r}), and participant {txn.task.participant} of batch {txn.task.batch} needs one "
+            "more.",
+            f"Raise max_prepared_transactions to at least {needed} (2 x the partitions of a batch, plus other "
+            "prepared work) and restart the server; or resolve in-doubt work (eosink status / eosink recover); or "
+            "use the txid-check strategy, which needs no prepared transactions.",
+        )
 
     def _move(
         self, conn: Conn, txn_id: str, staging: str, target: sql.Identifier, columns: Sequence[str], keys: Sequence[str]
@@ -482,6 +594,7 @@ class PostgresSink(Sink[_Txn]):
     def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
         """COMMIT PREPARED each gid, then one transaction moves the batch and writes its bundle."""
         app, ids = batch.app_id, [c.id for c in committables]
+        started = time.monotonic()
         with self._errors(f"commit of batch {batch}"):
             ctl = self._ctl()
             row = ctl.execute(
@@ -501,22 +614,26 @@ class PostgresSink(Sink[_Txn]):
                 with suppress(psycopg.errors.UndefinedObject):  # resolved meanwhile: step 3 tells how
                     ctl.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
             self._commit_batch(ctl, batch, committables, bundle)
+        self._in_flight.pop(batch, None)
+        self.metrics.committed(batch, committables, time.monotonic() - started)
+        self._maybe_cleanup()
         return None
 
     def _commit_batch(self, ctl: Conn, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
         app, ids = batch.app_id, [c.id for c in committables]
-        sent = False
+        sent, xid = False, ""
         try:
             with ctl.transaction():
                 row = ctl.execute(
                     sql.SQL(
                         "INSERT INTO {} AS e (app_id, epoch) VALUES (%s, 0) "
-                        "ON CONFLICT (app_id) DO UPDATE SET epoch = e.epoch RETURNING epoch"
+                        "ON CONFLICT (app_id) DO UPDATE SET epoch = e.epoch RETURNING epoch, pg_current_xact_id()::text"
                     ).format(self._t("epochs")),
                     (app,),
                 ).fetchone()
                 assert row is not None
                 self._fenced(app, bundle.epoch, int(row[0]), "commit")
+                xid = str(row[1])  # asked with pg_xact_status() if the COMMIT's reply is lost
                 found = ctl.execute(
                     sql.SQL("SELECT bundle FROM {} WHERE app_id = %s AND batch_id = %s").format(self._t("bundles")),
                     (app, batch.batch_id),
@@ -556,9 +673,13 @@ class PostgresSink(Sink[_Txn]):
         except psycopg.Error as exc:
             if sent and exc.sqlstate is None:  # no answer to COMMIT: it may or may not have happened
                 self._conns.forget_control()
+                self._in_flight[batch] = xid
+                self.metrics.ambiguous(app)
                 raise AmbiguousCommitError(
-                    f"The COMMIT of batch {batch} got no reply ({self.config.scrub(str(exc).strip())}).",
-                    "Ask commit_status (the coordinator does); never assume either outcome.",
+                    f"The COMMIT of batch {batch} (transaction {xid}) got no reply "
+                    f"({self.config.scrub(str(exc).strip())}).",
+                    "Ask commit_status (the coordinator does): it asks the server with pg_xact_status(); never "
+                    "assume either outcome.",
                 ) from None
             raise
 
@@ -649,6 +770,11 @@ class PostgresSink(Sink[_Txn]):
         ids = [c.id for c in committables]
         with self._errors("commit_status"):
             ctl = self._ctl()
+            xid = self._in_flight.get(batch)
+            if xid is not None:
+                known = self._xact_status(ctl, batch, xid)
+                if known is not None:
+                    return known
             prepared = {
                 r[0]
                 for r in ctl.execute(
@@ -667,7 +793,28 @@ class PostgresSink(Sink[_Txn]):
         if row[0]:
             return CommitStatus.COMMITTED
         alive = prepared | set(row[1])
-        return CommitStatus.PREPARED if all(i in alive for i in ids) else CommitStatus.ABORTED
+        status = CommitStatus.PREPARED if all(i in alive for i in ids) else CommitStatus.ABORTED
+        if xid is not None:
+            self.metrics.resolved(batch.app_id, "recommit" if status is CommitStatus.PREPARED else "aborted")
+        return status
+
+    def _xact_status(self, ctl: Conn, batch: BatchRef, xid: str) -> CommitStatus | None:
+        """The fate of the batch's last COMMIT whose reply was lost, from ``pg_xact_status()``.
+
+        ``in progress``: the server has not finished it (IN_PROGRESS, ask again); ``committed``:
+        the batch and its bundle are visible (one transaction); ``aborted`` or unknown (xid too
+        old): None, and the caller decides from the tables.
+        """
+        row = ctl.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+        state = row[0] if row else None
+        log.info("eosink %s: transaction %s of batch %d is %s", batch.app_id, xid, batch.batch_id, state)
+        if state == "in progress":
+            return CommitStatus.IN_PROGRESS
+        del self._in_flight[batch]
+        if state == "committed":
+            self.metrics.resolved(batch.app_id, "committed")
+            return CommitStatus.COMMITTED
+        return None
 
     def recover(self, app_id: str) -> list[Committable]:
         """Every prepared, uncommitted committable of ``app_id``: prepared gids and staged-but-unmoved work."""
@@ -704,7 +851,34 @@ class PostgresSink(Sink[_Txn]):
 
 def _open_connection(config: PostgresConfig, autocommit: bool) -> Conn:
     conn: Conn = psycopg.connect(config.conninfo, autocommit=autocommit, **config.connect_kwargs())
+    # No server-side prepared statements: they break behind PgBouncer's transaction pooling, and the
+    # sink's statements are few and cheap to plan.
+    conn.prepare_threshold = None
     return conn
+
+
+_PGBOUNCER = (
+    (
+        "unsupported startup parameter",
+        "PgBouncer refused a startup parameter the sink sends (options: TimeZone and timeouts).",
+    ),
+    ("statement pooling mode", "PgBouncer in statement pooling mode forbids multi-statement transactions."),
+    ('prepared statement "_pg3_', "A connection pooler (PgBouncer in transaction pooling) lost a prepared statement."),
+)
+
+
+def _pgbouncer_problem(message: str) -> tuple[str, str] | None:
+    """(problem, fix) when ``message`` is a connection pooler's refusal, else None."""
+    for marker, problem in _PGBOUNCER:
+        if marker in message:
+            return (
+                problem,
+                "Connect the sink to PostgreSQL directly or through a session-pooling port; with PgBouncer's "
+                "transaction pooling, add 'ignore_startup_parameters = options' to pgbouncer.ini and use the "
+                "txid-check strategy (it needs no prepared transactions, and pg_xact_status works from any "
+                "backend); statement pooling supports none of eosink's transactional strategies.",
+            )
+    return None
 
 
 def _max_prepared(conn: Conn) -> int:
