@@ -15,9 +15,14 @@ tables are described in :mod:`eosink.connectors.postgres._control`)::
                            row is sent), make sure the staging table ctl.s_<hash> exists; then
                            COPY the rows, tagged with the committable's gid, into staging, in T
     pre_commit(txn)        epoch read again in T (FencedError); INSERT the ctl.txns row (state
-                           'prepared') in T; PREPARE TRANSACTION gid: durable, invisible, owned by
-                           no session. Non-transactional tasks (idempotent strategy) instead
-                           upsert their staged rows into the target and COMMIT: visible now
+                           'prepared') in T; then, by strategy:
+                           2pc: PREPARE TRANSACTION gid: durable, invisible, owned by no session
+                           (the commit may come much later, from another process)
+                           txid-check: COMMIT: the rows are durable and invisible in staging, and
+                           no prepared-transaction slot is needed (max_prepared_transactions = 0
+                           works); the inline commit moves them
+                           idempotent (non-transactional): upsert the staged rows into the target
+                           and COMMIT: visible now
     commit(batch, cs, b)   1. one read: epoch (FencedError), the batch's bundle (present: the
                               same committables -> done; others -> CommitAbortedError), which
                               gids are still prepared
@@ -28,13 +33,17 @@ tables are described in :mod:`eosink.connectors.postgres._control`)::
                               'prepared' or, non-transactional, 'committed'), move the staged rows
                               into the target (append, or upsert by keys: DISTINCT ON the keys,
                               the later row wins), mark them 'committed', INSERT the bundle, COMMIT
-                           A connection lost during that COMMIT is AmbiguousCommitError; any
-                           other connection error TransientError (nothing of step 3 applied;
-                           steps 1-2 are idempotent)
+                           Step 3 captures pg_current_xact_id() first. A connection lost during
+                           its COMMIT is AmbiguousCommitError (the xid is remembered); any other
+                           connection error TransientError (nothing of step 3 applied; steps 1-2
+                           are idempotent)
     abort(cs)              refuses committed work (CommitAbortedError); ROLLBACK PREPARED each gid
                            still prepared; staged rows of already COMMIT PREPARED ones deleted
                            and their txns rows set 'aborted'; unknown ids ignored
-    commit_status(b, cs)   bundle present -> COMMITTED; every committable still prepared (gid in
+    commit_status(b, cs)   after a lost COMMIT reply: pg_xact_status(xid) on a new connection:
+                           'in progress' -> IN_PROGRESS (ask again), 'committed' -> COMMITTED;
+                           else, and always without a lost reply, from the tables:
+                           bundle present -> COMMITTED; every committable still prepared (gid in
                            pg_prepared_xacts, read first) or 'prepared'/'committed' in txns (read
                            after, in a fresh snapshot) -> PREPARED; otherwise ABORTED
     recover(app_id)        gids in pg_prepared_xacts with this control schema's and app_id's
@@ -87,7 +96,7 @@ from eosink.connectors.postgres._control import (
     parse_gid,
     short_hash,
 )
-from eosink.connectors.postgres._copy import copy_batch
+from eosink.connectors.postgres._copy import copy_rows
 from eosink.connectors.postgres._pool import Conn, Connections
 from eosink.connectors.postgres._schema import Target, check_batch, create_table_sql, reflect
 from eosink.connectors.postgres.config import PostgresConfig
@@ -392,6 +401,7 @@ class PostgresSink(Sink[_Txn]):
         conn = self._open(txn, "be written")
         if data.num_rows == 0:
             return
+        txn.bytes += data.nbytes
         where = f"participant {txn.task.participant} of batch {txn.task.batch}"
         try:
             with self._errors(f"write ({where})"):
@@ -407,9 +417,7 @@ class PostgresSink(Sink[_Txn]):
                 check_batch(target, data, txn.keys, where)
                 columns = [c for name in txn.columns if (c := target.column(name)) is not None]
                 names = sql.SQL(", ").join(sql.Identifier(n) for n in (TXN_COLUMN, SEQ_COLUMN, *txn.columns))
-                statement = sql.SQL("COPY {} ({}) FROM STDIN").format(self._t(txn.staging), names)
-                with conn.cursor().copy(statement) as copy:
-                    txn.rows += copy_batch(copy, txn.id, txn.rows, data, columns)
+                txn.rows += copy_rows(conn, self._t(txn.staging), names, txn.id, txn.rows, data, columns)
         except BaseException:
             self._fail(txn)
             raise

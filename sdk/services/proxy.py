@@ -9,6 +9,8 @@ from the test, at any time, from any thread:
   is cut when the server answers (so the request has taken effect when the client sees the
   connection error: an *ambiguous commit*), or at once with ``wait_for_reply=False`` (the
   outcome may then still be in progress);
+* :meth:`FaultProxy.cut_before_request` — the next matching request never reaches the server:
+  both sides are cut instead (a lost request: the server rolls back what the session had open);
 * :meth:`FaultProxy.delay` — hold every chunk, both ways, for a while;
 * :meth:`FaultProxy.refuse` — stop listening: new connections are refused; open ones are cut;
 * :meth:`FaultProxy.cut_all` — cut every open connection now.
@@ -67,6 +69,7 @@ class FaultProxy:
         self._match: bytes | None = None
         self._cuts_left = 0
         self._wait_for_reply = True
+        self._drop_request = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._delay_s = 0.0
         self._cut_event = threading.Event()
@@ -119,6 +122,13 @@ class FaultProxy:
         """
         with self._lock:
             self._match, self._cuts_left, self._wait_for_reply = match, times, wait_for_reply
+            self._drop_request = False
+        self._cut_event.clear()
+
+    def cut_before_request(self, match: bytes = b"", *, times: int = 1) -> None:
+        """Arm: the next ``times`` client requests containing ``match`` are dropped and both sides cut."""
+        with self._lock:
+            self._match, self._cuts_left, self._drop_request = match, times, True
         self._cut_event.clear()
 
     def delay(self, seconds: float) -> None:
@@ -194,13 +204,13 @@ class FaultProxy:
             client_w.transport.abort()
             server_w.transport.abort()
 
-    def _should_cut(self, chunk: bytes) -> tuple[bool, bool]:
-        """(cut this request?, only when its reply arrives?)"""
+    def _should_cut(self, chunk: bytes) -> tuple[bool, bool, bool]:
+        """(cut this request?, only when its reply arrives?, drop it instead of forwarding?)"""
         with self._lock:
             if self._match is None or self._cuts_left <= 0 or self._match not in chunk:
-                return False, False
+                return False, False, False
             self._cuts_left -= 1
-            return True, self._wait_for_reply
+            return True, self._wait_for_reply, self._drop_request
 
     async def _pause(self) -> None:
         with self._lock:
@@ -214,11 +224,15 @@ class FaultProxy:
                 await self._pause()
                 if conn.cut:
                     return
-                cut, on_reply = self._should_cut(chunk)
+                cut, on_reply, drop = self._should_cut(chunk)
                 if cut:
                     conn.cut = True  # from now on the server's replies are dropped
                     self.stats.cuts += 1
                     self.stats.requests_cut.append(chunk)
+                if drop:
+                    conn.server.transport.abort()
+                    self._cut_client(conn)
+                    return
                 conn.server.write(chunk)
                 await conn.server.drain()
                 self.stats.bytes_to_server += len(chunk)
