@@ -14,8 +14,12 @@ STAMP := $(VENV)/.eosink-installed
 EOSINK := $(VENV)/bin/eosink
 # Runs a test command between `services up` + `services check` and `services down`, whatever its result.
 WITH_SERVICES = $(EOSINK) services up && $(EOSINK) services check && $(1); rc=$$?; $(EOSINK) services down; exit $$rc
+COMMA := ,
+# The same for PostgreSQL alone.
+WITH_POSTGRES = $(EOSINK) services up postgres && $(EOSINK) services check postgres && $(1); rc=$$?; \
+	$(EOSINK) services down postgres; exit $$rc
 
-.PHONY: help venv java tools lint unit package docs contracts postgres15 spark services services-up services-check services-down \
+.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres spark services services-up services-check services-down \
 	services-status test test-full demo clean
 
 help:
@@ -26,7 +30,8 @@ help:
 	@echo "make unit       protocol-level unit tests (no Spark)"
 	@echo "make package    build wheel + sdist, install into a clean venv, import, type-check"
 	@echo "make docs       mkdocs build --strict into build/site"
-	@echo "make spark      the quick real-Spark kill-and-restart tests"
+	@echo "make spark      the quick real-Spark kill-and-restart tests (reference sink and PostgreSQL)"
+	@echo "make test-postgres  the PostgreSQL connector's tests and its Spark pipelines against the harness's server"
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
 	@echo "make services   the harness's own tests and the connectors' tests against real servers (starts and stops them)"
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
@@ -62,7 +67,10 @@ docs: venv
 	$(VENV)/bin/mkdocs build --strict -q -d build/site
 
 spark: venv java
-	$(PYTEST) tests/spark -q -m "not full" --durations=10
+	@$(call WITH_POSTGRES,$(PYTEST) tests/spark -q -m "not full" --durations=10)
+
+test-postgres: venv java
+	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py -q --durations=10)
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5
@@ -95,8 +103,8 @@ test: lint unit package docs contracts services spark
 
 test-full: venv tools lint unit package docs contracts postgres15
 	@$(call WITH_SERVICES,$(PYTEST) tests/services tests/connectors -q --durations=5)
-	$(PYTEST) tests/spark -q --durations=20
-	EOSINK_TEST_MASTER="local-cluster[2,1,1024]" $(PYTEST) tests/spark -q -m "not full" --durations=10
+	@$(call WITH_POSTGRES,$(PYTEST) tests/spark -q --durations=20)
+	@$(call WITH_POSTGRES,EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]" $(PYTEST) tests/spark -q -m "not full" --durations=10)
 
 demo: venv java
 	$(VENV)/bin/eosink demo

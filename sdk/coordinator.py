@@ -34,6 +34,7 @@ from eosink.errors import (
 )
 from eosink.faults import FaultPoint
 from eosink.participant import WritePlan
+from eosink.recovery import Action, BatchPlan, RecoveryPlan, plan_recovery
 from eosink.strategies import Strategy
 
 __all__ = ["BatchInput", "CommitPolicy", "Coordinator", "Stats"]
@@ -110,6 +111,8 @@ class Coordinator:
         self._started = False
         self._fenced: FencedError | None = None
         self._error: BaseException | None = None
+        self.last_recovery: RecoveryPlan | None = None
+        """What the last ``recover`` decided (also what ``eosink recover --dry-run`` prints)."""
 
     # -- start: fence, then recover ------------------------------------------------------------
 
@@ -144,50 +147,45 @@ class Coordinator:
             self._error = None
             self._pending.clear()
 
-    def recover(self) -> None:
-        """Roll forward the in-doubt batches the strategy must keep, abort the rest."""
-        in_doubt: dict[int, list[Committable]] = {}
-        if self.sink.capabilities.supports_recover:
-            for c in self.sink.recover(self.app_id):
-                in_doubt.setdefault(c.batch.batch_id, []).append(c)
-        last = self.sink.fetch_last_bundle(self.app_id)
-        batches = sorted(set(in_doubt) | set(self.checkpoint.manifest_batches(self.app_id)))
-        for n, batch_id in enumerate(batches):
-            self._recover_batch(batch_id, in_doubt.get(batch_id, []), last)
-            if n == 0:
-                faults.hit(FaultPoint.F9, batch_id)
+    def recover(self) -> RecoveryPlan:
+        """Roll forward the in-doubt batches the strategy must keep, abort the rest; returns the plan executed.
 
-    def _recover_batch(self, batch_id: int, in_doubt: list[Committable], last: Bundle | None) -> None:
-        batch = BatchRef(self.app_id, batch_id)
-        manifest = self.checkpoint.read_manifest(self.app_id, batch_id)
-        done = last is not None and last.batch.batch_id >= batch_id
-        keep: set[str] = set()
-        candidates = {c.id: c for c in in_doubt}
-        if manifest is not None and not done:
-            committables = [Committable.from_json(c) for c in manifest["committables"]]
-            bundle = Bundle.from_json(manifest["bundle"])
-            candidates.update({c.id: c for c in committables})  # sinks that cannot list in-doubt work
-            spark_committed = self.checkpoint.is_committed(batch_id)
-            if self.strategy.rolls_forward(spark_committed):
-                log.warning("eosink %s: rolling forward in-doubt batch %d", self.app_id, batch_id)
-                try:
-                    self._commit(batch, committables, replace(bundle, epoch=self._epoch()))
-                    self.stats.recovered_forward += 1
-                    keep = {c.id for c in committables}
-                except CommitAbortedError:
-                    if spark_committed:  # Spark will never replay it: this is loss, say so loudly
-                        raise
-                    log.warning(
-                        "eosink %s: in-doubt batch %d lost its prepared work; Spark replays it", self.app_id, batch_id
-                    )
-                    self.stats.recovered_aborted += 1
-            else:
-                log.warning("eosink %s: aborting in-doubt batch %d (Spark will replay it)", self.app_id, batch_id)
+        The decisions come from :func:`eosink.recovery.plan_recovery` (what ``eosink recover
+        --dry-run`` prints); the plan is also kept as ``last_recovery``.
+        """
+        plan = plan_recovery(self.sink, self.app_id, self.strategy, self.checkpoint)
+        self.last_recovery = plan
+        for n, batch_plan in enumerate(plan.batches):
+            self._recover_batch(batch_plan)
+            if n == 0:
+                faults.hit(FaultPoint.F9, batch_plan.batch_id)
+        return plan
+
+    def _recover_batch(self, plan: BatchPlan) -> None:
+        batch_id = plan.batch_id
+        abort = list(plan.abort)
+        if plan.action is Action.ROLL_FORWARD:
+            assert plan.bundle is not None
+            log.warning("eosink %s: rolling forward in-doubt batch %d", self.app_id, batch_id)
+            try:
+                self._commit(
+                    BatchRef(self.app_id, batch_id), list(plan.commit), replace(plan.bundle, epoch=self._epoch())
+                )
+                self.stats.recovered_forward += 1
+            except CommitAbortedError:
+                if plan.spark_committed:  # Spark will never replay it: this is loss, say so loudly
+                    raise
+                log.warning(
+                    "eosink %s: in-doubt batch %d lost its prepared work; Spark replays it", self.app_id, batch_id
+                )
                 self.stats.recovered_aborted += 1
-        leftovers = [c for cid, c in candidates.items() if cid not in keep]
-        if leftovers:
-            self.sink.abort(leftovers)
-            self.stats.orphans_aborted += len(leftovers)
+                abort = list(plan.candidates)
+        elif plan.action is Action.ABORT:
+            log.warning("eosink %s: aborting in-doubt batch %d (Spark will replay it)", self.app_id, batch_id)
+            self.stats.recovered_aborted += 1
+        if abort:
+            self.sink.abort(abort)
+            self.stats.orphans_aborted += len(abort)
         self.checkpoint.delete_manifest(self.app_id, batch_id)
 
     # -- one batch -------------------------------------------------------------------------------
@@ -231,6 +229,7 @@ class Coordinator:
             transactional=self.strategy.transactional,
             generate_keys=self.strategy.generates_keys(),
             time_ms=self.checkpoint.batch_timestamp_ms(batch_id) or batch_id,
+            strategy=self.strategy.name,
         )
         try:
             committables = sorted(data.write(plan), key=lambda c: c.id)

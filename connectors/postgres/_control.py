@@ -9,7 +9,11 @@ Tables (all in ``PostgresConfig.control_schema``, default ``eosink``)::
                                              ran; state 'prepared' -> 'committed' | 'aborted'
     bundles   (app_id, batch_id PK, bundle)  the batch markers, inserted with the batch's rows
     s_<hash>  (eosink$txn, eosink$seq, <the target's columns>)
-                                             staging: one table per target table shape
+                                             staging template: one per target table shape, empty
+                                             (version 1 staged every committable's rows here)
+    t_<hash>  (LIKE s_<hash>)                a committable's own staging table, created in its
+                                             transaction (so invisible until prepared work
+                                             commits), dropped by the move or the abort
     maintenance (task PK, last_run)          (v2) when the cleanup last ran, claimed by one writer
 
 The DDL is idempotent and runs under a transaction-scoped advisory lock, only when the
@@ -35,6 +39,7 @@ from psycopg import Connection, sql
 from eosink.errors import ConfigurationError
 
 __all__ = [
+    "OWN_STAGING",
     "SCHEMA_VERSION",
     "SEQ_COLUMN",
     "TXN_COLUMN",
@@ -49,6 +54,8 @@ __all__ = [
 SCHEMA_VERSION = 2
 TXN_COLUMN = "eosink$txn"
 """Staging column: the committable (gid) a staged row belongs to."""
+OWN_STAGING = "t_"
+"""Prefix of a committable's own staging table: ``t_<hash of its gid>``, a copy of the ``s_`` template."""
 SEQ_COLUMN = "eosink$seq"
 """Staging column: the row's ordinal within its committable (the later row of a key wins an upsert)."""
 
@@ -154,8 +161,10 @@ def ensure_control_schema(conn: Connection[tuple[object, ...]], schema: str, *, 
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("control", schema),))
             found = _version(conn, schema)
             if found is None:
-                for statement in _ddl(schema):
-                    conn.execute(statement)
+                exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+                for n, statement in enumerate(_ddl(schema)):
+                    if n or exists is None:  # CREATE SCHEMA needs CREATE on the database, even IF NOT EXISTS
+                        conn.execute(statement)
                 conn.execute(sql.SQL("INSERT INTO {}.version (version) VALUES (1)").format(s))
                 found = 1
             for step in range(found + 1, version + 1):

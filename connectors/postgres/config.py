@@ -88,13 +88,114 @@ def _check_identifier(name: str, what: str) -> None:
         )
 
 
+def _libpq_conninfo(conninfo: object) -> str:
+    """``conninfo`` as libpq reads it: a libpq URL or keyword string as given (stripped); an SQLAlchemy URL
+    (``"postgresql+psycopg://..."``, a ``sqlalchemy.engine.URL``, or an ``Engine``'s) as a libpq URL.
+
+    SQLAlchemy decodes the URL (a password keeps every special character) and each part is
+    percent-encoded again for libpq; query options (``sslmode=...``) pass through, and SQLAlchemy's
+    ``?host=h1:5432&host=h2:5433`` becomes libpq's ``h1:5432,h2:5433``. Error messages never quote the
+    value: it may hold a password.
+    """
+    if isinstance(conninfo, str) and not _DRIVER_SCHEME.match(conninfo.strip()):
+        return conninfo.strip()
+    url = _sqlalchemy_url(conninfo)
+    options: dict[str, str] = {}
+    for key, value in url.query.items():
+        if key in ("host", "port"):
+            continue
+        if not isinstance(value, str):
+            raise ConfigurationError(f"The SQLAlchemy URL gives option {key!r} more than once.", "Give it once.")
+        options[key] = value
+    userinfo = "" if url.username is None else quote(url.username, safe="")
+    if url.password is not None:
+        userinfo += ":" + quote(url.password, safe="")
+    hosts = ",".join(
+        ("" if not host else f"[{host}]" if ":" in host else quote(host, safe="")) + (f":{port}" if port else "")
+        for host, port in _url_hosts(url)
+    )
+    text = f"postgresql://{userinfo}{'@' if userinfo else ''}{hosts}"
+    if url.database is not None:
+        text += "/" + quote(url.database, safe="")
+    if options:
+        text += "?" + "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in options.items())
+    return text
+
+
+def _sqlalchemy_url(conninfo: object) -> Any:
+    """``conninfo`` as a ``sqlalchemy.engine.URL`` of a PostgreSQL database, or ConfigurationError."""
+    try:
+        from sqlalchemy.engine import URL, Engine, make_url
+    except ImportError:
+        if isinstance(conninfo, str):
+            raise ConfigurationError(
+                "Reading an SQLAlchemy URL (postgresql+driver://...) needs SQLAlchemy, which is not installed.",
+                "pip install 'eosink[postgres]', or write the URL as postgresql://...",
+            ) from None
+        raise ConfigurationError("PostgresConfig needs a conninfo.", "Pass conninfo='postgresql://...'.") from None
+    url: Any = conninfo
+    engine = getattr(url, "sync_engine", url)  # an AsyncEngine's
+    if isinstance(engine, Engine):
+        url = engine.url
+    elif isinstance(url, str):
+        try:
+            url = make_url(url.strip())
+        except Exception:
+            raise ConfigurationError(  # never chained: the parser's error may quote the password
+                "The conninfo is not a valid SQLAlchemy URL.",
+                "Use postgresql+psycopg://USER:PASSWORD@HOST:PORT/DBNAME (URL-encode special characters).",
+            ) from None
+    if not isinstance(url, URL):
+        raise ConfigurationError(
+            f"PostgresConfig needs a conninfo, not a {type(conninfo).__name__}.",
+            "Pass a libpq URL or keyword string, an SQLAlchemy URL, or an SQLAlchemy Engine.",
+        )
+    backend = url.get_backend_name()
+    if backend not in ("postgresql", "postgres"):
+        raise ConfigurationError(
+            f"The SQLAlchemy URL is for {backend!r}, not PostgreSQL.", "Use postgresql+psycopg://..."
+        )
+    return url
+
+
+def _url_hosts(url: Any) -> list[tuple[str, str]]:
+    """(host, port) pairs, from the URL's netloc or from SQLAlchemy's ``?host=h:p&host=...`` form."""
+    given, port_option = url.query.get("host"), url.query.get("port")
+    port = "" if url.port is None else str(url.port)
+    if not port and port_option is not None:
+        if not isinstance(port_option, str):
+            raise ConfigurationError("The SQLAlchemy URL gives option 'port' more than once.", "Give it once.")
+        port = port_option
+    if given is None:
+        if not (port == "" or port.isdigit()):
+            raise ConfigurationError("The SQLAlchemy URL has a port that is not a number.", "Fix the port.")
+        return [(url.host or "", port)]
+    if url.host:
+        raise ConfigurationError("The SQLAlchemy URL gives a host both before the path and as ?host=.", "Give one.")
+    pairs = []
+    for item in (given,) if isinstance(given, str) else given:
+        if item.startswith("["):  # [IPv6] or [IPv6]:port
+            host, _, rest = item[1:].partition("]")
+            pairs.append((host, rest[1:] if rest.startswith(":") else port))
+        elif item.count(":") == 1 and not item.startswith("/"):  # host:port (a socket directory has no port)
+            host, _, item_port = item.partition(":")
+            pairs.append((host, item_port or port))
+        else:
+            pairs.append((item, port))
+    if not all(p.isdigit() for _, p in pairs if p):
+        raise ConfigurationError("The SQLAlchemy URL has a port that is not a number.", "Fix the port.")
+    return pairs
+
+
 @dataclass(frozen=True, repr=False)
 class PostgresConfig:
     """Configuration of a :class:`~eosink.connectors.postgres.PostgresSink`.
 
     * ``conninfo``: a libpq URL (``postgresql://user:pw@host:5432/db?sslmode=require``), a
-      keyword string (``host=... dbname=...``) or an SQLAlchemy URL (``postgresql+psycopg://...``;
-      the ``+driver`` is dropped). Never shown in ``repr``.
+      keyword string (``host=... dbname=...``), or an SQLAlchemy URL (``postgresql+psycopg://...``,
+      a ``sqlalchemy.engine.URL``, or an ``Engine``), turned into the libpq URL it names (the
+      password decoded and re-encoded, query options kept). Never shown in ``repr``; after
+      construction always the libpq string.
     * ``table``: the target, ``"table"``, ``"schema.table"`` or ``(schema, table)``; see
       :func:`parse_table_name`. Unqualified names resolve through the ``search_path``.
     * ``mode``: ``"append"`` inserts; ``"upsert"`` upserts by ``key_columns`` (a task's own
@@ -102,8 +203,13 @@ class PostgresConfig:
     * ``control_schema``: where the sink keeps its bookkeeping (epochs, txns, bundles, staging).
     * ``create_table``: create the target from the first batch's Arrow schema if it is missing,
       and the unique index an upsert needs if the target lacks it.
-    * ``commit_mode``: ``"atomic"``: participants stage their rows and ``PREPARE``; the batch
-      becomes visible in one transaction with its bundle.
+    * ``commit_mode``: ``"atomic"`` (default): participants stage their rows (2pc: and
+      ``PREPARE``); the batch becomes visible in one transaction with its bundle.
+      ``"per-participant"``: participants write into the target inside a prepared transaction
+      and ``COMMIT PREPARED`` makes each share visible, partition by partition, the bundle last;
+      commits are shorter (no move), but readers may see part of a batch, every strategy then
+      needs prepared transactions, and a key written by two partitions of one batch makes the
+      second wait for the first until ``lock_timeout_s``.
     * ``connect_timeout_s``, ``statement_timeout_s`` (None: the server's), ``lock_timeout_s``.
     * ``retention_s``: finished bookkeeping (txns rows, bundles but the newest per app_id) older
       than this is deleted by the cleanup, which runs at most every ``cleanup_interval_s`` across
@@ -116,7 +222,7 @@ class PostgresConfig:
     key_columns: tuple[str, ...] = ()
     control_schema: str = "eosink"
     create_table: bool = False
-    commit_mode: Literal["atomic"] = "atomic"
+    commit_mode: Literal["atomic", "per-participant"] = "atomic"
     connect_timeout_s: float = 10.0
     statement_timeout_s: float | None = None
     lock_timeout_s: float | None = None
@@ -127,9 +233,9 @@ class PostgresConfig:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        if not isinstance(self.conninfo, str) or not self.conninfo.strip():
+        set_(self, "conninfo", _libpq_conninfo(self.conninfo))
+        if not self.conninfo:
             raise ConfigurationError("PostgresConfig needs a conninfo.", "Pass conninfo='postgresql://...'.")
-        set_(self, "conninfo", _DRIVER_SCHEME.sub(lambda m: f"{m.group(1)}://", self.conninfo.strip(), count=1))
         try:
             from psycopg.conninfo import conninfo_to_dict
 
@@ -146,10 +252,11 @@ class PostgresConfig:
             ) from None
         if self.mode not in ("append", "upsert"):
             raise ConfigurationError(f"Unknown mode {self.mode!r} for PostgresSink.", "Use 'append' or 'upsert'.")
-        if self.commit_mode != "atomic":
+        if self.commit_mode not in ("atomic", "per-participant"):
             raise ConfigurationError(
-                f"commit_mode={self.commit_mode!r} is not supported yet.",
-                "Use commit_mode='atomic' (batch-atomic: staged rows move in one transaction with the bundle).",
+                f"Unknown commit_mode {self.commit_mode!r} for PostgresSink.",
+                "Use 'atomic' (a batch becomes visible at once) or 'per-participant' (faster commits; visible "
+                "partition by partition).",
             )
         raw: Any = self.key_columns
         keys = (raw,) if isinstance(raw, str) else tuple(raw)

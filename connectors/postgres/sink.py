@@ -87,6 +87,7 @@ from psycopg.types.json import Jsonb
 
 from eosink.connectors.postgres._cleanup import CleanupReport, claim_cleanup, run_cleanup
 from eosink.connectors.postgres._control import (
+    OWN_STAGING,
     SEQ_COLUMN,
     TXN_COLUMN,
     advisory_key,
@@ -132,12 +133,10 @@ class _Txn:
     columns: tuple[str, ...] = ()
     rows: int = 0
     bytes: int = 0
-
-    @property
-    def prepares(self) -> bool:
-        """Kept by PREPARE TRANSACTION (2pc: the commit may come from another process, much later);
-        else staged and committed at once (txid-check commits inline; idempotent upserts now)."""
-        return self.task.transactional and self.task.strategy != "txid-check"
+    prepares: bool = True
+    """Kept by PREPARE TRANSACTION (2pc: the commit may come from another process, much later;
+    and every strategy in per-participant mode); else staged and committed at once (txid-check
+    in atomic mode: the inline commit moves it; idempotent: upserted now)."""
 
 
 class PostgresSink(Sink[_Txn]):
@@ -159,7 +158,7 @@ class PostgresSink(Sink[_Txn]):
             supports_prepare=True,
             supports_txid_status=True,
             supports_keys=True,
-            atomic_batch_visibility=True,
+            atomic_batch_visibility=config.commit_mode == "atomic",
             supports_recover=True,
         )
         self._reset()
@@ -214,11 +213,7 @@ class PostgresSink(Sink[_Txn]):
         detail = self.config.scrub(f"{type(exc).__name__}: {str(exc).strip()}")
         where = f"{what} on PostgreSQL ({self.config.target[1]!r})"
         if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-            return ConfigurationError(
-                f"{where} was refused: {detail}.",
-                f"Grant the user the rights it needs on the target table and on schema {self.config.control_schema!r} "
-                "(USAGE, CREATE; SELECT, INSERT, UPDATE, DELETE on its tables).",
-            )
+            return ConfigurationError(f"{where} was refused: {detail}.", self._grants_fix())
         if isinstance(exc, psycopg.errors.ObjectNotInPrerequisiteState) and "prepared" in str(exc):
             return _prepared_disabled(where)
         if exc.sqlstate == "53200" and "prepared transactions" in str(exc):
@@ -234,9 +229,36 @@ class PostgresSink(Sink[_Txn]):
             return BadRecordError(f"{where}: a row was refused: {detail}.", "Fix or filter the offending rows.")
         if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
             return SchemaError(f"{where}: {detail}.", "Check the target table; it changed while the query ran.")
+        refused = _login_problem(exc)
+        if refused is not None:
+            return ConfigurationError(f"{where}: {refused} ({detail}).", _LOGIN_FIX)
         if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
             return TransientError(f"{where} failed: {detail}.", "Retry; check that the server is up and reachable.")
         return EosinkError(f"{where} failed: {detail}.", "See the PostgreSQL error above.")
+
+    def _grants_fix(self) -> str:
+        """The least-privilege grants, as SQL for an administrator (names quoted by psycopg)."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        user = sql.Identifier(str(conninfo_to_dict(self.config.conninfo).get("user") or "the_writer"))
+        schema, table = self.config.target
+        target = sql.Identifier(table) if schema is None else sql.Identifier(schema, table)
+        rights = sql.SQL("SELECT, INSERT, UPDATE" if self.config.mode == "upsert" else "SELECT, INSERT")
+        grants = sql.SQL(
+            "CREATE SCHEMA {ctl} AUTHORIZATION {user}; GRANT {rights} ON {target} TO {user}; "
+            "GRANT USAGE{create} ON SCHEMA {tschema} TO {user}"
+        ).format(
+            ctl=sql.Identifier(self.config.control_schema),
+            user=user,
+            rights=rights,
+            target=target,
+            create=sql.SQL(", CREATE" if self.config.create_table else ""),
+            tschema=sql.Identifier(schema or "public"),
+        )
+        return (
+            f"As an administrator, grant the writer what it needs: {grants.as_string(None)} "
+            "(UPDATE only for upserts, CREATE only with create_table=True; see the connector's docs on grants)."
+        )
 
     def setup(self, app_id: str) -> None:
         """Check the server and create (or upgrade) the control schema; clean up if it is due."""
@@ -357,7 +379,7 @@ class PostgresSink(Sink[_Txn]):
         try:
             with self._errors("begin"):
                 ctl = self._ctl()
-                if task.transactional and task.strategy != "txid-check" and not self._prepare_checked:
+                if self._prepares(task) and not self._prepare_checked:
                     if _max_prepared(ctl) == 0:
                         raise _prepared_disabled(self.config.target[1])
                     self._prepare_checked = True
@@ -381,7 +403,11 @@ class PostgresSink(Sink[_Txn]):
         except BaseException:
             self._conns.give_back(conn)
             raise
-        return _Txn(gid, task, self._keys(task), conn, os.getpid())
+        return _Txn(gid, task, self._keys(task), conn, os.getpid(), prepares=self._prepares(task))
+
+    def _prepares(self, task: TaskRef) -> bool:
+        per_participant = self.config.commit_mode == "per-participant"
+        return task.transactional and (task.strategy != "txid-check" or per_participant)
 
     def _open(self, txn: _Txn, what: str) -> Conn:
         if txn.conn is None or txn.pid != os.getpid():
@@ -416,8 +442,7 @@ class PostgresSink(Sink[_Txn]):
                 assert target is not None and txn.staging is not None
                 check_batch(target, data, txn.keys, where)
                 columns = [c for name in txn.columns if (c := target.column(name)) is not None]
-                names = sql.SQL(", ").join(sql.Identifier(n) for n in (TXN_COLUMN, SEQ_COLUMN, *txn.columns))
-                txn.rows += copy_rows(conn, self._t(txn.staging), names, txn.id, txn.rows, data, columns)
+                txn.rows += copy_rows(conn, self._t(txn.staging), txn.id, txn.rows, data, columns)
         except BaseException:
             self._fail(txn)
             raise
@@ -445,7 +470,9 @@ class PostgresSink(Sink[_Txn]):
                 raise SchemaError(
                     f"Upserting into {target.display} by {list(txn.keys)} needs a unique index on exactly those "
                     "columns.",
-                    f"CREATE UNIQUE INDEX ON {target.display} ({', '.join(txn.keys)}), or set create_table=True.",
+                    f"CREATE UNIQUE INDEX ON {target.display} "
+                    f"({sql.SQL(', ').join(sql.Identifier(k) for k in txn.keys).as_string(None)}), "
+                    "or set create_table=True.",
                 )
             check_batch(target, data, txn.keys, where)  # the key columns exist before indexing them
             index = sql.Identifier(f"eosink_{short_hash(target.display + chr(0) + chr(0).join(txn.keys))}_key")
@@ -464,7 +491,10 @@ class PostgresSink(Sink[_Txn]):
         if staging not in self._staged:
             self._ensure_staging(ctl, target, staging)
             self._staged.add(staging)
-        txn.target, txn.staging, txn.columns = target, staging, tuple(data.schema.names)
+        own = f"{OWN_STAGING}{short_hash(txn.id, 12)}"
+        assert txn.conn is not None
+        txn.conn.execute(sql.SQL("CREATE TABLE {} (LIKE {})").format(self._t(own), self._t(staging)))
+        txn.target, txn.staging, txn.columns = target, own, tuple(data.schema.names)
 
     def _ensure_staging(self, ctl: Conn, target: Target, staging: str) -> None:
         exists = "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NOT NULL"
@@ -518,7 +548,15 @@ class PostgresSink(Sink[_Txn]):
         try:
             with self._errors(f"pre_commit of {txn.id}"):
                 self._fenced(task.batch.app_id, task.epoch, self._epoch(conn, task.batch.app_id), "pre_commit")
-                if txn.prepares:
+                if txn.prepares and self.config.commit_mode == "per-participant":
+                    # rows go into the target now, inside the prepared transaction: COMMIT PREPARED
+                    # makes this participant's share visible; its txns row says so ('committed')
+                    if txn.staging is not None and txn.target is not None:
+                        self._move(conn, txn.id, txn.staging, txn.target.ident, txn.columns, txn.keys)
+                        txn.staging = None
+                    conn.execute(*self._txn_row(txn, "committed"))
+                    self._prepare_transaction(conn, txn)
+                elif txn.prepares:
                     conn.execute(*self._txn_row(txn, "prepared"))
                     self._prepare_transaction(conn, txn)
                 elif task.transactional:  # staged, durable, invisible: the inline commit moves it
@@ -574,13 +612,24 @@ class PostgresSink(Sink[_Txn]):
     def _move(
         self, conn: Conn, txn_id: str, staging: str, target: sql.Identifier, columns: Sequence[str], keys: Sequence[str]
     ) -> None:
-        """Move one committable's staged rows into the target (append, or upsert by ``keys``)."""
+        """Move one committable's staged rows into the target (append, or upsert by ``keys``).
+
+        A committable's own staging table is read whole and dropped (far cheaper than deleting
+        its rows); the shared ``s_`` tables of control-schema version 1 are read by the
+        committable column and the rows deleted, so work left in doubt by older writers commits.
+        """
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
-        moved = sql.SQL("WITH moved AS (DELETE FROM {} WHERE {} = %s RETURNING *) INSERT INTO {} ({}) ").format(
-            self._t(staging), sql.Identifier(TXN_COLUMN), target, cols
-        )
+        own = staging.startswith(OWN_STAGING)
+        if own:
+            moved = sql.SQL("WITH moved AS (SELECT * FROM {}) INSERT INTO {} ({}) ").format(
+                self._t(staging), target, cols
+            )
+        else:
+            moved = sql.SQL("WITH moved AS (DELETE FROM {} WHERE {} = %s RETURNING *) INSERT INTO {} ({}) ").format(
+                self._t(staging), sql.Identifier(TXN_COLUMN), target, cols
+            )
         if not keys:
-            rest = sql.SQL("SELECT {} FROM moved ORDER BY {}").format(cols, sql.Identifier(SEQ_COLUMN))
+            rest = sql.SQL("SELECT {} FROM moved").format(cols)
         else:
             key_list = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
             others = [c for c in columns if c not in keys]
@@ -595,7 +644,9 @@ class PostgresSink(Sink[_Txn]):
             rest = sql.SQL(
                 "SELECT DISTINCT ON ({k}) {c} FROM moved ORDER BY {k}, {s} DESC ON CONFLICT ({k}) {a}"
             ).format(k=key_list, c=cols, s=sql.Identifier(SEQ_COLUMN), a=action)
-        conn.execute(moved + rest, (txn_id,))
+        conn.execute(moved + rest, () if own else (txn_id,))
+        if own:
+            conn.execute(sql.SQL("DROP TABLE {}").format(self._t(staging)))
 
     # -- coordinator side -----------------------------------------------------------------------
 
@@ -731,7 +782,9 @@ class PostgresSink(Sink[_Txn]):
                     (ids,),
                 ).fetchall()
                 for txn_id, staging in staged:
-                    if staging is not None:
+                    if staging is not None and staging.startswith(OWN_STAGING):
+                        ctl.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._t(staging)))
+                    elif staging is not None:
                         ctl.execute(
                             sql.SQL("DELETE FROM {} WHERE {} = %s").format(
                                 self._t(staging), sql.Identifier(TXN_COLUMN)
@@ -897,7 +950,34 @@ def _max_prepared(conn: Conn) -> int:
 def _prepared_disabled(where: str) -> ConfigurationError:
     return ConfigurationError(
         f"PostgreSQL has max_prepared_transactions = 0 ({where}): PREPARE TRANSACTION is disabled, which the "
-        "transactional strategies (2pc, txid-check) need.",
-        "Set max_prepared_transactions in postgresql.conf to at least the number of concurrently writing tasks "
-        "(e.g. 2 x the executors' cores) and restart the server; or use the idempotent strategy.",
+        "2pc strategy needs (common on managed services).",
+        "Use the txid-check strategy (no prepared transactions; exactly-once for deterministic queries, "
+        "non-deterministic replays are detected) or the idempotent strategy; or set max_prepared_transactions in "
+        "postgresql.conf to at least 2 x the partitions of a batch and restart the server.",
     )
+
+
+_LOGIN_FIX = (
+    "Check the user, password and database of the conninfo (a password may also come from PGPASSWORD or "
+    "~/.pgpass), and that pg_hba.conf admits this client; then restart the query."
+)
+_LOGIN_STATES = {"28P01", "28000", "3D000"}  # bad password, not authorised, no such database
+_LOGIN_MARKERS = (
+    "password authentication failed",
+    "authentication failed",
+    "no password supplied",
+    "does not exist",
+    "no pg_hba.conf entry",
+)
+
+
+def _login_problem(exc: psycopg.Error) -> str | None:
+    """What was wrong with the login, when ``exc`` is a refused connection (not an outage), else None."""
+    if exc.sqlstate in _LOGIN_STATES:
+        return "the server refused the login"
+    text = str(exc)
+    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None and "FATAL" in text:
+        for marker in _LOGIN_MARKERS:
+            if marker in text:
+                return "the server refused the login"
+    return None

@@ -30,7 +30,8 @@ class PostgresHarness(SinkHarness):
     #: ``COMMIT PREPARED 'gid'`` statements only move participants' work into staging.
     commit_request_marker = b"COMMIT\x00"
 
-    def __init__(self) -> None:
+    def __init__(self, **options: Any) -> None:
+        self.options = options  # PostgresConfig options every sink of this harness gets
         self._endpoint: PostgresEndpoint | None = None
         self._admin: psycopg.Connection[dict[str, Any]] | None = None
         self._lock = threading.Lock()
@@ -44,7 +45,7 @@ class PostgresHarness(SinkHarness):
         return self._endpoint
 
     def config(self, ns: Namespace, **options: Any) -> PostgresConfig:
-        options.setdefault("create_table", True)
+        options = {"create_table": True, **self.options, **options}
         return PostgresConfig(self.endpoint().url, table=ns.name, control_schema=f"{ns.name}_ctl", **options)
 
     def make_sink(self, ns: Namespace) -> PostgresSink:

@@ -287,12 +287,12 @@ def test_password_never_in_repr_str_or_errors(postgres_endpoint: PostgresEndpoin
     wrong = "S3cr3t-not-the-password"
     bad_url = postgres_endpoint.url.replace(postgres_endpoint.password, wrong)
     bad = PostgresSink(PostgresConfig(bad_url, table="t", control_schema=names["ctl"]))
-    with pytest.raises(TransientError) as info:
+    with pytest.raises(ConfigurationError, match="refused the login") as refused:  # a wrong password is no outage
         bad.fetch_last_bundle(APP)
-    assert wrong not in str(info.value) and wrong not in repr(info.value)
-    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert wrong not in str(refused.value) and wrong not in repr(refused.value)
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__
     closed = PostgresSink(config.with_address("127.0.0.1", 1))  # nothing listens on port 1
-    with pytest.raises(TransientError) as info:
+    with pytest.raises(TransientError) as info:  # an unreachable server is
         closed.fence(APP)
     assert password not in str(info.value)
     with pytest.raises(ConfigurationError) as cfg:
@@ -313,7 +313,8 @@ def test_config_forms() -> None:
     with pytest.raises(ConfigurationError, match="needs key columns"):
         PostgresConfig("host=h", table="t", mode="upsert")
     with pytest.raises(ConfigurationError, match="commit_mode"):
-        PostgresConfig("host=h", table="t", commit_mode="per-participant")  # type: ignore[arg-type]
+        PostgresConfig("host=h", table="t", commit_mode="eventually")  # type: ignore[arg-type]
+    assert PostgresConfig("host=h", table="t", commit_mode="per-participant").commit_mode == "per-participant"
     assert PostgresConfig("host=h", table="t", key_columns="id").key_columns == ("id",)
 
 

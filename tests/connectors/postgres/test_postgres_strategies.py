@@ -293,3 +293,45 @@ def test_pgbouncer_refusals_are_explained() -> None:
     assert problem is not None and "PgBouncer" in problem[0] and "ignore_startup_parameters" in problem[1]
     assert sink_module._pgbouncer_problem('prepared statement "_pg3_0" does not exist') is not None
     assert sink_module._pgbouncer_problem("relation does not exist") is None
+
+
+# -- least privilege ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_the_documented_least_privilege_grants_are_enough(
+    postgres_endpoint: PostgresEndpoint, names: dict[str, str], mode: str
+) -> None:
+    """A writer role with only the grants docs/connectors/postgres.md lists (its own control schema; SELECT and
+    INSERT on the target, plus UPDATE for upserts) runs every strategy end to end."""
+    from psycopg.conninfo import make_conninfo
+
+    role, password = f"eo_writer_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    admin = HARNESS.admin()
+    table, ctl = sql.Identifier(names["table"]), sql.Identifier(names["ctl"])
+    admin.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
+    try:
+        admin.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, name text)").format(table))
+        admin.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(ctl, sql.Identifier(role)))
+        privileges = "SELECT, INSERT, UPDATE" if mode == "upsert" else "SELECT, INSERT"
+        admin.execute(sql.SQL(f"GRANT {privileges} ON {{}} TO {{}}").format(table, sql.Identifier(role)))
+        conninfo = make_conninfo(postgres_endpoint.url, user=role, password=password)
+        options: dict[str, Any] = {"mode": "upsert", "key_columns": ("id",)} if mode == "upsert" else {}
+        sink = PostgresSink(
+            PostgresConfig(conninfo, table=names["table"], control_schema=names["ctl"], create_table=False, **options)
+        )
+        epoch = sink.fence(APP)
+        for b, strategy in enumerate(["2pc", "txid-check"]):
+            _commit(sink, b, epoch, [_write(sink, b, epoch, _batch(10 * b), strategy)])
+        task = TaskRef(BatchRef(APP, 2), epoch, 0, "idem", ("id",), False, "idempotent")
+        if mode == "upsert":
+            txn = sink.begin(task)
+            sink.write(txn, _batch(20))
+            _commit(sink, 2, epoch, [sink.pre_commit(txn)])
+        sink.close()
+        expected = [0, 1, 2, 10, 11, 12] + ([20, 21, 22] if mode == "upsert" else [])
+        assert _ids(names) == expected
+    finally:
+        admin.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+        HARNESS.drop(names["ctl"], [])
+        admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))

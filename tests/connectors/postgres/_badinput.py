@@ -1,0 +1,311 @@
+"""Helpers of the bad-input catalogue: the real Coordinator driven into the real PostgreSQL, and what to check.
+
+* :class:`Driver` runs batches in Spark's order (offsets, foreachBatch, commit log, then the
+  2PC commit) through :class:`~eosink.contracts._mini.NoWatcherCoordinator`; ``restart`` is a
+  new driver process: a new sink from configuration and a new Coordinator on the same
+  :class:`~eosink.contracts._mini.FakeCheckpoint` and app_id.
+* :class:`Target` reads what a reader and the sink's bookkeeping hold, with an admin connection.
+* :func:`assert_refused` checks an error's class, that it names the problem and the fix, and
+  that no secret appears anywhere in it (message, repr, traceback).
+* :class:`ArrowBatch` is a :class:`~eosink.contracts._mini.MemoryBatch` with a schema of its own.
+* :class:`PrivatePostgres` is a second PostgreSQL server of this test module, whose
+  ``max_prepared_transactions`` a test may change and restart (the shared server is never restarted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import traceback
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import pyarrow as pa
+import pytest
+from psycopg import sql
+
+from eosink._rowhash import row_hashes
+from eosink.connectors.postgres import PostgresConfig, PostgresSink
+from eosink.connectors.postgres._control import gid_prefix
+from eosink.contracts._mini import FAST, FakeCheckpoint, MemoryBatch, NoWatcherCoordinator, Variant
+from eosink.coordinator import Coordinator
+from eosink.errors import EosinkError
+from eosink.services._process import Proc, free_port, spawn, stop, wait_until
+from eosink.services._users import service_user
+from eosink.services.postgres import postgres_bindir
+
+__all__ = ["APP", "ArrowBatch", "Driver", "PrivatePostgres", "Target", "assert_refused", "canon"]
+
+APP = "app_bad"
+
+
+def canon(rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> Counter[str]:
+    """The multiset of rows projected onto ``columns`` (generated keys and extra target columns ignored;
+    numerics compared as floats, so a numeric(5,2) column and the batch's float64 agree)."""
+    return Counter(
+        json.dumps({c: float(r[c]) if isinstance(r[c], Decimal) else r[c] for c in columns}, sort_keys=True)
+        for r in rows
+    )
+
+
+class ArrowBatch(MemoryBatch):
+    """A MemoryBatch whose rows have their own Arrow ``schema`` (e.g. hostile column names)."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], schema: pa.Schema, **kwargs: Any) -> None:
+        super().__init__(rows, **kwargs)
+        self.schema = schema
+
+    def shares(self, by_hash: bool = False) -> list[list[pa.RecordBatch]]:
+        p = self.participants
+        if by_hash and self.rows:
+            hashes = row_hashes(pa.RecordBatch.from_pylist(self.rows, schema=self.schema))
+            groups: list[list[dict[str, Any]]] = [[] for _ in range(p)]
+            for row, h in zip(self.rows, hashes, strict=True):
+                groups[int(h) % p].append(row)
+        else:
+            size = -(-len(self.rows) // p) if self.rows else 0
+            groups = [self.rows[i * size : (i + 1) * size] for i in range(p)]
+        return [
+            [
+                pa.RecordBatch.from_pylist(g[i : i + self.chunk], schema=self.schema)
+                for i in range(0, len(g), self.chunk)
+            ]
+            for g in groups
+        ]
+
+
+class Driver:
+    """Spark's order of events around the real Coordinator, with restarts as new driver processes."""
+
+    def __init__(self, tmp_path: Path, variant: Variant, config: PostgresConfig) -> None:
+        self.variant = variant
+        self.config = config
+        self.ckpt = FakeCheckpoint(tmp_path / "checkpoint")
+        self.coordinator = self._new()
+
+    def _new(self) -> Coordinator:
+        sink = PostgresSink(self.config)
+        return NoWatcherCoordinator(sink, APP, self.variant.make(), self.ckpt.spark(), FAST)
+
+    def run(self, batches: Sequence[MemoryBatch]) -> None:
+        """Process every batch Spark has not committed, in order; then make sure recovery ran."""
+        for batch_id, batch in enumerate(batches):
+            if self.ckpt.has_commit(batch_id):
+                continue
+            self.ckpt.write_offsets(batch_id)
+            self.coordinator.process(batch_id, batch)
+            self.ckpt.write_commit(batch_id)
+            if self.variant.two_pc:
+                self.coordinator.commit_ready()
+        self.coordinator.start()
+
+    def fail(self, batches: Sequence[MemoryBatch], error: type[EosinkError]) -> EosinkError:
+        """Run until the query stops; the error, which must be of exactly the class ``error``."""
+        with pytest.raises(EosinkError) as info:
+            self.run(batches)
+        assert type(info.value) is error, f"expected {error.__name__}, got {type(info.value).__name__}: {info.value}"
+        return info.value
+
+    def restart(self, config: PostgresConfig | None = None) -> None:
+        """Drop the stopped driver and its sink; a new driver (new sink, new Coordinator), same checkpoint."""
+        with contextlib.suppress(Exception):
+            self.coordinator.sink.close()  # a dead driver commits nothing more: no Coordinator.close()
+        self.config = config or self.config
+        self.coordinator = self._new()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.coordinator.sink.close()
+
+
+class Target:
+    """What a reader sees in the target, and what the sink keeps for APP in its control schema."""
+
+    def __init__(self, url: str, table: tuple[str, str], control_schema: str) -> None:
+        self.url, self.table, self.ctl = url, table, control_schema
+
+    def _admin(self) -> psycopg.Connection[tuple[Any, ...]]:
+        return psycopg.connect(self.url, autocommit=True)
+
+    def rows(self) -> list[dict[str, Any]]:
+        with self._admin() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            if not _exists(conn, *self.table):
+                return []
+            return cur.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(*self.table))).fetchall()
+
+    def visible(self, columns: Sequence[str]) -> Counter[str]:
+        return canon(self.rows(), columns)
+
+    def bundles(self) -> list[int]:
+        """The batch ids of APP's bundles (the sink's commit records)."""
+        with self._admin() as conn:
+            if not _exists(conn, self.ctl, "bundles"):
+                return []
+            query = sql.SQL("SELECT batch_id FROM {} WHERE app_id = %s ORDER BY batch_id")
+            return [r[0] for r in conn.execute(query.format(sql.Identifier(self.ctl, "bundles")), (APP,))]
+
+    def prepared_gids(self) -> list[str]:
+        """APP's transactions still PREPAREd on the server (each holds locks and a slot)."""
+        prefix = gid_prefix(self.ctl, APP)
+        with self._admin() as conn:
+            return [
+                r[0]
+                for r in conn.execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE left(gid, %s) = %s", (len(prefix), prefix)
+                ).fetchall()
+            ]
+
+    def nothing_of(self, committed: Sequence[MemoryBatch], columns: Sequence[str]) -> None:
+        """Only the ``committed`` batches are visible and have bundles; no transaction is left prepared."""
+        assert self.visible(columns) == canon([r for b in committed for r in b.rows], columns)
+        assert self.bundles() == list(range(len(committed)))
+        assert self.prepared_gids() == []
+
+    def exactly(self, driver: Driver, batches: Sequence[MemoryBatch], columns: Sequence[str]) -> None:
+        """Every batch exactly once, each with its bundle; nothing in doubt; no manifest left."""
+        assert self.visible(columns) == canon([r for b in batches for r in b.rows], columns)
+        assert self.bundles() == list(range(len(batches)))
+        sink = PostgresSink(driver.config)
+        try:
+            assert sink.recover(APP) == []
+            last = sink.fetch_last_bundle(APP)
+            assert last is not None and last.fingerprint == batches[-1].expected_fingerprint()
+        finally:
+            sink.close()
+        assert self.prepared_gids() == []
+        assert driver.ckpt.spark().manifest_batches(APP) == []
+
+
+def _exists(conn: psycopg.Connection[Any], schema: str, table: str) -> bool:
+    row = conn.execute("SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NOT NULL", (schema, table))
+    found = row.fetchone()
+    return bool(found and found[0])
+
+
+def assert_refused(
+    err: EosinkError, *, problem: Sequence[str], fix: Sequence[str], secrets: Sequence[str] = ()
+) -> None:
+    """``err`` names the problem (each of ``problem`` in ``err.problem``) and the fix (each of ``fix`` in
+    ``err.fix``; case ignored, so SQL keywords may be written either way), and no secret appears in its
+    text, repr or formatted traceback (chained errors included)."""
+    for part in problem:
+        assert part.lower() in err.problem.lower(), f"{part!r} not in the problem: {err.problem!r}"
+    assert err.fix, "the error gives no fix"
+    for part in fix:
+        assert part.lower() in err.fix.lower(), f"{part!r} not in the fix: {err.fix!r}"
+    shown = "".join([str(err), repr(err), *traceback.format_exception(err)])
+    for secret in secrets:
+        assert secret, "an empty secret proves nothing"
+        assert secret not in shown and quote(secret, safe="") not in shown, "a password leaked into the error"
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of our own, in a temporary directory, restartable with another setting.
+
+    Built from the same binaries as :mod:`eosink.services.postgres` (run as its unprivileged
+    user when we are root), with password authentication; stopped by its own PID.
+    """
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="eosink-badinput-"))
+        os.chmod(self.root, 0o755)  # the server's user must reach the data directory
+        self.user = service_user()
+        self.bindir = postgres_bindir()
+        if self.user is not None:
+            self.bindir = self.user.reachable_copy(self.bindir.parent, "pginstall") / "bin"
+        self.data = self.root / "pgdata"
+        self.log = self.root / "postgres.log"
+        self.password = secrets.token_urlsafe(18)
+        self.port = free_port()
+        self.url = f"postgresql://postgres:{quote(self.password, safe='')}@127.0.0.1:{self.port}/postgres"
+        self.proc: Proc | None = None
+        self.max_prepared: int | None = None
+        self._initdb()
+
+    def _initdb(self) -> None:
+        self.data.mkdir(mode=0o700)
+        pwfile = self.root / ".pwfile"
+        pwfile.write_text(self.password + "\n")
+        if self.user is not None:
+            os.chown(self.data, *self.user.ids)
+            os.chown(pwfile, *self.user.ids)
+        argv: list[str | Path] = [
+            self.bindir / "initdb",
+            "-D",
+            self.data,
+            "-U",
+            "postgres",
+            "--auth=scram-sha-256",
+            f"--pwfile={pwfile}",
+            "--encoding=UTF8",
+            "--no-locale",
+            "--no-sync",
+        ]
+        try:
+            done = subprocess.run(
+                [os.fspath(a) for a in argv],
+                capture_output=True,
+                text=True,
+                check=False,
+                cwd=self.root,
+                user=self.user.uid if self.user else None,
+                group=self.user.gid if self.user else None,
+                extra_groups=[] if self.user else None,
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        assert done.returncode == 0, f"initdb failed: {(done.stdout + done.stderr)[-2000:]}"
+
+    def start(self, max_prepared: int) -> None:
+        """(Re)start the server with ``max_prepared_transactions = max_prepared`` (no-op if already so)."""
+        if self.proc is not None and self.proc.alive() and self.max_prepared == max_prepared:
+            return
+        self.stop()
+        argv: list[str | Path] = [
+            self.bindir / "postgres",
+            "-D",
+            self.data,
+            "-p",
+            str(self.port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "unix_socket_directories=",
+            "-c",
+            f"max_prepared_transactions={max_prepared}",
+            "-c",
+            "max_connections=40",
+            "-c",
+            "fsync=off",
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | {"LC_ALL": "C"}
+        self.proc = spawn(argv, self.log, user=self.user.ids if self.user else None, env=env)
+        wait_until(self._accepts, what="private PostgreSQL", proc=self.proc, log_path=self.log, timeout_s=60, fix="")
+        self.max_prepared = max_prepared
+
+    def _accepts(self) -> bool:
+        try:
+            with psycopg.connect(self.url, connect_timeout=2):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc, what="private PostgreSQL", sig=signal.SIGINT)
+            self.proc = None
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
