@@ -81,23 +81,17 @@ def _job_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def job_main(argv: Sequence[str] | None = None) -> int:
-    """Run the streaming job to the end of its input; 0 when done, 3 on an eosink error."""
-    args = _job_args(argv)
-    # Fault points inside Spark's Python workers (process groups of their own) crash this driver.
-    os.environ["EOSINK_FAULT_PGID"] = str(os.getpgrp())
+def job_session(master: str, app_name: str) -> Any:
+    """A SparkSession for a test or demo job: no UI, small files split into several participants,
+    fault points armed on executors from ``EOSINK_FAULTS`` (they kill the group ``EOSINK_FAULT_PGID``),
+    and ``spark.driver.maxResultSize=1m`` so that a driver collecting rows would fail."""
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
-    import eosink
-    from eosink import faults
-    from eosink.connectors.reference import ReferenceSink
-    from eosink.faults import FaultPoint
-
+    os.environ.setdefault("EOSINK_FAULT_PGID", str(os.getpgrp()))
     java_opts = f"{JAVA_OPTS} {os.environ.get('EOSINK_DRIVER_JAVA_OPTS', '')}".strip()
     spark = (
-        SparkSession.builder.master(args.master)
-        .appName("eosink-demo")
+        SparkSession.builder.master(master)
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.driver.extraJavaOptions", java_opts)
         .config("spark.executor.extraJavaOptions", JAVA_OPTS)
@@ -111,6 +105,22 @@ def job_main(argv: Sequence[str] | None = None) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def job_main(argv: Sequence[str] | None = None) -> int:
+    """Run the streaming job to the end of its input; 0 when done, 3 on an eosink error."""
+    args = _job_args(argv)
+    # Fault points inside Spark's Python workers (process groups of their own) crash this driver.
+    os.environ["EOSINK_FAULT_PGID"] = str(os.getpgrp())
+    from pyspark.sql import functions as F
+
+    import eosink
+    from eosink import faults
+    from eosink.connectors.reference import ReferenceSink
+    from eosink.faults import FaultPoint
+
+    spark = job_session(args.master, "eosink-demo")
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
     if args.nondeterministic:
         df = df.withColumn("noise", F.rand())

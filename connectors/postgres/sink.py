@@ -85,6 +85,7 @@ import pyarrow as pa
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from eosink import faults
 from eosink.connectors.postgres._cleanup import CleanupReport, claim_cleanup, run_cleanup
 from eosink.connectors.postgres._control import (
     OWN_STAGING,
@@ -672,6 +673,7 @@ class PostgresSink(Sink[_Txn]):
             for gid in row[2]:
                 with suppress(psycopg.errors.UndefinedObject):  # resolved meanwhile: step 3 tells how
                     ctl.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
+            faults.hit(faults.FaultPoint.F6, batch.batch_id)  # prepared work committed, the batch not yet
             self._commit_batch(ctl, batch, committables, bundle)
         self._in_flight.pop(batch, None)
         self.metrics.committed(batch, committables, time.monotonic() - started)

@@ -93,6 +93,19 @@ class Pipeline:
         args: list[str] | None = None,
         master: str | None = None,
     ) -> subprocess.Popen[str]:
+        """Start the driver in a session of its own, with fault points ``faults`` armed."""
+        env = self.environment()
+        env.pop("EOSINK_FAULTS", None)
+        if faults:
+            env["EOSINK_FAULTS"] = faults
+        (self.root / "stats.json").unlink(missing_ok=True)
+        cmd = [sys.executable, *self.command(mode, master or self.master), *self.extra_args, *(args or [])]
+        return subprocess.Popen(
+            cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+
+    def environment(self) -> dict[str, str]:
+        """The driver's environment (Spark on loopback, the virtualenv's Python, the fault log)."""
         env = dict(os.environ)
         env.update(
             SPARK_LOCAL_IP="127.0.0.1",
@@ -102,39 +115,16 @@ class Pipeline:
             PYTHONUNBUFFERED="1",
             EOSINK_DRIVER_JAVA_OPTS=self.java_opts,
         )
-        env.pop("EOSINK_FAULTS", None)
-        if faults:
-            env["EOSINK_FAULTS"] = faults
-        cmd = [
-            sys.executable,
+        return env
+
+    def command(self, mode: str, master: str) -> list[str]:
+        """The driver script and its arguments."""
+        return [
             str(DRIVER),
-            "--input",
-            str(self.input),
-            "--checkpoint",
-            str(self.checkpoint),
-            "--sink",
-            str(self.sink_path),
-            "--strategy",
-            self.strategy,
-            "--app-id",
-            self.app_id,
-            "--mode",
-            mode,
-            "--master",
-            master or self.master,
-            "--atomic",
-            str(int(self.atomic)),
-            "--stats-out",
-            str(self.root / "stats.json"),
-            *self.extra_args,
-            *(args or []),
+            *("--input", str(self.input), "--checkpoint", str(self.checkpoint), "--sink", str(self.sink_path)),
+            *("--strategy", self.strategy, "--app-id", self.app_id, "--mode", mode, "--master", master),
+            *("--atomic", str(int(self.atomic)), "--stats-out", str(self.root / "stats.json")),
         ]
-        stats = self.root / "stats.json"
-        if stats.exists():
-            stats.unlink()
-        return subprocess.Popen(
-            cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
 
     def finish(self, proc: subprocess.Popen[str], timeout_s: float = DRIVER_TIMEOUT_S) -> Run:
         try:

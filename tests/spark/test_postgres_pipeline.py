@@ -1,0 +1,373 @@
+"""Real Spark streaming queries writing into the real PostgreSQL, SIGKILLed and restarted from the checkpoint.
+
+The PostgreSQL counterpart of ``test_kill_restart.py``: ``pg_driver.py`` runs in a session of its
+own and writes through :class:`~eosink.connectors.postgres.PostgresSink` (executors COPY Arrow
+batches; the driver collects only committables, ``spark.driver.maxResultSize=1m``). Each test
+kills the driver's whole process group (at a named fault point, or at a random moment), restarts
+it on the same checkpoint until its input is exhausted, and checks the table: exactly the expected
+rows (multisets of full rows) or balances, one bundle per batch, no prepared transaction and no
+staged row of the run left behind. A concurrent reader checks that batches of the atomic
+strategies (2pc, txid-check) become visible whole. Every test has its own table and control
+schema, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from eosink.connectors.postgres._control import gid_prefix
+from eosink.errors import ServiceError
+from eosink.services import get_service
+from tests.connectors.postgres.harness import PostgresHarness
+
+from .conftest import Pipeline, Run, assert_clean, assert_killed, wait_for
+
+pytestmark = pytest.mark.spark
+
+PG_DRIVER = Path(__file__).with_name("pg_driver.py")
+HARNESS = PostgresHarness()
+
+# Strategy variants: "idempotent" generates a key per row, "idempotent-key" upserts by the user's ``id``.
+VARIANTS = {
+    "2pc": ("2pc", ""),
+    "txid-check": ("txid-check", ""),
+    "idempotent": ("idempotent", ""),
+    "idempotent-key": ("idempotent", "id"),
+}
+ATOMIC = {"2pc", "txid-check"}
+# The fault points each strategy passes through with PostgresSink (F6: after COMMIT PREPARED, before the
+# transaction that moves the staged rows and writes the bundle).
+COMMON_POINTS = ["F1", "F2", "F3", "F4", "F6", "F8"]
+QUICK = {("2pc", "F5"), ("txid-check", "F4"), ("idempotent", "F2")}
+
+
+def _cases() -> list[Any]:
+    cases = [(v, p) for v in VARIANTS for p in COMMON_POINTS] + [("2pc", "F5")]
+    return [pytest.param(v, p, marks=() if (v, p) in QUICK else pytest.mark.full, id=f"{v}-{p}") for v, p in cases]
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """The PostgreSQL server's libpq URL; a missing server fails the test (never a skip)."""
+    try:
+        url: str = get_service("postgres").endpoint().url
+    except ServiceError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return url
+
+
+@dataclass
+class PgPipeline(Pipeline):
+    """A :class:`Pipeline` whose driver writes into one PostgreSQL table and control schema."""
+
+    files: int = 3
+    url: str = field(default="", repr=False)
+    table: str = ""
+    control_schema: str = ""
+    variant: str = "2pc"
+    query: str = "rows"
+    _admin: psycopg.Connection[tuple[Any, ...]] | None = field(default=None, repr=False)
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), "EOSINK_TEST_PG_URL": self.url}  # never in argv: it holds a password
+
+    def command(self, mode: str, master: str) -> list[str]:
+        strategy, keys = VARIANTS[self.variant]
+        return [
+            str(PG_DRIVER),
+            *("--input", str(self.input), "--checkpoint", str(self.checkpoint)),
+            *("--table", self.table, "--control-schema", self.control_schema, "--app-id", self.app_id),
+            *("--strategy", strategy, "--key-columns", keys, "--query", self.query),
+            *("--master", master, "--stats-out", str(self.root / "stats.json")),
+        ]
+
+    # -- reading PostgreSQL back --------------------------------------------------------------------
+
+    def admin(self) -> psycopg.Connection[tuple[Any, ...]]:
+        if self._admin is None or self._admin.closed:
+            self._admin = psycopg.connect(self.url, autocommit=True)
+        return self._admin
+
+    def _query(self, statement: sql.SQL | sql.Composed, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Rows of ``statement``; none while the table it reads is not created yet."""
+        try:
+            return self.admin().execute(statement, params).fetchall()
+        except psycopg.errors.UndefinedTable:
+            return []
+
+    def ctl(self, name: str) -> sql.Identifier:
+        return sql.Identifier(self.control_schema, name)
+
+    def found(self, app_id: str | None = None) -> Counter[tuple[Any, ...]]:
+        rows = self._query(sql.SQL("SELECT id, account, amount FROM {}").format(sql.Identifier(self.table)))
+        return Counter(rows)
+
+    def expected(self) -> Counter[tuple[Any, ...]]:
+        rows = super().expected()
+        if VARIANTS[self.variant][1]:  # upserts by ``id``: identical rows (same id) collapse into one
+            return Counter(dict.fromkeys(rows, 1))
+        return rows
+
+    def balances(self) -> dict[str, int]:
+        rows = self._query(sql.SQL("SELECT account, balance FROM {}").format(sql.Identifier(self.table)))
+        return {account: int(balance) for account, balance in rows}
+
+    def expected_balances(self) -> dict[str, int]:
+        totals: Counter[str] = Counter()
+        for (_, account, amount), n in super().expected().items():
+            totals[account] += amount * n
+        return dict(totals)
+
+    def bundles(self) -> list[int]:
+        statement = sql.SQL("SELECT batch_id FROM {} WHERE app_id = %s ORDER BY batch_id").format(self.ctl("bundles"))
+        return [int(b) for (b,) in self._query(statement, (self.app_id,))]
+
+    def prepared(self) -> list[str]:
+        """Prepared transactions of this control schema (any app) still in pg_prepared_xacts."""
+        prefix = gid_prefix(self.control_schema)
+        rows = self._query(sql.SQL("SELECT gid FROM pg_prepared_xacts WHERE left(gid, %s) = %s"), (len(prefix), prefix))
+        return [g for (g,) in rows]
+
+    def staged(self) -> int:
+        """Rows left in the control schema's staging tables (``s_<hash>``)."""
+        tables = self._query(
+            sql.SQL("SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename LIKE 's\\_%%'"),
+            (self.control_schema,),
+        )
+        assert tables, f"no staging table in {self.control_schema}: nothing was written through staging"
+        total = 0
+        for (name,) in tables:
+            total += self._query(sql.SQL("SELECT count(*) FROM {}").format(self.ctl(name)))[0][0]
+        return total
+
+    def txn_states(self) -> Counter[str]:
+        statement = sql.SQL("SELECT state, count(*) FROM {} WHERE app_id = %s GROUP BY state").format(self.ctl("txns"))
+        return Counter(dict(self._query(statement, (self.app_id,))))
+
+    def activity(self) -> int:
+        """A number that grows as the driver prepares and commits: visible txns rows, prepared gids, bundles."""
+        return sum(self.txn_states().values()) + len(self.prepared()) + len(self.bundles())
+
+    # -- checks ---------------------------------------------------------------------------------------
+
+    def assert_settled(self) -> None:
+        """One bundle per batch; nothing prepared, staged or left 'prepared' in txns."""
+        assert self.bundles() == list(range(self.files)), f"bundles {self.bundles()}"
+        assert not self.prepared(), f"prepared transactions left: {self.prepared()}"
+        assert self.staged() == 0, "staged rows left behind"
+        assert self.txn_states()["prepared"] == 0, f"txns left in state 'prepared': {self.txn_states()}"
+
+    def assert_exact(self) -> None:
+        expected, found = self.expected(), self.found()
+        lost, duplicated = expected - found, found - expected
+        assert not lost and not duplicated, f"lost={dict(lost)} duplicated={dict(duplicated)}"
+        self.assert_settled()
+
+    def assert_balances(self) -> None:
+        assert self.balances() == self.expected_balances()
+        self.assert_settled()
+
+    def close(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+
+
+class PgAtomicityReader:
+    """A concurrent reader of the target table: records every partial batch it sees.
+
+    Each batch is one input file (``maxFilesPerTrigger=1``), and a row's file is ``id // 10000``
+    (see :class:`Pipeline`).
+    Each poll reads, in one REPEATABLE READ snapshot, the visible rows per file and the app's
+    bundles. A batch is partial when some but not all of its rows are visible, or when the number
+    of fully visible files differs from the number of bundles (rows and bundle are one commit).
+    """
+
+    def __init__(self, pipeline: PgPipeline) -> None:
+        self.pipeline = pipeline
+        self.per_file: Counter[int] = Counter()
+        for (row_id, _, _), n in pipeline.expected().items():
+            self.per_file[row_id // 10_000] += n
+        self.polls = 0
+        self.partial: list[str] = []
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _poll(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        p = self.pipeline
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            counts = dict(
+                conn.execute(
+                    sql.SQL("SELECT id / 10000, count(*) FROM {} GROUP BY 1").format(sql.Identifier(p.table))
+                ).fetchall()
+            )
+            bundles = conn.execute(
+                sql.SQL("SELECT count(*) FROM {} WHERE app_id = %s").format(p.ctl("bundles")), (p.app_id,)
+            ).fetchone()
+        self.polls += 1
+        n_bundles = bundles[0] if bundles else 0
+        for f, n in counts.items():
+            if n != self.per_file[f]:
+                self.partial.append(f"file {f}: {n} of {self.per_file[f]} rows visible")
+        if len(counts) != n_bundles:
+            self.partial.append(f"{len(counts)} files visible, {n_bundles} bundles")
+
+    def _run(self) -> None:
+        try:
+            with psycopg.connect(self.pipeline.url, autocommit=True) as conn:
+                while not self._stop.wait(0.05):
+                    try:
+                        self._poll(conn)
+                    except psycopg.errors.UndefinedTable:
+                        continue  # the target or control schema is not created yet
+        except BaseException as exc:  # reported by __exit__: a dead reader must not pass silently
+            self.error = exc
+
+    def __enter__(self) -> PgAtomicityReader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the atomicity reader did not stop"
+        assert self.error is None, f"the atomicity reader failed: {self.error!r}"
+
+
+@pytest.fixture
+def pg_pipeline(tmp_path: Path, driver_java_opts: str, pg_url: str) -> Iterator[PgPipeline]:
+    tag = uuid.uuid4().hex[:10]
+    pipeline = PgPipeline(
+        tmp_path, java_opts=driver_java_opts, url=pg_url, table=f"sparkpg_{tag}", control_schema=f"sparkpg_{tag}_ctl"
+    )
+    yield pipeline
+    pipeline.close()
+    HARNESS.drop(pipeline.control_schema, [sql.Identifier(pipeline.table)])
+
+
+# -- 1 and 4: a kill at each fault point, then a restart ----------------------------------------------
+
+
+@pytest.mark.parametrize(("variant", "point"), _cases())
+def test_kill_at_fault_point_then_restart_is_exact(pg_pipeline: PgPipeline, variant: str, point: str) -> None:
+    """SIGKILL of the driver's process group at ``point`` of batch 1, then a restart from the checkpoint.
+
+    Pass: the table holds exactly the input rows (by ``id`` for the user-keyed upsert), one bundle
+    per batch, no prepared transaction or staged row left; for 2pc and txid-check a concurrent
+    reader never saw part of a batch. Idempotent writes are visible before their bundle: killed
+    after pre_commit (F3, F4), the same reader must have seen batch 1 without its bundle.
+    """
+    p = pg_pipeline
+    p.variant = variant
+    with PgAtomicityReader(p) as reader:
+        assert_killed(p.run(f"{point}@1:kill"), point)
+        assert_clean(p.run())
+    p.assert_exact()
+    assert reader.polls > 0
+    if variant in ATOMIC:
+        assert not reader.partial, reader.partial[:5]
+    elif point in ("F3", "F4"):  # idempotent rows are visible at pre_commit: batch 1 stood without its bundle
+        assert any("bundles" in seen for seen in reader.partial), "the reader cannot see partial batches"
+
+
+# -- 2: kills at random moments ----------------------------------------------------------------------
+
+
+def _run_and_kill(p: PgPipeline, steps: int, jitter_s: float) -> Run:
+    """Start the driver; once PostgreSQL shows ``steps`` more activity, wait ``jitter_s`` and SIGKILL its group."""
+    before = p.activity()
+    proc = p.start()
+    wait_for(lambda: proc.poll() is not None or p.activity() >= before + steps, 240, "the driver to make progress")
+    t0 = time.monotonic()
+    wait_for(lambda: proc.poll() is not None or time.monotonic() - t0 >= jitter_s, jitter_s + 30, "the kill moment")
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    return p.finish(proc)
+
+
+def _run_with_random_kills(p: PgPipeline, rng: random.Random, kills: int) -> list[Run]:
+    """Run the driver, killing its process group up to ``kills`` times at random moments, then run it to the end.
+
+    A moment is a random amount of progress in PostgreSQL (prepared transactions, committed
+    participants and bundles appearing: about ``participants + 1`` per batch) plus a random
+    delay, so kills land while batches are written and committed, not during the JVM's start.
+    """
+    runs: list[Run] = []
+    for _ in range(kills):
+        run = _run_and_kill(p, rng.randint(1, 6), rng.uniform(0, 0.5))
+        runs.append(run)
+        if run.returncode == 0:
+            return runs  # the input ran out before the kill
+        assert run.returncode == -signal.SIGKILL, f"driver failed ({run.returncode}):\n{run.stderr[-4000:]}"
+    runs.append(p.run())
+    assert_clean(runs[-1])
+    return runs
+
+
+@pytest.mark.parametrize(
+    ("variant", "seed"),
+    [
+        pytest.param("2pc", 1),
+        pytest.param("txid-check", 1, marks=pytest.mark.full),
+        pytest.param("2pc", 2, marks=pytest.mark.full),
+        pytest.param("txid-check", 2, marks=pytest.mark.full),
+    ],
+)
+def test_random_kills_then_restart_is_exact(pg_pipeline: PgPipeline, variant: str, seed: int) -> None:
+    """Seeded random-moment SIGKILLs of the driver's group, restarts until the input is exhausted.
+
+    Pass: exactly the input rows, one bundle per batch, nothing prepared or staged left, and the
+    concurrent reader never saw part of a batch.
+    """
+    p = pg_pipeline
+    p.variant = variant
+    p.files = 4
+    p.__post_init__()  # rewrite the input: four batches
+    with PgAtomicityReader(p) as reader:
+        runs = _run_with_random_kills(p, random.Random(seed), kills=2)
+    killed = sum(r.returncode == -signal.SIGKILL for r in runs)
+    assert killed >= 1, "no run was killed: the test proved nothing"
+    p.assert_exact()
+    assert reader.polls > 0
+    assert not reader.partial, reader.partial[:5]
+
+
+# -- 3: running balances upserted by account -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variant", "point"),
+    [
+        pytest.param("txid-check", "F8"),
+        pytest.param("txid-check", "F2", marks=pytest.mark.full),
+        pytest.param("2pc", "F4", marks=pytest.mark.full),
+        pytest.param("2pc", "F5", marks=pytest.mark.full),
+    ],
+)
+def test_upsert_running_balances_after_kill_and_restart(pg_pipeline: PgPipeline, variant: str, point: str) -> None:
+    """An update-mode aggregation (balance per account) upserted by ``account``; killed at ``point`` of batch 1.
+
+    Pass: after the restart each account's balance is the sum of its input amounts, with one
+    bundle per batch and nothing prepared or staged left.
+    """
+    p = pg_pipeline
+    p.variant = variant
+    p.query = "balance"
+    assert_killed(p.run(f"{point}@1:kill"), point)
+    assert_clean(p.run())
+    p.assert_balances()
