@@ -24,6 +24,7 @@ import importlib.util
 import logging
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import time
@@ -34,11 +35,11 @@ from typing import Any
 from urllib.parse import quote
 
 from eosink.errors import ServiceError
-from eosink.services._process import Proc, free_port, spawn, wait_until
-from eosink.services._users import service_user
+from eosink.services._process import Proc, free_port, spawn, stop, wait_until
+from eosink.services._users import ServiceUser, service_user
 from eosink.services.base import Endpoint, Service
 
-__all__ = ["MAX_PREPARED_TRANSACTIONS", "PostgresEndpoint", "PostgresService", "postgres_bindir"]
+__all__ = ["MAX_PREPARED_TRANSACTIONS", "PostgresEndpoint", "PostgresServer", "PostgresService", "postgres_bindir"]
 
 log = logging.getLogger("eosink.services")
 
@@ -140,66 +141,16 @@ class PostgresService(Service[PostgresEndpoint]):
             bindir = user.reachable_copy(bindir.parent, "pginstall") / "bin"
             data = user.private_dir(data, "postgres")
         password = secrets.token_urlsafe(18)
-        pwfile = data.parent / ".pwfile"
-        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(password + "\n")
-        if user is not None:
-            os.chown(pwfile, *user.ids)
-        initdb: list[str | Path] = [
-            bindir / "initdb",
-            "-D",
-            data,
-            "-U",
-            SUPERUSER,
-            "--auth=scram-sha-256",
-            f"--pwfile={pwfile}",
-            "--encoding=UTF8",
-            "--no-locale",
-            "--no-sync",
-        ]
-        try:
-            done = subprocess.run(
-                [os.fspath(a) for a in initdb],
-                capture_output=True,
-                text=True,
-                check=False,
-                cwd=data.parent,
-                user=user.uid if user else None,
-                group=user.gid if user else None,
-                extra_groups=[] if user else None,
-            )
-        finally:
-            pwfile.unlink(missing_ok=True)
-        if done.returncode != 0:
-            raise ServiceError(
-                f"initdb failed ({bindir / 'initdb'}):\n{(done.stdout + done.stderr)[-2000:]}",
-                "see the message above; with EOSINK_POSTGRES_BINDIR, check that the directory is a PostgreSQL "
-                "installation the server user can run.",
-            )
+        _initdb(bindir, data, password, user)
         port = free_port()
-        argv: list[str | Path] = [
-            bindir / "postgres",
-            "-D",
-            data,
-            "-p",
-            str(port),
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            "unix_socket_directories=",
-            "-c",
-            f"max_prepared_transactions={MAX_PREPARED_TRANSACTIONS}",
-            "-c",
-            "max_connections=200",
-            "-c",
-            "log_min_messages=warning",
-        ]
-        proc = spawn(argv, self.log_path, user=user.ids if user else None, env=_server_env())
-        endpoint = PostgresEndpoint(
-            url=f"postgresql://{SUPERUSER}:{quote(password, safe='')}@127.0.0.1:{port}/postgres",
-            port=port,
+        settings = {"max_prepared_transactions": str(MAX_PREPARED_TRANSACTIONS), "max_connections": "200"}
+        proc = spawn(
+            _server_argv(bindir, data, port, settings),
+            self.log_path,
+            user=user.ids if user else None,
+            env=_server_env(),
         )
+        endpoint = PostgresEndpoint(url=_url(password, port), port=port)
         wait_until(
             lambda: _accepts(endpoint),
             what="PostgreSQL",
@@ -267,6 +218,165 @@ class PostgresService(Service[PostgresEndpoint]):
             f"postgres {server} at {endpoint.host}:{endpoint.port}: PREPARE TRANSACTION / COMMIT PREPARED ok, "
             f"max_prepared_transactions={max_prepared} ({time.monotonic() - started:.1f} s)"
         )
+
+
+class PostgresServer:
+    """A PostgreSQL server of its own, in ``root``: initialised once, restartable on the same
+    port, data and password (a real restart: prepared transactions survive it).
+
+    For harnesses that restart or crash the server on purpose (the chaos harness, tests of
+    server settings) without touching the shared service. Under root the server runs as the
+    service user (see :mod:`eosink.services._users`); it is always stopped by its own PID::
+
+        with PostgresServer(tmp / "pg", max_prepared=8) as server:
+            server.start()
+            ... server.restart(crash=True) ...
+    """
+
+    def __init__(self, root: Path, *, max_prepared: int = MAX_PREPARED_TRANSACTIONS, **settings: str) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o755)  # the server's user must reach its data directory
+        self.user = service_user()
+        self.bindir = postgres_bindir()
+        if self.user is not None:
+            self.bindir = self.user.reachable_copy(self.bindir.parent, "pginstall") / "bin"
+        self.data = self.root / "pgdata"
+        self.log_path = self.root / "postgres.log"
+        self.password = secrets.token_urlsafe(18)
+        self.port = free_port()
+        self.settings = {"max_prepared_transactions": str(max_prepared), "max_connections": "60", **settings}
+        self.proc: Proc | None = None
+        self._running: dict[str, str] | None = None
+        if self.user is not None:
+            if not self.user.can_reach(self.root.parent):
+                raise ServiceError(
+                    f"The PostgreSQL server's user cannot reach {self.root.parent}.",
+                    "put the server's directory somewhere that user can enter (e.g. under tempfile.mkdtemp()).",
+                )
+            os.chown(self.root, *self.user.ids)
+        _initdb(self.bindir, self.data, self.password, self.user)
+
+    def __repr__(self) -> str:
+        return f"PostgresServer(root={str(self.root)!r}, port={self.port}, running={self.running})"
+
+    @property
+    def url(self) -> str:
+        """The libpq URL (it holds the password)."""
+        return _url(self.password, self.port)
+
+    def endpoint(self) -> PostgresEndpoint:
+        return PostgresEndpoint(url=self.url, port=self.port)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    def start(self, **settings: str) -> PostgresEndpoint:
+        """Start (or restart, when ``settings`` change) the server; wait until it accepts connections."""
+        wanted = {**self.settings, **settings}
+        if self.running and self._running == wanted:
+            return self.endpoint()
+        self.stop()
+        argv = _server_argv(self.bindir, self.data, self.port, wanted)
+        self.proc = spawn(argv, self.log_path, user=self.user.ids if self.user else None, env=_server_env())
+        endpoint = self.endpoint()
+        wait_until(
+            lambda: _accepts(endpoint),
+            what="PostgreSQL",
+            proc=self.proc,
+            log_path=self.log_path,
+            timeout_s=60.0,
+            fix=f"see the server log {self.log_path}.",
+        )
+        self._running = wanted
+        return endpoint
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT: open sessions are ended, prepared transactions kept)."""
+        if self.proc is not None:
+            stop(self.proc, what="PostgreSQL", sig=signal.SIGINT)
+            self.proc, self._running = None, None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash. The next start runs crash recovery from the WAL."""
+        if self.proc is not None:
+            stop(self.proc, what="PostgreSQL", sig=signal.SIGKILL, timeout_s=10.0)
+            self.proc, self._running = None, None
+
+    def restart(self, *, crash: bool = False) -> PostgresEndpoint:
+        """Stop (or kill) and start again with the same settings."""
+        settings = dict(self._running or {})
+        if crash:
+            self.kill()
+        else:
+            self.stop()
+        return self.start(**settings)
+
+    def close(self) -> None:
+        """Stop the server and remove its directory."""
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> PostgresServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _url(password: str, port: int) -> str:
+    return f"postgresql://{SUPERUSER}:{quote(password, safe='')}@127.0.0.1:{port}/postgres"
+
+
+def _initdb(bindir: Path, data: Path, password: str, user: ServiceUser | None = None) -> None:
+    """Create a cluster in ``data`` with scram authentication for the superuser ``password``."""
+    pwfile = data.parent / ".pwfile"
+    fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(password + "\n")
+    if user is not None:
+        os.chown(pwfile, *user.ids)
+    argv: list[str | Path] = [
+        bindir / "initdb",
+        "-D",
+        data,
+        "-U",
+        SUPERUSER,
+        "--auth=scram-sha-256",
+        f"--pwfile={pwfile}",
+        "--encoding=UTF8",
+        "--no-locale",
+        "--no-sync",
+    ]
+    try:
+        done = subprocess.run(
+            [os.fspath(a) for a in argv],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=data.parent,
+            user=user.uid if user else None,
+            group=user.gid if user else None,
+            extra_groups=[] if user else None,
+        )
+    finally:
+        pwfile.unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise ServiceError(
+            f"initdb failed ({bindir / 'initdb'}):\n{(done.stdout + done.stderr)[-2000:]}",
+            "see the message above; with EOSINK_POSTGRES_BINDIR, check that the directory is a PostgreSQL "
+            "installation the server user can run.",
+        )
+
+
+def _server_argv(bindir: Path, data: Path, port: int, settings: dict[str, str]) -> list[str | Path]:
+    """``postgres`` on 127.0.0.1:``port`` only (no Unix socket), with ``settings`` as ``-c`` options."""
+    argv: list[str | Path] = [bindir / "postgres", "-D", data, "-p", str(port)]
+    base = {"listen_addresses": "127.0.0.1", "unix_socket_directories": "", "log_min_messages": "warning"}
+    for key, value in {**base, **settings}.items():
+        argv += ["-c", f"{key}={value}"]
+    return argv
 
 
 def _server_env() -> dict[str, str]:

@@ -16,11 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import secrets
 import shutil
-import signal
-import subprocess
 import tempfile
 import traceback
 from collections import Counter
@@ -41,9 +37,7 @@ from eosink.connectors.postgres._control import gid_prefix
 from eosink.contracts._mini import FAST, FakeCheckpoint, MemoryBatch, NoWatcherCoordinator, Variant
 from eosink.coordinator import Coordinator
 from eosink.errors import EosinkError
-from eosink.services._process import Proc, free_port, spawn, stop, wait_until
-from eosink.services._users import service_user
-from eosink.services.postgres import postgres_bindir
+from eosink.services.postgres import PostgresServer
 
 __all__ = ["APP", "ArrowBatch", "Driver", "PrivatePostgres", "Target", "assert_refused", "canon"]
 
@@ -211,101 +205,22 @@ def assert_refused(
 
 
 class PrivatePostgres:
-    """A PostgreSQL server of our own, in a temporary directory, restartable with another setting.
-
-    Built from the same binaries as :mod:`eosink.services.postgres` (run as its unprivileged
-    user when we are root), with password authentication; stopped by its own PID.
-    """
+    """A PostgreSQL server of this test module (:class:`~eosink.services.postgres.PostgresServer`),
+    restarted only when ``max_prepared_transactions`` must change; stopped by its own PID."""
 
     def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="eosink-badinput-"))
-        os.chmod(self.root, 0o755)  # the server's user must reach the data directory
-        self.user = service_user()
-        self.bindir = postgres_bindir()
-        if self.user is not None:
-            self.bindir = self.user.reachable_copy(self.bindir.parent, "pginstall") / "bin"
-        self.data = self.root / "pgdata"
-        self.log = self.root / "postgres.log"
-        self.password = secrets.token_urlsafe(18)
-        self.port = free_port()
-        self.url = f"postgresql://postgres:{quote(self.password, safe='')}@127.0.0.1:{self.port}/postgres"
-        self.proc: Proc | None = None
-        self.max_prepared: int | None = None
-        self._initdb()
-
-    def _initdb(self) -> None:
-        self.data.mkdir(mode=0o700)
-        pwfile = self.root / ".pwfile"
-        pwfile.write_text(self.password + "\n")
-        if self.user is not None:
-            os.chown(self.data, *self.user.ids)
-            os.chown(pwfile, *self.user.ids)
-        argv: list[str | Path] = [
-            self.bindir / "initdb",
-            "-D",
-            self.data,
-            "-U",
-            "postgres",
-            "--auth=scram-sha-256",
-            f"--pwfile={pwfile}",
-            "--encoding=UTF8",
-            "--no-locale",
-            "--no-sync",
-        ]
-        try:
-            done = subprocess.run(
-                [os.fspath(a) for a in argv],
-                capture_output=True,
-                text=True,
-                check=False,
-                cwd=self.root,
-                user=self.user.uid if self.user else None,
-                group=self.user.gid if self.user else None,
-                extra_groups=[] if self.user else None,
-            )
-        finally:
-            pwfile.unlink(missing_ok=True)
-        assert done.returncode == 0, f"initdb failed: {(done.stdout + done.stderr)[-2000:]}"
+        home = Path(tempfile.mkdtemp(prefix="eosink-badinput-"))
+        home.chmod(0o755)  # the server's user must reach its directory
+        self.server = PostgresServer(home / "pg", max_connections="40")
+        self.url, self.password = self.server.url, self.server.password
 
     def start(self, max_prepared: int) -> None:
         """(Re)start the server with ``max_prepared_transactions = max_prepared`` (no-op if already so)."""
-        if self.proc is not None and self.proc.alive() and self.max_prepared == max_prepared:
-            return
-        self.stop()
-        argv: list[str | Path] = [
-            self.bindir / "postgres",
-            "-D",
-            self.data,
-            "-p",
-            str(self.port),
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            "unix_socket_directories=",
-            "-c",
-            f"max_prepared_transactions={max_prepared}",
-            "-c",
-            "max_connections=40",
-            "-c",
-            "fsync=off",
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | {"LC_ALL": "C"}
-        self.proc = spawn(argv, self.log, user=self.user.ids if self.user else None, env=env)
-        wait_until(self._accepts, what="private PostgreSQL", proc=self.proc, log_path=self.log, timeout_s=60, fix="")
-        self.max_prepared = max_prepared
-
-    def _accepts(self) -> bool:
-        try:
-            with psycopg.connect(self.url, connect_timeout=2):
-                return True
-        except psycopg.OperationalError:
-            return False
+        self.server.start(max_prepared_transactions=str(max_prepared), fsync="off")
 
     def stop(self) -> None:
-        if self.proc is not None:
-            stop(self.proc, what="private PostgreSQL", sig=signal.SIGINT)
-            self.proc = None
+        self.server.stop()
 
     def destroy(self) -> None:
-        self.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.server.close()
+        shutil.rmtree(self.server.root.parent, ignore_errors=True)
