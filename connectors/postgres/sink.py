@@ -498,25 +498,29 @@ class PostgresSink(Sink[_Txn]):
         txn.target, txn.staging, txn.columns = target, own, tuple(data.schema.names)
 
     def _ensure_staging(self, ctl: Conn, target: Target, staging: str) -> None:
+        """Create the (empty) staging template of the target's shape, once, whoever races for it.
+
+        The re-check under the advisory lock can miss a table another session just created (the
+        advisory lock does not refresh this backend's catalog cache), so losing the race to
+        CREATE is success too.
+        """
         exists = "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NOT NULL"
         row = ctl.execute(exists, (self.config.control_schema, staging)).fetchone()
         if row and row[0]:
             return
-        with ctl.transaction():
-            ctl.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("staging", staging),))
-            row = ctl.execute(exists, (self.config.control_schema, staging)).fetchone()
-            if row and row[0]:
-                return
-            ctl.execute(
-                sql.SQL(
-                    "CREATE TABLE {} AS SELECT NULL::text AS {}, NULL::bigint AS {}, t.* FROM {} AS t WITH NO DATA"
-                ).format(self._t(staging), sql.Identifier(TXN_COLUMN), sql.Identifier(SEQ_COLUMN), target.ident)
-            )
-            ctl.execute(
-                sql.SQL("CREATE INDEX {} ON {} ({})").format(
-                    sql.Identifier(f"{staging}_txn"), self._t(staging), sql.Identifier(TXN_COLUMN)
+        try:
+            with ctl.transaction():
+                ctl.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("staging", staging),))
+                row = ctl.execute(exists, (self.config.control_schema, staging)).fetchone()
+                if row and row[0]:
+                    return
+                ctl.execute(
+                    sql.SQL(
+                        "CREATE TABLE {} AS SELECT NULL::text AS {}, NULL::bigint AS {}, t.* FROM {} AS t WITH NO DATA"
+                    ).format(self._t(staging), sql.Identifier(TXN_COLUMN), sql.Identifier(SEQ_COLUMN), target.ident)
                 )
-            )
+        except (psycopg.errors.DuplicateTable, psycopg.errors.UniqueViolation):
+            log.debug("eosink: staging template %s was created by another participant", staging)
 
     def _txn_row(self, txn: _Txn, state: str) -> tuple[sql.Composed, tuple[Any, ...]]:
         task = txn.task

@@ -3,6 +3,7 @@ replies resolved by pg_xact_status, metrics, the scheduled cleanup, control-sche
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Iterator
@@ -335,3 +336,55 @@ def test_the_documented_least_privilege_grants_are_enough(
         admin.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
         HARNESS.drop(names["ctl"], [])
         admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+# -- races ----------------------------------------------------------------------------------------------------
+
+
+def test_participants_racing_to_create_the_staging_template_both_succeed(
+    postgres_endpoint: PostgresEndpoint, names: dict[str, str]
+) -> None:
+    """The first batch of a fresh control schema: two participants in two processes' worth of sinks reach the
+    staging template's CREATE together (released by a barrier); both write, the batch commits whole."""
+    HARNESS.admin().execute(sql.SQL("CREATE TABLE {} (id bigint, name text)").format(sql.Identifier(names["table"])))
+    for attempt in range(5):
+        ctl = f"{names['ctl']}_{attempt}"
+        config = PostgresConfig(postgres_endpoint.url, table=names["table"], control_schema=ctl)
+        sinks = [PostgresSink(config), PostgresSink(config)]
+        epoch = sinks[0].fence(APP)
+        txns = [
+            s.begin(TaskRef(BatchRef(APP, 0), epoch, p, f"a{p}", None, True, "txid-check")) for p, s in enumerate(sinks)
+        ]
+        calls = [
+            functools.partial(s.write, t, _batch(100 * attempt + 10 * p, 2))
+            for p, (s, t) in enumerate(zip(sinks, txns, strict=True))
+        ]
+        errors = _race(calls)
+        assert errors == []
+        cs = [s.pre_commit(t) for s, t in zip(sinks, txns, strict=True)]
+        _commit(sinks[0], 0, epoch, cs)
+        for s in sinks:
+            s.close()
+        HARNESS.drop(ctl, [])
+    assert len(_ids(names)) == 5 * 4
+
+
+def _race(calls: list[Any]) -> list[BaseException]:
+    """Run ``calls`` in threads released together by a barrier; the exceptions they raised."""
+    import threading
+
+    barrier, errors = threading.Barrier(len(calls)), []
+
+    def run(call: Any) -> None:
+        barrier.wait()
+        try:
+            call()
+        except Exception as exc:  # collected for the caller to assert on
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
