@@ -452,10 +452,38 @@ class Coordinator:
         try:
             if self.epoch is not None and self._error is None:
                 self.commit_ready()
+            elif self.epoch is None and self._fenced is None and self.strategy.commits_after_spark:
+                self._finish_spark_committed()
         finally:
             self.sink.close()
         if self._pending:
             log.warning("eosink %s: batches %s stay in doubt until the next start", self.app_id, sorted(self._pending))
+
+    def _finish_spark_committed(self) -> None:
+        """Commit the batches Spark's commit log holds but the sink does not, without fencing.
+
+        For a writer that processed no batch: a query restarted after a crash between Spark's
+        commit log and the sink's commit, that finds no new input (``availableNow``), never
+        calls ``foreachBatch``, so start-time recovery never runs. Only the outcome Spark already
+        decided is carried out, under the manifest's own epoch: a newer writer fences it
+        (nothing is done), and nothing is aborted here.
+        """
+        last = self.sink.fetch_last_bundle(self.app_id)
+        for batch_id in sorted(self.checkpoint.manifest_batches(self.app_id)):
+            if (last is not None and last.batch.batch_id >= batch_id) or not self.checkpoint.is_committed(batch_id):
+                continue
+            manifest = self.checkpoint.read_manifest(self.app_id, batch_id)
+            if manifest is None:
+                continue
+            committables = [Committable.from_json(c) for c in manifest["committables"]]
+            try:
+                self._commit(BatchRef(self.app_id, batch_id), committables, Bundle.from_json(manifest["bundle"]))
+            except FencedError:
+                log.info("eosink %s: a newer writer owns batch %d; leaving it to that writer", self.app_id, batch_id)
+                return
+            self.stats.recovered_forward += 1
+            self.checkpoint.delete_manifest(self.app_id, batch_id)
+            log.warning("eosink %s: committed batch %d, which Spark had committed, at close", self.app_id, batch_id)
 
     # -- helpers -------------------------------------------------------------------------------------
 

@@ -202,6 +202,37 @@ def test_f5_2pc_recovery_rolls_forward_a_batch_spark_committed(tmp_path: Path) -
     ms.assert_exact()
 
 
+def test_f5_2pc_close_commits_what_spark_committed_when_no_batch_runs(tmp_path: Path) -> None:
+    """F5 at the last batch, then a restart that finds no new input (``availableNow``): foreachBatch is never
+    called, so start-time recovery never runs; ``close()`` commits the batch Spark's log holds, without fencing.
+    """
+    ms = mini(tmp_path, VARIANTS[0])
+    faults.configure("F5@3:raise")
+    ms.crash()
+    assert ms.ckpt.has_commit(3)
+    assert ms.visible() == ms.expected(upto=3)
+    idle = ms.new_coordinator()
+    idle.close()
+    assert idle.epoch is None and idle.stats.recovered_forward == 1
+    ms.assert_exact()
+
+
+def test_f5_2pc_close_of_an_idle_writer_leaves_a_newer_writers_batch_alone(tmp_path: Path) -> None:
+    """The same, but a newer writer fenced the app_id meanwhile: the idle writer's close() commits nothing
+    (the manifest's epoch is fenced) and the newer writer's recovery completes the batch."""
+    ms = mini(tmp_path, VARIANTS[0])
+    faults.configure("F5@3:raise")
+    ms.crash()
+    ReferenceSink(ms.db).fence(APP)  # a newer writer took over
+    idle = ms.new_coordinator()
+    idle.close()
+    assert idle.stats.recovered_forward == 0
+    assert ms.visible() == ms.expected(upto=3)
+    ms.restart()
+    ms.run()
+    ms.assert_exact()
+
+
 def test_f6_partial_non_atomic_commit_is_completed(tmp_path: Path, variant: Variant) -> None:
     """F6 with ReferenceSink(atomic=False): the driver dies after one participant's work was published.
 
