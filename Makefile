@@ -20,7 +20,7 @@ WITH_POSTGRES = $(EOSINK) services up postgres && $(EOSINK) services check postg
 	$(EOSINK) services down postgres; exit $$rc
 
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres spark services services-up services-check services-down \
-	services-status test test-full demo clean
+	services-status test test-full demo bench clean chaos chaos-quick
 
 help:
 	@echo "make demo       run the exactly-once demo (Spark + the reference sink)"
@@ -35,6 +35,9 @@ help:
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
 	@echo "make services   the harness's own tests and the connectors' tests against real servers (starts and stops them)"
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
+	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S]   the end-to-end chaos harness -> results/chaos-SINK.json"
+	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy) and its unit tests"
+	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1]   eosink vs Spark's built-in writers -> results/bench-<sink>.*"
 
 venv: $(STAMP)
 
@@ -58,7 +61,7 @@ lint: venv
 	$(VENV)/bin/mypy -p eosink
 
 unit: venv
-	$(PYTEST) tests/unit -q
+	$(PYTEST) tests/unit tests/bench tests/chaos -q -m "not spark"
 
 package: venv
 	$(PY) tests/packaging/check_dist.py
@@ -106,8 +109,22 @@ test-full: venv tools lint unit package docs contracts postgres15
 	@$(call WITH_POSTGRES,$(PYTEST) tests/spark -q --durations=20)
 	@$(call WITH_POSTGRES,EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]" $(PYTEST) tests/spark -q -m "not full" --durations=10)
 
+# The end-to-end chaos harness (docs/chaos.md). It starts a private server of its own.
+SINK ?= postgres
+SCHEDULES ?= 20
+SEED ?= 1
+chaos: venv java
+	$(EOSINK) chaos --sink $(SINK) --schedules $(SCHEDULES) --seed $(SEED)
+
+chaos-quick: venv java
+	$(PYTEST) tests/chaos -q --durations=10
+
 demo: venv java
 	$(VENV)/bin/eosink demo
+
+# Throughput, streaming latency and driver RSS on the same generated data; starts what it needs.
+bench: venv java
+	$(VENV)/bin/eosink bench --sink $(SINK) $(if $(ROWS),--rows $(ROWS)) $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist .mypy_cache .ruff_cache

@@ -13,14 +13,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["is_stopped", "kill_session", "session_members", "spark_cds_options"]
+__all__ = ["is_stopped", "kill_session", "processes", "session_members", "spark_cds_options"]
 
 
-def session_members(sid: int) -> list[int]:
-    """Live (non-zombie) processes of session ``sid``."""
-    members = []
+def processes() -> Iterator[tuple[int, str, list[str]]]:
+    """Every process as (pid, command name, the ``/proc/<pid>/stat`` fields after the name: state, ppid, ...)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -28,10 +28,12 @@ def session_members(sid: int) -> list[int]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            members.append(int(entry))
-    return members
+        yield int(entry), stat[stat.find("(") + 1 : stat.rfind(")")], stat[stat.rfind(")") + 2 :].split()
+
+
+def session_members(sid: int) -> list[int]:
+    """Live (non-zombie) processes of session ``sid``."""
+    return [pid for pid, _, fields in processes() if fields[0] != "Z" and int(fields[3]) == sid]
 
 
 def kill_session(sid: int, timeout_s: float = 60.0) -> None:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-COMMANDS = ("demo", "services", "new-connector", "status", "recover")
+COMMANDS = ("demo", "services", "new-connector", "status", "recover", "chaos", "bench")
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
@@ -44,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=COMMANDS,
         help="demo: crash a streaming job, prove the result; services: up|check|down|status|env the test servers; "
         "new-connector NAME: render a new connector package; status: a sink's last batches and in-doubt work; "
-        "recover: resolve in-doubt work (fences the app_id)",
+        "recover: resolve in-doubt work (fences the app_id); chaos: the end-to-end chaos harness; "
+        "bench: eosink against Spark's built-in writers on the same data",
     )
     known, rest = parser.parse_known_args(argv)
     if known.version:
@@ -74,6 +75,14 @@ def _dispatch(command: str, rest: list[str]) -> int:
         from eosink.demo import demo_main
 
         return demo_main(rest)
+    if command == "bench":
+        from eosink.bench.cli import main as bench_main
+
+        return bench_main(rest)
+    if command == "chaos":
+        from eosink.chaos.cli import main as chaos_main
+
+        return chaos_main(rest)
     return _operations(command, rest)
 
 

@@ -1,0 +1,418 @@
+"""The benchmark's report: ratios and targets computed within one run, then JSON, markdown and a PNG chart.
+
+Everything here is a pure function of the results (no Spark, no server), so it is unit-tested.
+Targets are *reported*, never asserted: a missed target is a row saying "missed".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eosink.bench.runs import EO_STRATEGIES, LatencyResult, RssResult, RunResult
+
+__all__ = [
+    "Report",
+    "Target",
+    "compute_targets",
+    "machine",
+    "ratios",
+    "render_chart",
+    "render_markdown",
+    "update_docs",
+]
+
+JDBC_DEFAULT = "spark-jdbc-default"
+JDBC_REWRITE = "spark-jdbc-rewrite-batched"
+AT_LEAST_ONCE = "eosink-at-least-once"
+MIN_RATIO = {"2pc": 0.85, "txid-check": 0.85, "idempotent": 0.75}
+DOCS_START = "<!-- bench:{sink}:start -->"
+DOCS_END = "<!-- bench:{sink}:end -->"
+
+
+@dataclass
+class Target:
+    """One target of the issue, with what this run measured."""
+
+    id: str
+    text: str
+    value: float | None
+    threshold: float
+    met: bool | None
+    """None: not measured in this run (a run was skipped or failed)."""
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Report:
+    """All results of one benchmark run."""
+
+    sink: str
+    created: str
+    machine: dict[str, Any]
+    config: dict[str, Any]
+    throughput: dict[int, list[RunResult]]
+    latency: list[LatencyResult]
+    rss: list[RssResult]
+
+    def target_size(self) -> int | None:
+        """The data set size the throughput targets are judged on: 1M rows if run, else the smallest."""
+        if not self.throughput:
+            return None
+        return 1_000_000 if 1_000_000 in self.throughput else min(self.throughput)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sink": self.sink,
+            "created": self.created,
+            "machine": self.machine,
+            "config": self.config,
+            "runs": [r.to_json() | {"dataset_rows": size} for size, rs in self.throughput.items() for r in rs],
+            "ratios": {str(size): ratios(rs) for size, rs in self.throughput.items()},
+            "latency": [r.to_json() for r in self.latency],
+            "rss": [r.to_json() for r in self.rss],
+            "targets": [t.to_json() for t in compute_targets(self)],
+        }
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Report:
+        throughput: dict[int, list[RunResult]] = {}
+        for run in body["runs"]:
+            throughput.setdefault(int(run["dataset_rows"]), []).append(RunResult.from_json(run))
+        return cls(
+            body["sink"],
+            body["created"],
+            body["machine"],
+            body["config"],
+            throughput,
+            [LatencyResult.from_json(r) for r in body.get("latency", [])],
+            [RssResult.from_json(r) for r in body.get("rss", [])],
+        )
+
+
+def machine() -> dict[str, Any]:
+    """A description of this machine: CPU model and count, memory, OS, Python, Java."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "memory_gb": mem_gb,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "load_1m_at_start": None if load is None else round(load, 2),
+    }
+
+
+def _ok(results: list[RunResult]) -> dict[str, RunResult]:
+    return {r.name: r for r in results if r.ok}
+
+
+def ratios(results: list[RunResult]) -> dict[str, dict[str, float]]:
+    """Per run, its rows/s over each reference run's (JDBC default, JDBC rewrite, at-least-once) of the same size."""
+    ok = _ok(results)
+    out: dict[str, dict[str, float]] = {}
+    for run in ok.values():
+        entry = {}
+        for ref in (JDBC_DEFAULT, JDBC_REWRITE, AT_LEAST_ONCE):
+            base = ok.get(ref)
+            if base is not None and base.rows_per_s > 0 and ref != run.name:
+                entry[ref] = round(run.rows_per_s / base.rows_per_s, 3)
+        out[run.name] = entry
+    return out
+
+
+def best_by_strategy(results: list[RunResult]) -> dict[str, RunResult]:
+    """The fastest successful run (over commit modes) of each exactly-once strategy."""
+    best: dict[str, RunResult] = {}
+    for run in results:
+        if run.ok and run.kind == "eosink" and run.strategy is not None:
+            current = best.get(run.strategy)
+            if current is None or run.rows_per_s > current.rows_per_s:
+                best[run.strategy] = run
+    return best
+
+
+def _ratio_target(tid: str, text: str, run: RunResult | None, base: RunResult | None, threshold: float) -> Target:
+    if run is None or base is None or base.rows_per_s <= 0:
+        return Target(tid, text, None, threshold, None, "not measured")
+    value = round(run.rows_per_s / base.rows_per_s, 3)
+    detail = f"{run.name} ({run.mode or '-'}) {run.rows_per_s:,.0f} rows/s vs {base.name} {base.rows_per_s:,.0f}"
+    return Target(tid, text, value, threshold, value >= threshold, detail)
+
+
+def _batch_overhead(report: Report, rate: int) -> str:
+    """txid-check's foreachBatch p50 against at-least-once's at ``rate``: what it adds per batch, end to end."""
+    by_name = {r.name: r for r in report.latency if r.rate == rate and r.error is None}
+    txid, base = by_name.get("eosink-txid-check"), by_name.get(AT_LEAST_ONCE)
+    if txid is None or base is None or txid.batch_p50_ms is None or base.batch_p50_ms is None:
+        return ""
+    return f"; foreachBatch p50 {txid.batch_p50_ms:.0f} ms vs {base.batch_p50_ms:.0f} ms at-least-once"
+
+
+def compute_targets(report: Report) -> list[Target]:
+    """The issue's targets, judged on this report's own numbers."""
+    targets: list[Target] = []
+    size = report.target_size()
+    results = report.throughput.get(size, []) if size is not None else []
+    ok = _ok(results)
+    best = best_by_strategy(results)
+    champion = max(best.values(), key=lambda r: r.rows_per_s, default=None)
+    at = f" ({size:,} rows)" if size else ""
+    targets.append(
+        _ratio_target(
+            "eo-vs-jdbc-rewrite", f"best exactly-once >= 1.3x {JDBC_REWRITE}{at}", champion, ok.get(JDBC_REWRITE), 1.3
+        )
+    )
+    targets.append(
+        _ratio_target(
+            "eo-vs-jdbc-default", f"best exactly-once >= 2.5x {JDBC_DEFAULT}{at}", champion, ok.get(JDBC_DEFAULT), 2.5
+        )
+    )
+    for strategy in EO_STRATEGIES:
+        threshold = MIN_RATIO[strategy]
+        target = _ratio_target(
+            f"{strategy}-vs-at-least-once",
+            f"eosink-{strategy} >= {threshold}x {AT_LEAST_ONCE}{at}",
+            best.get(strategy),
+            ok.get(AT_LEAST_ONCE),
+            threshold,
+        )
+        atomic = next((r for r in results if r.ok and r.strategy == strategy and r.mode == "atomic"), None)
+        fastest = best.get(strategy)
+        base = ok.get(AT_LEAST_ONCE)
+        if atomic is not None and fastest is not None and atomic is not fastest and base is not None:
+            target.detail += f"; batch-atomic mode: {atomic.rows_per_s / base.rows_per_s:.3f}x"
+        targets.append(target)
+    txid = [r for r in report.latency if r.name == "eosink-txid-check" and r.commit_p50_ms is not None]
+    worst = max(txid, key=lambda r: r.commit_p50_ms or 0.0, default=None)
+    targets.append(
+        Target(
+            "txid-check-commit-p50",
+            "txid-check adds <= 10 ms p50 per batch (its commit, p50, worst input rate)",
+            None if worst is None else worst.commit_p50_ms,
+            10.0,
+            None if worst is None else (worst.commit_p50_ms or 0.0) <= 10.0,
+            "" if worst is None else f"at {worst.rate:,} rows/s{_batch_overhead(report, worst.rate)}",
+        )
+    )
+    twopc = [r for r in report.latency if r.name == "eosink-2pc" and r.visible_after_commit_log_p50_ms is not None]
+    worst = max(twopc, key=lambda r: r.visible_after_commit_log_p50_ms or 0.0, default=None)
+    targets.append(
+        Target(
+            "2pc-visible-after-commit-log",
+            "2PC rows visible <= 100 ms p50 after Spark's commit log (worst input rate)",
+            None if worst is None else worst.visible_after_commit_log_p50_ms,
+            100.0,
+            None if worst is None else (worst.visible_after_commit_log_p50_ms or 0.0) <= 100.0,
+            "" if worst is None else f"at {worst.rate:,} rows/s",
+        )
+    )
+    rss = [r for r in report.rss if r.error is None]
+    if len(rss) >= 2:
+        small, large = min(rss, key=lambda r: r.rows), max(rss, key=lambda r: r.rows)
+        growth = round((large.total_mb - small.total_mb) / small.total_mb, 3)
+        targets.append(
+            Target(
+                "driver-rss-flat",
+                "driver peak RSS within 10% between batch sizes (growth from the smaller to the larger batch)",
+                growth,
+                0.10,
+                growth <= 0.10,
+                f"{small.rows:,} rows: {small.total_mb:.0f} MB, {large.rows:,} rows: {large.total_mb:.0f} MB",
+            )
+        )
+    else:
+        targets.append(
+            Target(
+                "driver-rss-flat", "driver peak RSS within 10% between batch sizes", None, 0.10, None, "not measured"
+            )
+        )
+    return targets
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _rows_label(rows: int) -> str:
+    if rows % 1_000_000 == 0:
+        return f"{rows // 1_000_000}M"
+    if rows % 1000 == 0:
+        return f"{rows // 1000}k"
+    return str(rows)
+
+
+def render_markdown(report: Report, chart: str | None = None, level: int = 1) -> str:
+    """The report as markdown; ``level`` is the heading level of its title."""
+    h = "#" * level
+    m = report.machine
+    c = report.config
+    lines = [
+        f"{h} eosink benchmark: {report.sink}",
+        "",
+        f"Measured {report.created} on {m.get('cpu')} ({m.get('cpus')} CPUs, {m.get('memory_gb')} GB RAM, "
+        f"{m.get('os')}, Python {m.get('python')}, load {m.get('load_1m_at_start')} at start); "
+        f"Spark `{c.get('master')}`, {c.get('participants')} participants, seed {c.get('seed')}"
+        + (", **quick mode** (small sizes: indicative only)" if c.get("quick") else "")
+        + ".",
+        "",
+    ]
+    if report.config.get("server"):
+        s = report.config["server"]
+        settings = ", ".join(f"{k}={v}" for k, v in sorted(s.get("settings", {}).items()))
+        lines += [f"Server: {report.sink} {s.get('server_version')} ({settings}).", ""]
+    if chart:
+        lines += [f"![rows per second per run]({chart})", ""]
+    for size, results in report.throughput.items():
+        rel = ratios(results)
+        lines += [
+            f"{h}# Throughput, {_rows_label(size)} rows",
+            "",
+            "| run | mode | seconds | rows/s | MB/s | x jdbc-default | x jdbc-rewrite | x at-least-once "
+            "| rows checked |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in sorted(results, key=lambda r: -r.rows_per_s if r.ok else 0):
+            if not r.ok:
+                lines.append(
+                    f"| {r.name} | {r.mode or '-'} | failed | | | | | | {(r.error or 'row count differs')[:120]} |"
+                )
+                continue
+            x = rel.get(r.name, {})
+            checked = "-" if r.verified_rows is None else ("yes" if r.verified_rows == r.rows else "NO")
+            lines.append(
+                f"| {r.name} | {r.mode or '-'} | {r.seconds:.2f} | {r.rows_per_s:,.0f} | {r.mb_per_s:.1f} | "
+                f"{_fmt(x.get(JDBC_DEFAULT), 2)} | {_fmt(x.get(JDBC_REWRITE), 2)} | {_fmt(x.get(AT_LEAST_ONCE), 2)} | "
+                f"{checked} |"
+            )
+        lines.append("")
+    if report.latency:
+        lines += [
+            f"{h}# Streaming latency",
+            "",
+            "| run | input rows/s | batches | p50 ms | p99 ms | commit p50 ms | foreachBatch p50 ms | "
+            "visible after commit log p50 / p99 ms |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for lat in report.latency:
+            if lat.error:
+                lines.append(f"| {lat.name} | {lat.rate:,} | failed | | | | | {lat.error[:120]} |")
+                continue
+            after = (
+                "-"
+                if lat.visible_after_commit_log_p50_ms is None
+                else f"{lat.visible_after_commit_log_p50_ms:.0f} / {_fmt(lat.visible_after_commit_log_p99_ms, 0)}"
+            )
+            lines.append(
+                f"| {lat.name} | {lat.rate:,} | {lat.batches} | {_fmt(lat.p50_ms, 0)} | {_fmt(lat.p99_ms, 0)} | "
+                f"{_fmt(lat.commit_p50_ms, 1)} | {_fmt(lat.batch_p50_ms, 0)} | {after} |"
+            )
+        lines.append("")
+    if report.rss:
+        lines += [
+            f"{h}# Driver peak RSS",
+            "",
+            "| run | master | rows in the batch | Python MB | JVM MB | total MB | seconds |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for rss in report.rss:
+            if rss.error:
+                lines.append(f"| {rss.name} | {rss.master} | {rss.rows:,} | failed: {rss.error[:120]} | | | |")
+                continue
+            lines.append(
+                f"| {rss.name} | `{rss.master}` | {rss.rows:,} | {rss.python_mb:.0f} | {rss.jvm_mb:.0f} | "
+                f"{rss.total_mb:.0f} | {rss.seconds:.1f} |"
+            )
+        lines.append("")
+    lines += [f"{h}# Targets", "", "| target | measured | threshold | result | detail |", "|---|---:|---:|---|---|"]
+    for t in compute_targets(report):
+        verdict = "not measured" if t.met is None else ("met" if t.met else "**missed**")
+        lines.append(f"| {t.text} | {_fmt(t.value, 3)} | {t.threshold:g} | {verdict} | {t.detail} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def render_chart(report: Report, path: Path) -> None:
+    """A PNG: rows/s per run for each size, and latency p50/p99 per run and rate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = len(report.throughput) + (1 if report.latency else 0)
+    fig, axes = plt.subplots(panels or 1, 1, figsize=(9, 3.2 * max(panels, 1) + 0.5), squeeze=False)
+    for ax, (size, results) in zip(axes[:, 0], report.throughput.items(), strict=False):
+        ok = sorted((r for r in results if r.ok), key=lambda r: r.rows_per_s)
+        colors = [
+            "#1f77b4" if r.kind == "eosink" else "#2ca02c" if r.kind == "at-least-once" else "#7f7f7f" for r in ok
+        ]
+        ax.barh([r.name for r in ok], [r.rows_per_s for r in ok], color=colors)
+        for y, r in enumerate(ok):
+            ax.text(r.rows_per_s, y, f" {r.rows_per_s:,.0f}", va="center", fontsize=8)
+        ax.set_title(f"{report.sink}: rows/s, {_rows_label(size)} rows, {report.config.get('master')}")
+        ax.set_xscale("log")  # raw COPY is an order of magnitude beyond Spark's writers
+        ax.set_xlabel("rows per second, log scale (higher is better)")
+        ax.margins(x=0.2)
+    if report.latency:
+        ax = axes[-1, 0]
+        lat = [r for r in report.latency if r.error is None and r.p50_ms is not None]
+        labels = [f"{r.name} @{_rows_label(r.rate)}/s" for r in lat]
+        ax.barh(labels, [r.p99_ms or 0 for r in lat], color="#ffbb78", label="p99")
+        ax.barh(labels, [r.p50_ms or 0 for r in lat], color="#ff7f0e", label="p50")
+        ax.set_title("input-to-visible latency (lower is better)")
+        ax.set_xlabel("milliseconds")
+        ax.legend(loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_results(report: Report, out: Path) -> dict[str, Path]:
+    """``bench-<sink>.json``, ``.md`` and ``.png`` under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {ext: out / f"bench-{report.sink}.{ext}" for ext in ("json", "md", "png")}
+    paths["json"].write_text(json.dumps(report.to_json(), indent=1) + "\n")
+    render_chart(report, paths["png"])
+    paths["md"].write_text(render_markdown(report, chart=paths["png"].name))
+    return paths
+
+
+def update_docs(report: Report, doc: Path, image: Path, png: Path) -> None:
+    """Replace the generated section of ``doc`` (between its markers) and copy the chart to ``image``."""
+    start, end = DOCS_START.format(sink=report.sink), DOCS_END.format(sink=report.sink)
+    text = doc.read_text()
+    if start not in text or end not in text:
+        raise ValueError(f"{doc} has no {start} ... {end} section")
+    image.parent.mkdir(parents=True, exist_ok=True)
+    image.write_bytes(png.read_bytes())
+    rel = os.path.relpath(image, doc.parent)
+    body = render_markdown(report, chart=rel, level=3)
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    doc.write_text(pattern.sub(lambda _: f"{start}\n{body}\n{end}", text))

@@ -1,0 +1,225 @@
+"""What the benchmark runs and what a run measures: run specs, results, and the sink adapter protocol.
+
+A run is named for what it measures (``eosink-2pc``, ``spark-jdbc-default``, ...). The generic
+runs (the eosink strategies, the at-least-once path, the Arrow floor) exist for every sink; each
+sink adapter adds its built-in Spark baselines and its server's raw ingest limit. Adding Kafka,
+S3 or HDFS means writing one :class:`SinkAdapter`; nothing else in the harness changes.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
+
+from eosink.bench.datasets import Dataset
+
+__all__ = [
+    "EO_STRATEGIES",
+    "BatchFunction",
+    "LatencyResult",
+    "RssResult",
+    "RunResult",
+    "RunSpec",
+    "SinkAdapter",
+    "generic_runs",
+    "new_namespace",
+]
+
+Kind = Literal["eosink", "at-least-once", "floor", "spark", "external"]
+"""eosink: a strategy through ``foreach_batch``; at-least-once: eosink's data path without its
+bookkeeping; floor: Spark handing the data to Python and dropping it; spark: a Spark built-in
+writer in foreachBatch; external: a tool outside Spark (run by the parent, not a Spark job)."""
+
+EO_STRATEGIES = ("2pc", "txid-check", "idempotent")
+BatchFunction = Callable[[Any, int], None]
+"""What ``writeStream.foreachBatch`` calls: ``(DataFrame, batch_id)``."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One named run; ``options`` are the adapter's (e.g. ``commit_mode``)."""
+
+    name: str
+    kind: Kind
+    strategy: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    primary: bool = True
+    """False for variants that only inform (another commit mode): reported, not charted first."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> RunSpec:
+        return cls(**body)
+
+
+def new_namespace() -> str:
+    """A fresh namespace for one run's target and bookkeeping (8 hex digits: safe in SQL names)."""
+    return secrets.token_hex(4)
+
+
+def generic_runs(modes: tuple[str, ...] = ("atomic",)) -> list[RunSpec]:
+    """The runs every sink has: each strategy in each of ``modes``, at-least-once, and the Arrow floor."""
+    runs = []
+    for strategy in EO_STRATEGIES:
+        for n, mode in enumerate(modes):
+            suffix = "" if n == 0 else f"-{mode}"
+            runs.append(RunSpec(f"eosink-{strategy}{suffix}", "eosink", strategy, {"commit_mode": mode}, n == 0))
+    runs.append(RunSpec("eosink-at-least-once", "at-least-once"))
+    runs.append(RunSpec("spark-arrow-floor", "floor"))
+    return runs
+
+
+@dataclass
+class RunResult:
+    """One throughput run over one data set size."""
+
+    name: str
+    rows: int
+    seconds: float
+    bytes: int = 0
+    kind: str = ""
+    strategy: str | None = None
+    mode: str | None = None
+    verified_rows: int | None = None
+    """Rows found in the target afterwards (None where nothing is written: the floor)."""
+    commit_ms: list[float] = field(default_factory=list)
+    driver_rss_mb: float | None = None
+    error: str | None = None
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and (self.verified_rows is None or self.verified_rows == self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["seconds"] = round(self.seconds, 4)
+        body["rows_per_s"] = round(self.rows_per_s, 1)
+        body["mb_per_s"] = round(self.mb_per_s, 2)
+        body["commit_ms"] = [round(x, 2) for x in self.commit_ms]
+        body["ok"] = self.ok
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> RunResult:
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in body.items() if k in names})
+
+
+@dataclass
+class LatencyResult:
+    """One streaming run at a fixed input rate."""
+
+    name: str
+    rate: int
+    seconds: float
+    rows: int
+    batches: int
+    p50_ms: float | None
+    p99_ms: float | None
+    commit_p50_ms: float | None = None
+    batch_p50_ms: float | None = None
+    """Spark's addBatch duration (the foreachBatch call), p50."""
+    visible_after_commit_log_p50_ms: float | None = None
+    """2pc: from the commit log file's mtime to the first poll that sees the batch."""
+    visible_after_commit_log_p99_ms: float | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> LatencyResult:
+        return cls(**body)
+
+
+@dataclass
+class RssResult:
+    """Peak resident memory of the driver (Python + its JVM) for one batch size, under local-cluster."""
+
+    name: str
+    rows: int
+    master: str
+    python_mb: float
+    jvm_mb: float
+    seconds: float
+    error: str | None = None
+
+    @property
+    def total_mb(self) -> float:
+        return self.python_mb + self.jvm_mb
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["total_mb"] = round(self.total_mb, 1)
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> RssResult:
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in body.items() if k in names})
+
+
+class SinkAdapter(Protocol):
+    """What the harness needs from one kind of sink.
+
+    The parent process calls :meth:`start`, :meth:`runs`, :meth:`prepare`, :meth:`verify`,
+    :meth:`drop` and :meth:`run_external`; the Spark job (a child process) calls
+    :meth:`spark_conf`, :meth:`batch_function` and :meth:`poll_visible`. Connection secrets reach
+    the child through :meth:`child_env`, never argv.
+    """
+
+    name: str
+
+    def start(self) -> dict[str, Any]:
+        """Make the server available (start it if needed); a description of it for the report."""
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started (nothing if the server was already running)."""
+
+    def child_env(self) -> dict[str, str]:
+        """Environment for Spark job processes (connection details)."""
+
+    def runs(self) -> list[RunSpec]:
+        """Every throughput run of this sink, generic ones included."""
+
+    def prepare(self, ns: str, *, keyed: bool = False) -> None:
+        """Create an empty target for namespace ``ns`` (``keyed``: with a unique index on ``id``)."""
+
+    def verify(self, ns: str) -> int:
+        """Rows in ``ns``'s target."""
+
+    def drop(self, ns: str) -> None:
+        """Remove ``ns``'s target and bookkeeping."""
+
+    def run_external(self, spec: RunSpec, ns: str, dataset: Dataset) -> float:
+        """Run an external (non-Spark) run; its seconds."""
+
+    def scrub(self, text: str) -> str:
+        """``text`` with any secret of the connection replaced (error messages leave the process)."""
+
+    # -- in the Spark job ---------------------------------------------------------------------------
+
+    def spark_conf(self) -> dict[str, str]:
+        """Extra SparkSession settings (jars of the built-in baselines)."""
+
+    def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
+        """The foreachBatch function of a Spark run (an eosink BatchWriter for the strategies)."""
+
+    def poll_visible(self, ns: str, after_id: int, warm_from_us: int) -> tuple[list[tuple[int, int]], int, int | None]:
+        """Newly visible rows: ``([(latency_ms, count)...], highest id, highest committed batch or None)``.
+
+        Latency is the server's statement time minus the row's ``at``; rows older than
+        ``warm_from_us`` (warm-up) count under latency -1.
+        """

@@ -1,0 +1,159 @@
+"""The chaos harness's Spark job: ``python -m eosink.chaos.job ...``, run and killed by the runner.
+
+One streaming query over JSON files (one file per micro-batch, ``availableNow``): a stateful
+per-key step (``applyInPandasWithState``, update mode) keeps the running sum of ``amount`` and
+the ``seq``-ordered concatenation of ``token`` (:func:`eosink.chaos.oracle.advance`), and emits
+``(batch_id, key, running_sum, concat, n_tokens)`` per key a batch touched. ``foreachBatch``
+persists that output, appends what this attempt computed to the oracle log (one JSON line per
+attempt, fsynced before anything is written to the sink), and writes it through eosink into the
+target (``--strategy``), or with the target's plain writer (``--strategy naive``, the baseline).
+After each batch the writer's stats are saved, so a killed run still reports what it did.
+
+``--nondeterministic`` shuffles each batch's tokens at random instead of ordering them by
+``seq``: every replay of a batch computes different concatenations.
+
+Secrets come from the environment (see :mod:`eosink.chaos.targets`), never from argv. Exit
+codes: 0 input exhausted; 3 an error, with ``EOSINK-ERROR <kind>: ...`` on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from eosink.chaos.oracle import advance
+
+__all__ = ["main"]
+
+EXIT_ERROR = 3
+INPUT_SCHEMA = "id LONG, key STRING, seq LONG, token STRING, amount LONG"
+OUTPUT_SCHEMA = "key STRING, running_sum LONG, concat STRING, n_tokens LONG"
+STATE_SCHEMA = "total LONG, concat STRING, n LONG"
+OUTPUT_COLUMNS = ("batch_id", "key", "running_sum", "concat", "n_tokens")
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="eosink.chaos.job", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--target", default="postgres")
+    ap.add_argument("--input", required=True)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--table", required=True)
+    ap.add_argument("--control-schema", required=True)
+    ap.add_argument("--app-id", required=True)
+    ap.add_argument("--strategy", choices=["2pc", "txid-check", "idempotent", "naive"], required=True)
+    ap.add_argument("--master", default="local[2,4]")
+    ap.add_argument("--participants", type=int, default=2)
+    ap.add_argument("--nondeterministic", action="store_true")
+    ap.add_argument("--oracle-log", required=True)
+    ap.add_argument("--stats-out", required=True)
+    return ap.parse_args(argv)
+
+
+def _state_step(nondeterministic: bool) -> Callable[[Any, Iterator[Any], Any], Iterator[Any]]:
+    """The per-key state function for ``applyInPandasWithState``."""
+
+    def step(key: Any, frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        prev = tuple(state.get) if state.exists else (0, "", 0)
+        items: list[tuple[int, str, int]] = []
+        for pdf in frames:
+            items.extend(zip(pdf["seq"].tolist(), pdf["token"].tolist(), pdf["amount"].tolist(), strict=True))
+        if nondeterministic:
+            random.SystemRandom().shuffle(items)  # a step that changes on every replay
+        else:
+            items.sort()
+        total, concat, n = advance((int(prev[0]), str(prev[1]), int(prev[2])), items)
+        state.update((total, concat, n))
+        yield pd.DataFrame({"key": [key[0]], "running_sum": [total], "concat": [concat], "n_tokens": [n]})
+
+    return step
+
+
+def _append_line(path: str, record: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _save_json(path: str, data: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    Path(tmp).write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the query until its input is exhausted; 0 when done, 3 on an error."""
+    args = _args(argv)
+    os.environ["EOSINK_FAULT_PGID"] = str(os.getpgrp())  # executors' fault points kill this driver's group
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    import eosink
+    from eosink.chaos.targets import get_target
+    from eosink.demo import job_session
+
+    target = get_target(args.target)
+    jars = os.environ.get("EOSINK_CHAOS_JARS", "")
+    if args.strategy == "naive" and jars:  # the baseline's writer (JDBC) needs its driver on the classpath
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jars} --driver-class-path {jars.replace(',', ':')} pyspark-shell"
+    spark = job_session(args.master, f"eosink-chaos-{args.strategy}")
+    source = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
+    stateful = source.groupBy("key").applyInPandasWithState(
+        _state_step(args.nondeterministic), OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.NoTimeout
+    )
+    writer: eosink.BatchWriter | None = None
+    naive_write: Callable[[Any, int], None] | None = None
+    if args.strategy == "naive":
+        naive_write = target.job_naive_writer(args.table)
+    else:
+        writer = eosink.foreach_batch(
+            target.job_sink(args.table, args.control_schema),
+            app_id=args.app_id,
+            strategy=args.strategy,
+            checkpoint_location=args.checkpoint,
+            participants=args.participants,
+        )
+    attempt = f"{os.getpid()}-{os.urandom(4).hex()}"
+
+    def process(df: Any, batch_id: int) -> None:
+        out = df.select(F.lit(batch_id).cast("long").alias("batch_id"), *OUTPUT_COLUMNS[1:]).persist()
+        try:
+            rows = [[r["key"], r["running_sum"], r["concat"], r["n_tokens"]] for r in out.collect()]
+            _append_line(args.oracle_log, {"attempt": attempt, "batch": batch_id, "rows": rows})
+            if writer is not None:
+                writer(out, batch_id)
+                _save_json(args.stats_out, writer.stats.to_json())
+            elif naive_write is not None:
+                naive_write(out, batch_id)
+        finally:
+            out.unpersist()
+
+    query = stateful.writeStream.outputMode("update").option("checkpointLocation", args.checkpoint)
+    try:
+        query.foreachBatch(process).trigger(availableNow=True).start().awaitTermination()
+        if writer is not None:
+            writer.close()
+            _save_json(args.stats_out, writer.stats.to_json())
+    except Exception as exc:
+        text = target.scrub(str(exc))
+        names = [n for n in eosink.errors.__all__ if n in text]
+        kind = max(names, key=len) if names else type(exc).__name__
+        at = text.rfind(f"{kind}: ")  # the error's own message, past Spark's and Py4J's wrapping
+        message = text[at + len(kind) + 2 :] if at >= 0 else text
+        print(f"EOSINK-ERROR {kind}: {' | '.join(message.splitlines())[:3000]}", file=sys.stderr, flush=True)
+        spark.stop()
+        return EXIT_ERROR
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

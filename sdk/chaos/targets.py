@@ -1,0 +1,293 @@
+"""Sinks the chaos harness can drive: a small protocol, and its PostgreSQL implementation.
+
+A :class:`Target` is both sides of one sink for the harness:
+
+* the runner's side: a private server it may restart or crash (never the shared one), the
+  address the fault proxy forwards to, the job's environment (the connection string, through
+  the proxy, in an environment variable: never in argv), what the sink holds, whether batches
+  are atomic for a strategy (``Capabilities.atomic_batch_visibility`` of the sink, and only for
+  transactional strategies: the table in ``docs/design.md``), snapshots for the reader, and
+  leftovers (in-doubt work) after a schedule;
+* the job's side (in the Spark driver): the eosink sink, and the plain baseline writer.
+
+A new sink gets a class here and an entry in :data:`TARGETS`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from eosink.chaos.oracle import Row
+
+__all__ = ["TARGETS", "Names", "PostgresTarget", "Snapshot", "Target", "get_target"]
+
+URL_VAR = "EOSINK_CHAOS_PG_URL"
+DIRECT_URL_VAR = "EOSINK_CHAOS_PG_DIRECT_URL"
+JARS_VAR = "EOSINK_CHAOS_JARS"
+
+
+@dataclass(frozen=True)
+class Names:
+    """Where one schedule writes: its table, control schema and app_id."""
+
+    table: str
+    control_schema: str
+    app_id: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent read: visible rows per batch_id and the batch_ids with a bundle."""
+
+    rows_per_batch: dict[int, int]
+    bundles: frozenset[int]
+
+
+class Target(Protocol):
+    """One sink, as the harness drives it (see the module docstring)."""
+
+    name: str
+
+    def start(self) -> None: ...
+    def close(self) -> None: ...
+    def restart(self, *, crash: bool) -> None: ...
+    def address(self) -> tuple[str, int]: ...
+    def job_env(self, proxy_port: int | None) -> dict[str, str]: ...
+    def atomic(self, strategy: str) -> bool: ...
+    def read_rows(self, names: Names) -> list[Row]: ...
+    def snapshotter(self, names: Names) -> Callable[[], Snapshot | None]: ...
+    def leftovers(self, names: Names) -> dict[str, int]: ...
+    def drop(self, names: Names) -> None: ...
+    def scrub(self, text: str) -> str: ...
+    def job_sink(self, table: str, control_schema: str) -> Any: ...
+    def job_naive_writer(self, table: str) -> Callable[[Any, int], None]: ...
+
+
+class PostgresTarget:
+    """PostgreSQL: a private :class:`~eosink.services.postgres.PostgresServer` (restarted and crashed on
+    purpose), :class:`~eosink.connectors.postgres.PostgresSink` with ``commit_mode="atomic"``, and Spark's
+    JDBC writer as the baseline."""
+
+    name = "postgres"
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root
+        self.server: Any = None
+        self._own_root: Path | None = None
+        self._url = os.environ.get(DIRECT_URL_VAR, "")
+
+    # -- the runner's side -------------------------------------------------------------------
+
+    def start(self) -> None:
+        from eosink.services.postgres import PostgresServer
+
+        root = self.root or Path(tempfile.mkdtemp(prefix="eosink-chaos-pg-"))
+        self._own_root = None if self.root else root
+        os.chmod(root, 0o755)  # under root the server runs as another user, who must reach its directory
+        self.server = PostgresServer(root / "pg", max_prepared=64)
+        self.server.start()
+        self._url = self.server.url
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        if self._own_root is not None:
+            shutil.rmtree(self._own_root, ignore_errors=True)
+            self._own_root = None
+
+    def restart(self, *, crash: bool) -> None:
+        self.server.restart(crash=crash)
+
+    def address(self) -> tuple[str, int]:
+        return "127.0.0.1", int(self.server.port)
+
+    def _via(self, port: int | None) -> str:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        if port is None:
+            return self._url
+        params = conninfo_to_dict(self._url)
+        params.update(host="127.0.0.1", port=str(port))
+        return make_conninfo(**{k: str(v) for k, v in params.items()})
+
+    def job_env(self, proxy_port: int | None) -> dict[str, str]:
+        env = {URL_VAR: self._via(proxy_port), DIRECT_URL_VAR: self._url}
+        from eosink.services.spark_jars import SparkJars
+
+        env[JARS_VAR] = SparkJars().spark_conf("jdbc")["spark.jars"]
+        return env
+
+    def atomic(self, strategy: str) -> bool:
+        from eosink.connectors.postgres import PostgresConfig, PostgresSink
+        from eosink.strategies import resolve_strategy
+
+        sink = PostgresSink(PostgresConfig("postgresql://127.0.0.1/x", "t", commit_mode="atomic"))
+        return bool(sink.capabilities.atomic_batch_visibility) and resolve_strategy(strategy).transactional
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self._url, autocommit=True, connect_timeout=10)
+
+    def read_rows(self, names: Names) -> list[Row]:
+        from psycopg import sql
+
+        statement = sql.SQL("SELECT batch_id, key, running_sum, concat, n_tokens FROM {}").format(
+            sql.Identifier(names.table)
+        )
+        with self._connect() as conn:
+            try:
+                rows = conn.execute(statement).fetchall()
+            except Exception as exc:  # no table: nothing was ever written
+                if type(exc).__name__ == "UndefinedTable":
+                    return []
+                raise
+        return [(int(b), str(k), int(s), str(c), int(n)) for b, k, s, c, n in rows]
+
+    def snapshotter(self, names: Names) -> Callable[[], Snapshot | None]:
+        """A poll function: one REPEATABLE READ snapshot of rows per batch and bundles; None when the
+        server is unreachable or the tables do not exist yet (the poll reconnects next time)."""
+        import psycopg
+        from psycopg import sql
+
+        rows_q = sql.SQL("SELECT batch_id, count(*) FROM {} GROUP BY batch_id").format(sql.Identifier(names.table))
+        bundles_q = sql.SQL("SELECT batch_id FROM {} WHERE app_id = %s").format(
+            sql.Identifier(names.control_schema, "bundles")
+        )
+        state: dict[str, Any] = {"conn": None}
+
+        def poll() -> Snapshot | None:
+            try:
+                conn = state["conn"]
+                if conn is None or conn.closed:
+                    conn = state["conn"] = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+                with conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    counts = {int(b): int(n) for b, n in conn.execute(rows_q).fetchall()}
+                    bundles = frozenset(int(b) for (b,) in conn.execute(bundles_q, (names.app_id,)).fetchall())
+                return Snapshot(counts, bundles)
+            except psycopg.errors.UndefinedTable:
+                return None
+            except psycopg.OperationalError:
+                if state["conn"] is not None:
+                    state["conn"].close()
+                state["conn"] = None
+                return None
+
+        return poll
+
+    def leftovers(self, names: Names) -> dict[str, int]:
+        """In-doubt work of the schedule left behind: prepared transactions, staged rows, txns 'prepared'."""
+        import psycopg
+        from psycopg import sql
+
+        from eosink.connectors.postgres._control import gid_prefix
+
+        out = {"prepared": 0, "staged": 0, "txns_prepared": 0}
+        prefix = gid_prefix(names.control_schema)
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_prepared_xacts WHERE left(gid, %s) = %s", (len(prefix), prefix)
+            ).fetchone()
+            out["prepared"] = int(row[0]) if row else 0
+            tables = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename LIKE 's\\_%%'",
+                (names.control_schema,),
+            ).fetchall()
+            for (t,) in tables:
+                row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(names.control_schema, t)))
+                got = row.fetchone()
+                out["staged"] += int(got[0]) if got else 0
+            try:
+                row = conn.execute(
+                    sql.SQL("SELECT count(*) FROM {} WHERE app_id = %s AND state = 'prepared'").format(
+                        sql.Identifier(names.control_schema, "txns")
+                    ),
+                    (names.app_id,),
+                ).fetchone()
+                out["txns_prepared"] = int(row[0]) if row else 0
+            except psycopg.errors.UndefinedTable:
+                pass
+        return out
+
+    def drop(self, names: Names) -> None:
+        from psycopg import sql
+
+        with self._connect() as conn:
+            prefix = _gid_prefix(names.control_schema)
+            for (gid,) in conn.execute(
+                "SELECT gid FROM pg_prepared_xacts WHERE left(gid, %s) = %s", (len(prefix), prefix)
+            ).fetchall():
+                conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(names.table)))
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(names.control_schema)))
+
+    def scrub(self, text: str) -> str:
+        for var in (URL_VAR, DIRECT_URL_VAR):
+            url = os.environ.get(var)
+            if url:
+                from eosink.connectors.postgres import PostgresConfig
+
+                text = PostgresConfig(url, "t").scrub(text)
+        return text
+
+    # -- the job's side ----------------------------------------------------------------------
+
+    def job_sink(self, table: str, control_schema: str) -> Any:
+        """The eosink sink, connected through the fault proxy (``EOSINK_CHAOS_PG_URL``)."""
+        from eosink.connectors.postgres import PostgresConfig, PostgresSink
+
+        config = PostgresConfig(
+            os.environ[URL_VAR], table, control_schema=control_schema, create_table=True, commit_mode="atomic"
+        )
+        return PostgresSink(config)
+
+    def job_naive_writer(self, table: str) -> Callable[[Any, int], None]:
+        """Spark's JDBC writer, appending each batch (at-least-once: what eosink replaces). It passes
+        fault point ``F8`` after its write, the window in which a crash duplicates the batch."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        from eosink import faults
+        from eosink.faults import FaultPoint
+
+        params = conninfo_to_dict(os.environ[DIRECT_URL_VAR])
+        jdbc = f"jdbc:postgresql://{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}/{params.get('dbname')}"
+        options = {
+            "url": jdbc,
+            "dbtable": table,
+            "user": str(params.get("user", "")),
+            "password": str(params.get("password", "")),
+            "driver": "org.postgresql.Driver",
+        }
+
+        def write(df: Any, batch_id: int) -> None:
+            df.write.format("jdbc").options(**options).mode("append").save()
+            faults.hit(FaultPoint.F8, batch_id)
+
+        return write
+
+
+def _gid_prefix(control_schema: str) -> str:
+    from eosink.connectors.postgres._control import gid_prefix
+
+    return gid_prefix(control_schema)
+
+
+TARGETS: dict[str, Callable[[], Target]] = {"postgres": PostgresTarget}
+
+
+def get_target(name: str) -> Target:
+    """A target by name (the ``--sink`` of ``eosink chaos``)."""
+    try:
+        return TARGETS[name]()
+    except KeyError:
+        from eosink.errors import ConfigurationError
+
+        raise ConfigurationError(f"No chaos target for sink {name!r}.", f"Use one of {sorted(TARGETS)}.") from None

@@ -1,0 +1,181 @@
+"""Ratios, targets and rendering of the benchmark report (pure functions, no Spark, no server)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from eosink.bench.cli import plan_from_args
+from eosink.bench.postgres import PostgresAdapter
+from eosink.bench.report import Report, compute_targets, ratios, render_markdown, update_docs, write_results
+from eosink.bench.runner import peak_rss_mb, root_cause
+from eosink.bench.runs import LatencyResult, RssResult, RunResult, generic_runs
+from eosink.bench.stream import percentile
+
+ROWS = 1_000_000
+
+
+def _run(
+    name: str, seconds: float, kind: str = "eosink", strategy: str | None = None, mode: str | None = None
+) -> RunResult:
+    return RunResult(name, ROWS, seconds, bytes=100 * ROWS, kind=kind, strategy=strategy, mode=mode, verified_rows=ROWS)
+
+
+def _report(**overrides: object) -> Report:
+    runs = [
+        _run("eosink-2pc", 4.0, strategy="2pc", mode="atomic"),
+        _run("eosink-2pc-per-participant", 3.0, strategy="2pc", mode="per-participant"),
+        _run("eosink-txid-check", 5.0, strategy="txid-check", mode="atomic"),
+        _run("eosink-idempotent", 10.0, strategy="idempotent", mode="atomic"),
+        _run("eosink-at-least-once", 3.5, kind="at-least-once"),
+        _run("spark-jdbc-default", 10.0, kind="spark"),
+        _run("spark-jdbc-rewrite-batched", 5.0, kind="spark"),
+    ]
+    latency = [
+        LatencyResult("eosink-txid-check", 5000, 10, 50_000, 40, 120.0, 300.0, commit_p50_ms=6.0),
+        LatencyResult("eosink-txid-check", 50000, 10, 500_000, 40, 220.0, 900.0, commit_p50_ms=14.0, batch_p50_ms=180),
+        LatencyResult("eosink-at-least-once", 50000, 10, 500_000, 40, 200.0, 800.0, batch_p50_ms=160),
+        LatencyResult("eosink-2pc", 5000, 10, 50_000, 40, 150.0, 350.0, visible_after_commit_log_p50_ms=30.0),
+    ]
+    rss = [
+        RssResult("eosink-2pc", ROWS, "local-cluster", 100.0, 400.0, 9.0),
+        RssResult("eosink-2pc", 5 * ROWS, "lc", 101, 420, 40),
+    ]
+    body: dict[str, object] = {"throughput": {ROWS: runs}, "latency": latency, "rss": rss}
+    body.update(overrides)
+    return Report("postgres", "now", {"cpu": "test"}, {"master": "local[2]", "quick": False}, **body)  # type: ignore[arg-type]
+
+
+def test_run_result_figures_and_validity() -> None:
+    r = _run("x", 2.0)
+    assert r.rows_per_s == ROWS / 2
+    assert r.mb_per_s == pytest.approx(50.0)
+    assert r.ok
+    assert not RunResult("x", 10, 1.0, verified_rows=9).ok
+    assert not RunResult("x", 10, 1.0, error="boom").ok
+    assert RunResult("x", 10, 1.0).ok  # nothing to verify (the floor)
+    body = r.to_json()
+    assert {"name", "rows", "seconds", "rows_per_s"} <= set(body)
+    assert RunResult.from_json(body) == r
+
+
+def test_ratios_are_computed_within_the_run() -> None:
+    rel = ratios(_report().throughput[ROWS])
+    assert rel["eosink-2pc"]["spark-jdbc-default"] == 2.5
+    assert rel["eosink-2pc"]["spark-jdbc-rewrite-batched"] == 1.25
+    assert rel["eosink-2pc"]["eosink-at-least-once"] == round(3.5 / 4.0, 3)
+    assert "spark-jdbc-default" not in rel["spark-jdbc-default"]
+
+
+def test_targets_met_missed_and_unmeasured() -> None:
+    targets = {t.id: t for t in compute_targets(_report())}
+    # best exactly-once: 2pc per-participant, 3 s -> 3.33x default, 1.67x rewrite
+    assert targets["eo-vs-jdbc-default"].met is True
+    assert targets["eo-vs-jdbc-rewrite"].value == pytest.approx(1.667, abs=1e-3)
+    assert "eosink-2pc-per-participant (per-participant)" in targets["eo-vs-jdbc-rewrite"].detail
+    two = targets["2pc-vs-at-least-once"]
+    assert two.met is True and "batch-atomic mode: 0.875x" in two.detail
+    assert targets["txid-check-vs-at-least-once"].met is False  # 0.7 < 0.85
+    assert targets["idempotent-vs-at-least-once"].value == 0.35
+    assert targets["txid-check-commit-p50"].value == 14.0 and targets["txid-check-commit-p50"].met is False
+    assert "foreachBatch p50 180 ms vs 160 ms at-least-once" in targets["txid-check-commit-p50"].detail
+    assert targets["2pc-visible-after-commit-log"].met is True
+    assert targets["driver-rss-flat"].value == pytest.approx(0.042, abs=1e-3) and targets["driver-rss-flat"].met
+    missing = {t.id: t for t in compute_targets(_report(latency=[], rss=[]))}
+    assert missing["txid-check-commit-p50"].met is None
+    assert missing["driver-rss-flat"].met is None
+
+
+def test_failed_runs_do_not_count() -> None:
+    runs = _report().throughput[ROWS]
+    runs[5] = RunResult("spark-jdbc-default", ROWS, 1.0, kind="spark", error="driver died")
+    targets = {t.id: t for t in compute_targets(_report(throughput={ROWS: runs}))}
+    assert targets["eo-vs-jdbc-default"].met is None
+    text = render_markdown(_report(throughput={ROWS: runs}))
+    assert "| spark-jdbc-default | - | failed |" in text and "driver died" in text
+
+
+def test_markdown_names_missed_targets_and_json_round_trips(tmp_path: Path) -> None:
+    report = _report()
+    text = render_markdown(report)
+    assert "**missed**" in text and "| met |" in text
+    assert "## Throughput, 1M rows" in text and "## Streaming latency" in text and "## Driver peak RSS" in text
+    paths = write_results(report, tmp_path)
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    body = json.loads(paths["json"].read_text())
+    assert {r["name"] for r in body["runs"]} >= {"eosink-2pc", "spark-jdbc-default"}
+    assert Report.from_json(body).to_json() == body
+
+
+def test_update_docs_replaces_only_the_generated_section(tmp_path: Path) -> None:
+    doc = tmp_path / "docs" / "benchmarks.md"
+    doc.parent.mkdir()
+    doc.write_text("intro\n<!-- bench:postgres:start -->\nOLD-CONTENT\n<!-- bench:postgres:end -->\noutro\n")
+    png = tmp_path / "chart.png"
+    png.write_bytes(b"png")
+    update_docs(_report(), doc, doc.parent / "img" / "bench-postgres.png", png)
+    text = doc.read_text()
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "OLD-CONTENT" not in text
+    assert "![rows per second per run](img/bench-postgres.png)" in text
+    assert (doc.parent / "img" / "bench-postgres.png").read_bytes() == b"png"
+    (tmp_path / "bare.md").write_text("no markers")
+    with pytest.raises(ValueError):
+        update_docs(_report(), tmp_path / "bare.md", tmp_path / "x.png", png)
+
+
+def test_run_names_are_the_issues() -> None:
+    names = [r.name for r in PostgresAdapter().runs()]
+    assert names == [
+        "eosink-2pc",
+        "eosink-txid-check",
+        "eosink-idempotent",
+        "eosink-at-least-once",
+        "spark-arrow-floor",
+        "spark-jdbc-default",
+        "spark-jdbc-rewrite-batched",
+        "raw-copy",
+    ]
+    both = [r.name for r in generic_runs(("atomic", "per-participant")) if not r.primary]
+    assert both == [
+        "eosink-2pc-per-participant",
+        "eosink-txid-check-per-participant",
+        "eosink-idempotent-per-participant",
+    ]
+
+
+def test_plans_for_quick_and_full_runs() -> None:
+    quick = plan_from_args(["--quick"])
+    assert quick.sizes == [50_000] and quick.docs is None and quick.modes == ("atomic",)
+    full = plan_from_args(["--sink", "postgres"])
+    assert full.sizes == [1_000_000, 5_000_000] and full.rates == [5_000, 50_000]
+    assert full.docs == Path("docs/benchmarks.md") and "per-participant" in full.modes
+    custom = plan_from_args(["--rows", "2_000,3e4", "--rates", "0", "--rss-rows", "0", "--no-docs"])
+    assert custom.sizes == [2_000, 30_000] and custom.rates == [] and custom.rss_sizes == [] and custom.docs is None
+
+
+def test_percentile_of_a_histogram() -> None:
+    hist = Counter({10: 50, 20: 49, 500: 1})
+    assert percentile(hist, 0.5) == 10
+    assert percentile(hist, 0.99) == 20
+    assert percentile(hist, 1.0) == 500
+    assert percentile(Counter(), 0.5) is None
+
+
+def test_peak_rss_of_this_process() -> None:
+    python, jvm = peak_rss_mb()
+    assert python > 10 and jvm == 0
+
+
+def test_root_cause_puts_the_eosink_error_first() -> None:
+    wrapped = (
+        "StreamingQueryException: [STREAM_FAILED] query terminated\nTraceback (most recent call last):\n"
+        '  File "x.py", line 1\nValueError: inner\n'
+        "eosink.errors.EosinkError: write failed: DuplicateTable: relation exists\njava stack"
+    )
+    assert root_cause(wrapped).startswith("eosink.errors.EosinkError: write failed: DuplicateTable")
+    assert root_cause(wrapped.replace("eosink.errors.", "")).startswith("EosinkError: write failed")
+    assert root_cause("RuntimeError: plain") == "RuntimeError: plain"
+    assert len(root_cause("E: " + "x" * 5000)) == 1500

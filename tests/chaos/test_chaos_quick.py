@@ -1,0 +1,106 @@
+"""The chaos harness's quick mode end to end (what ``make chaos-quick`` and ``make test`` run).
+
+One schedule per strategy (two kills, a task failure, a lost COMMIT reply and a sink restart:
+five faults), the plain ``foreachBatch`` baseline under the same kills, and the
+non-deterministic mode, against a private PostgreSQL server and real Spark drivers. The harness
+runs once (module fixture); each test checks one part of its report.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any
+
+import pytest
+
+from eosink._procs import spark_cds_options
+from eosink.chaos.oracle import Workload
+from eosink.chaos.runner import format_table, run_chaos
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
+
+SEED = 7
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if shutil.which("java") is None:
+        pytest.fail("Spark needs Java 17+ on PATH (make java)", pytrace=False)
+    work = tmp_path_factory.mktemp("chaos")
+    result = run_chaos(
+        "postgres",
+        seed=SEED,
+        schedules=1,
+        workload=Workload(files=8, rows=12, keys=4, seed=SEED),
+        workdir=work,
+        java_opts=spark_cds_options(),
+        kills=2,
+        say=lambda text: print(text, flush=True),
+    )
+    (work / "report.json").write_text(json.dumps(result, indent=2, default=str))
+    print(format_table(result))
+    return result
+
+
+def _schedule(report: dict[str, Any], strategy: str, mode: str) -> dict[str, Any]:
+    return next(s for s in report["schedules"] if s["strategy"] == strategy and s["mode"] == mode)
+
+
+@pytest.mark.parametrize("strategy", ["2pc", "txid-check", "idempotent"])
+def test_each_strategy_is_exactly_once_under_five_faults(report: dict[str, Any], strategy: str) -> None:
+    s = _schedule(report, strategy, "eosink")
+    assert s["ok"], f"{s['failure']}\nreplay: eosink chaos --sink postgres --seed {SEED} --strategy {strategy}"
+    assert s["faults_injected"] >= 5, [r["injected"] for r in s["runs"]]
+    assert s["crashes"] >= 2
+    assert s["lost"] == 0 and s["duplicated"] == 0
+    assert s["verdict"]["ok"] and s["verdict"]["found"] == s["verdict"]["expected"] > 0
+    assert not any(s["leftovers"].values()), s["leftovers"]
+    assert s["reader_polls"] > 0
+    row = next(r for r in report["results"] if r["strategy"] == strategy)
+    assert row["atomic"] is (strategy != "idempotent")
+    assert row["partial_reads"] == 0
+    assert row["lost"] == row["duplicated"] == 0
+
+
+def test_naive_baseline_shows_what_eosink_prevents(report: dict[str, Any]) -> None:
+    naive = report["naive"]
+    assert naive["schedules"] == 1 and naive["crashes"] >= 2
+    assert naive["lost"] + naive["duplicated"] > 0, "the plain foreachBatch writer survived the kills unharmed"
+
+
+def test_txid_check_stops_on_a_divergent_replay_naming_the_batch(report: dict[str, Any]) -> None:
+    s = _schedule(report, "txid-check", "nondeterministic")
+    assert s["ok"], s["failure"]
+    assert s["divergent_replays_detected"] == 1 and s["detected_batch"] is not None
+    assert s["runs"][-1]["error_kind"] == "NonDeterministicReplayError"
+    assert f"Batch {s['detected_batch']}" in s["runs"][-1]["error"]
+    assert s["verdict"]["ok"], s["verdict"]
+
+
+def test_2pc_stays_consistent_when_replays_differ(report: dict[str, Any]) -> None:
+    s = _schedule(report, "2pc", "nondeterministic")
+    assert s["ok"], s["failure"]
+    assert s["crashes"] >= 2 and s["lost"] == 0 and s["duplicated"] == 0
+    assert s["verdict"]["chain_breaks"] == 0 and s["verdict"]["not_an_attempt"] == 0
+    assert s["partial_reads"] == 0
+
+
+def test_report_shape(report: dict[str, Any]) -> None:
+    assert report["sink"] == "postgres" and report["seed"] == SEED
+    for row in report["results"]:
+        for key in (
+            "strategy",
+            "schedules",
+            "crashes",
+            "ambiguous_commits",
+            "replays_skipped",
+            "lost",
+            "duplicated",
+            "partial_reads",
+            "divergent_replays_detected",
+        ):
+            assert key in row
+    assert {"schedules", "lost", "duplicated"} <= report["naive"].keys()
+    assert report["failed"] == []
+    json.dumps(report, default=str)

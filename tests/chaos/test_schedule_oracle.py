@@ -1,0 +1,275 @@
+"""The chaos harness's pure parts, without Spark: schedules, the oracle's checks, the reader's view check."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from eosink.chaos.oracle import (
+    Row,
+    Workload,
+    expected_rows,
+    read_attempts,
+    read_input,
+    spark_batches,
+    verify,
+    verify_naive,
+    write_input,
+)
+from eosink.chaos.reader import Reader
+from eosink.chaos.runner import _error, _fired, format_table
+from eosink.chaos.schedule import KILL_POINTS, make_schedule, naive_schedule, nondeterministic_schedule
+from eosink.chaos.targets import Snapshot
+
+W = Workload(files=8, rows=12, keys=3, seed=5)
+
+
+# -- schedules ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", sorted(KILL_POINTS))
+@pytest.mark.parametrize("kills", [2, 3])
+def test_schedule_is_seeded_and_has_at_least_five_faults(strategy: str, kills: int) -> None:
+    a = make_schedule(11, strategy, W, kills=kills)
+    assert a == make_schedule(11, strategy, W, kills=kills)
+    assert a.planned >= 5
+    assert {f.kind for run in a.runs for f in run} == {
+        "point-kill",
+        "random-kill",
+        "task-failure",
+        "commit-cut",
+        "sink-restart",
+    }
+    assert a.runs[-1] == (), "the last run finishes the input without faults"
+    for run in a.runs:
+        terminal = [f for f in run if f.terminal]
+        assert len(terminal) <= 1 and (not terminal or run[-1] is terminal[0]), run
+        for f in run:
+            if f.kind == "point-kill":
+                assert f.point in KILL_POINTS[strategy]
+            if f.kind == "task-failure" and run[-1].kind == "point-kill":
+                assert f.offset < run[-1].offset, "the task failure must come before the run's kill"
+
+
+def test_schedules_differ_by_seed_and_f5_is_2pc_only() -> None:
+    assert len({make_schedule(s, "2pc", W).runs for s in range(10)}) > 1
+    for s in range(30):
+        for strategy in ("txid-check", "idempotent"):
+            assert all(f.point != "F5" for run in make_schedule(s, strategy, W).runs for f in run)
+
+
+def test_naive_schedule_keeps_only_the_kills() -> None:
+    base = make_schedule(3, "2pc", W)
+    naive = naive_schedule(base)
+    assert naive.naive and len(naive.runs) == len(base.runs)
+    kinds = [f.kind for run in naive.runs for f in run]
+    assert sorted(kinds) == sorted(f.kind for run in base.runs for f in run if f.terminal)
+    assert all(f.point == "F8" for run in naive.runs for f in run if f.kind == "point-kill")
+
+
+def test_nondeterministic_schedules() -> None:
+    txid = nondeterministic_schedule(1, "txid-check", W)
+    assert txid.nondeterministic and txid.runs[0][0].point == "F8" and txid.runs[-1] == ()
+    two = nondeterministic_schedule(1, "2pc", W)
+    assert {f.point for run in two.runs for f in run} == {"F3", "F4", "F5", None}
+    assert len(nondeterministic_schedule(1, "2pc", W, kills=2).runs) == 3
+
+
+# -- the workload and the oracle ------------------------------------------------------------------------
+
+
+def test_input_is_seeded_and_ordered_by_mtime(tmp_path: Path) -> None:
+    write_input(tmp_path / "a", W)
+    write_input(tmp_path / "b", W)
+    a, b = read_input(tmp_path / "a"), read_input(tmp_path / "b")
+    assert a == b and len(a) == W.files and all(len(rows) == W.rows for rows in a)
+    files = sorted((tmp_path / "a").iterdir())
+    assert [os.stat(f).st_mtime for f in files] == sorted(os.stat(f).st_mtime for f in files)
+    seqs = [r["seq"] for rows in a for r in rows]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def _batches() -> list[list[dict[str, object]]]:
+    def r(key: str, seq: int, token: str, amount: int) -> dict[str, object]:
+        return {"id": seq, "key": key, "seq": seq, "token": token, "amount": amount}
+
+    return [
+        [r("x", 2, "b", 5), r("x", 1, "a", 1), r("y", 3, "c", 2)],
+        [r("y", 4, "d", 3)],
+        [r("x", 5, "e", 7), r("x", 6, "f", 1)],
+    ]
+
+
+def test_expected_rows_is_the_failure_free_execution() -> None:
+    want = expected_rows(_batches())
+    assert want == {
+        (0, "x"): (0, "x", 6, "a.b", 2),
+        (0, "y"): (0, "y", 2, "c", 1),
+        (1, "y"): (1, "y", 5, "c.d", 2),
+        (2, "x"): (2, "x", 14, "a.b.e.f", 4),
+    }
+
+
+def test_verify_accepts_exactly_the_execution_and_counts_what_is_wrong() -> None:
+    batches = _batches()
+    good = list(expected_rows(batches).values())
+    assert verify(good, batches).ok
+    lost = verify(good[1:], batches)
+    assert lost.lost == 1 and not lost.ok
+    dup = verify([*good, good[0]], batches)
+    assert dup.duplicated == 1 and not dup.ok
+    wrong = [(0, "x", 6, "b.a", 2), *good[1:]]  # a valid order within the batch, but not the deterministic one
+    assert verify(wrong, batches).mismatched == 1
+
+
+def test_verify_finds_a_divergent_chain() -> None:
+    """Batch 0 committed "b.a", batch 2 extends "a.b": two executions mixed (the seed paper's example)."""
+    batches = _batches()
+    mixed: list[Row] = [
+        (0, "x", 6, "b.a", 2),
+        (0, "y", 2, "c", 1),
+        (1, "y", 5, "c.d", 2),
+        (2, "x", 14, "a.b.e.f", 4),
+    ]
+    v = verify(mixed, batches, deterministic=False)
+    assert v.chain_breaks == 1 and not v.ok
+    consistent = [(0, "x", 6, "b.a", 2), *mixed[1:3], (2, "x", 14, "b.a.f.e", 4)]
+    assert verify(consistent, batches, deterministic=False).ok
+
+
+def test_verify_upto_and_incomplete_keys() -> None:
+    batches = _batches()
+    good = list(expected_rows(batches).values())
+    upto0 = [r for r in good if r[0] == 0]
+    assert verify(upto0, batches, upto=0).ok
+    assert verify(good, batches, upto=0).duplicated == 2, "rows after the stop are unexpected"
+    assert not verify(upto0, batches).ok
+
+
+def test_verify_checks_one_attempt_per_batch(tmp_path: Path) -> None:
+    batches = _batches()
+    good = list(expected_rows(batches).values())
+    log = tmp_path / "oracle.jsonl"
+    lines = []
+    for b in range(3):
+        rows = [[k, s, c, n] for (bb, k, s, c, n) in good if bb == b]
+        lines.append(json.dumps({"attempt": "a", "batch": b, "rows": rows}))
+    lines.append(json.dumps({"attempt": "b", "batch": 1, "rows": [["y", 5, "c.d", 2]]}))
+    log.write_text("\n".join(lines) + '\n{"attempt": "c", "ba')  # a torn last line (a kill)
+    attempts = read_attempts([log, tmp_path / "missing.jsonl"])
+    assert sorted(attempts) == [0, 1, 2] and len(attempts[1]) == 1
+    assert verify(good, batches, attempts=attempts).ok
+    forged = [r if r[:2] != (0, "y") else (0, "y", 2, "c", 1) for r in good]
+    del attempts[0]
+    assert verify(forged, batches, attempts=attempts).not_an_attempt == 1
+
+
+def test_verify_naive_counts_multisets() -> None:
+    batches = _batches()
+    good = list(expected_rows(batches).values())
+    v = verify_naive([*good[1:], good[1], good[1]], batches)
+    assert (v.lost, v.duplicated) == (1, 2)
+    assert verify_naive(good[1:], batches).lost == 1
+
+
+# -- the reader and the runner's helpers -------------------------------------------------------------------
+
+
+def test_reader_check_finds_partial_batches() -> None:
+    reader = Reader(lambda: None, {0: 2, 1: 3}.get, atomic=True)
+    assert reader.check(Snapshot({0: 2, 1: 3}, frozenset({0, 1}))) == []
+    assert reader.check(Snapshot({0: 2}, frozenset({0}))) == []
+    assert reader.check(Snapshot({0: 2, 1: 1}, frozenset({0}))) == ["batch 1: 1 of 3 rows visible"]
+    assert reader.check(Snapshot({0: 2}, frozenset())) == ["batch 0: all rows visible, no bundle"]
+    assert reader.check(Snapshot({}, frozenset({1}))) == ["batch 1: bundle without rows"]
+
+
+def test_reader_counts_partial_views_in_a_thread() -> None:
+    snaps = iter([None, Snapshot({0: 1}, frozenset())] + [Snapshot({0: 2}, frozenset({0}))] * 1000)
+    with Reader(lambda: next(snaps), {0: 2}.get, atomic=False) as reader:
+        import time
+
+        deadline = time.monotonic() + 10
+        while reader.polls < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert reader.polls >= 3 and reader.unavailable == 1
+    assert (reader.partial_reads, reader.partial_views) == (0, 1)
+    assert reader.examples == ["batch 0: 1 of 2 rows visible"]
+
+
+def test_error_and_fault_log_parsing(tmp_path: Path) -> None:
+    kind, text = _error("noise\nEOSINK-ERROR NonDeterministicReplayError: Batch 3 of app_id 'x' was replayed\n")
+    assert kind == "NonDeterministicReplayError" and text and "Batch 3" in text
+    assert _error("")[0] is None
+    log = tmp_path / "faults.log"
+    log.write_text("F8 3 kill 123\nF2 4 raise 456\n")
+    assert _fired(log) == ["F8@3:kill", "F2@4:raise"]
+    assert _fired(tmp_path / "none.log") == []
+
+
+def test_format_table() -> None:
+    row = {
+        "strategy": "2pc",
+        "schedules": 2,
+        "faults_injected": 12,
+        "crashes": 6,
+        "ambiguous_commits": 1,
+        "replays_skipped": 0,
+        "lost": 0,
+        "duplicated": 0,
+        "partial_reads": 0,
+        "partial_views": 0,
+        "divergent_replays_detected": 0,
+        "failed": 0,
+        "atomic": True,
+    }
+    report = {
+        "results": [row, {**row, "strategy": "idempotent", "atomic": False, "partial_views": 4}],
+        "naive": {"schedules": 2, "crashes": 6, "lost": 0, "duplicated": 9},
+        "nondeterministic": [
+            {"strategy": "txid-check", "ok": True, "divergent_replays_detected": 1, "detected_batch": 2},
+        ],
+    }
+    text = format_table(report)
+    assert "NonDeterministicReplayError at batch 2" in text
+    lines = text.splitlines()
+    assert lines[2].split()[8] == "-", "no partial-read count where atomicity is not declared"
+    assert lines[3].split()[-1] == "9"
+
+
+def test_happened_matches_what_the_runner_records() -> None:
+    from eosink.chaos.runner import _happened
+    from eosink.chaos.schedule import Fault
+
+    injected = ["F8@3:kill", "F2@2:raise", "sink crash", "cut after COMMIT"]
+    assert _happened(Fault("point-kill", point="F8"), injected)
+    assert not _happened(Fault("point-kill", point="F3"), injected)
+    assert _happened(Fault("task-failure", point="F2"), injected)
+    assert _happened(Fault("sink-restart"), injected)
+    assert _happened(Fault("commit-cut"), injected)
+    assert not _happened(Fault("random-kill"), injected)
+    assert _happened(Fault("random-kill"), ["random kill"])
+
+
+def test_cli_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    from eosink.chaos.cli import main
+
+    assert main(["--schedules", "0"]) == 2
+    assert "--schedules must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--strategy", "nope"])
+
+
+def test_spark_batches_follow_the_offset_log(tmp_path: Path) -> None:
+    """A crash between the file source's log and the offset log: the next run planned batch 1 over files 1 and 2."""
+    files = [[{"f": i}] for i in range(5)]
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    for batch_id, log_offset in [(0, 0), (1, 2), (2, 3)]:
+        (offsets / str(batch_id)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{{"logOffset":{log_offset}}}\n')
+    (offsets / ".3.abc.tmp").write_text("")
+    assert spark_batches(tmp_path, files) == [[{"f": 0}], [{"f": 1}, {"f": 2}], [{"f": 3}], [{"f": 4}]]
+    assert spark_batches(tmp_path / "none", files) == files
