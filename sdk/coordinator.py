@@ -452,22 +452,23 @@ class Coordinator:
         try:
             if self.epoch is not None and self._error is None:
                 self.commit_ready()
-            elif self.epoch is None and self._fenced is None and self.strategy.commits_after_spark:
-                self._finish_spark_committed()
         finally:
             self.sink.close()
         if self._pending:
             log.warning("eosink %s: batches %s stay in doubt until the next start", self.app_id, sorted(self._pending))
 
-    def _finish_spark_committed(self) -> None:
-        """Commit the batches Spark's commit log holds but the sink does not, without fencing.
+    def finish_spark_committed(self) -> None:
+        """Commit the batches Spark's commit log holds but the sink does not, without fencing (2PC).
 
-        For a writer that processed no batch: a query restarted after a crash between Spark's
-        commit log and the sink's commit, that finds no new input (``availableNow``), never
-        calls ``foreachBatch``, so start-time recovery never runs. Only the outcome Spark already
+        Called by :meth:`eosink.spark.BatchWriter.close` for a writer that processed no batch:
+        a query restarted after a crash between Spark's commit log and the sink's commit, that
+        finds no new input (``availableNow``), never calls ``foreachBatch``, so start-time
+        recovery never runs. Only the outcome Spark already
         decided is carried out, under the manifest's own epoch: a newer writer fences it
         (nothing is done), and nothing is aborted here.
         """
+        if self.epoch is not None or self._fenced is not None or not self.strategy.commits_after_spark:
+            return
         last = self.sink.fetch_last_bundle(self.app_id)
         for batch_id in sorted(self.checkpoint.manifest_batches(self.app_id)):
             if (last is not None and last.batch.batch_id >= batch_id) or not self.checkpoint.is_committed(batch_id):

@@ -203,10 +203,19 @@ class BatchWriter:
         return self._coordinator.flush(timeout_s)
 
     def close(self) -> None:
-        """Commit what Spark has committed and release resources; call after the query stops."""
+        """Commit what Spark has committed and release resources; call after the query stops.
+
+        Also when no batch ran in this process (a restart that found no new input): batches
+        Spark's commit log holds but the sink does not are committed then (2PC).
+        """
+        if self._coordinator is None and self.strategy.commits_after_spark and self.checkpoint.exists():
+            _ = self.coordinator  # a writer that processed no batch
         if self._coordinator is not None:
-            self._coordinator.close()
-            _LIVE.discard(self)
+            try:
+                self._coordinator.finish_spark_committed()
+            finally:
+                self._coordinator.close()
+                _LIVE.discard(self)
 
 
 def foreach_batch(

@@ -212,6 +212,7 @@ def test_f5_2pc_close_commits_what_spark_committed_when_no_batch_runs(tmp_path: 
     assert ms.ckpt.has_commit(3)
     assert ms.visible() == ms.expected(upto=3)
     idle = ms.new_coordinator()
+    idle.finish_spark_committed()  # what BatchWriter.close() does first
     idle.close()
     assert idle.epoch is None and idle.stats.recovered_forward == 1
     ms.assert_exact()
@@ -225,6 +226,7 @@ def test_f5_2pc_close_of_an_idle_writer_leaves_a_newer_writers_batch_alone(tmp_p
     ms.crash()
     ReferenceSink(ms.db).fence(APP)  # a newer writer took over
     idle = ms.new_coordinator()
+    idle.finish_spark_committed()
     idle.close()
     assert idle.stats.recovered_forward == 0
     assert ms.visible() == ms.expected(upto=3)
