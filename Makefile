@@ -35,8 +35,8 @@ help:
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
 	@echo "make services   the harness's own tests and the connectors' tests against real servers (starts and stops them)"
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
-	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S]   the end-to-end chaos harness -> results/chaos-SINK.json"
-	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy) and its unit tests"
+	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S] [JOBS=J]   the end-to-end chaos harness -> results/chaos-SINK.json"
+	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy; part of make test)"
 	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1]   eosink vs Spark's built-in writers -> results/bench-<sink>.*"
 
 venv: $(STAMP)
@@ -101,7 +101,7 @@ services-status: venv
 services: venv tools
 	@$(call WITH_SERVICES,$(PYTEST) tests/services tests/connectors -q --durations=5)
 
-test: lint unit package docs contracts services spark
+test: lint unit package docs contracts services spark chaos-quick
 	@echo "make test: all green"
 
 test-full: venv tools lint unit package docs contracts postgres15
@@ -113,11 +113,14 @@ test-full: venv tools lint unit package docs contracts postgres15
 SINK ?= postgres
 SCHEDULES ?= 20
 SEED ?= 1
+JOBS ?= 1
+CHAOS_DIR ?= $(CURDIR)/.cache/chaos-$(SINK)-$(SEED)-$(SCHEDULES)
+# Finished schedules are journaled in CHAOS_DIR: an interrupted `make chaos` goes on where it stopped.
 chaos: venv java
-	$(EOSINK) chaos --sink $(SINK) --schedules $(SCHEDULES) --seed $(SEED)
+	$(EOSINK) chaos --sink $(SINK) --schedules $(SCHEDULES) --seed $(SEED) --jobs $(JOBS) --workdir $(CHAOS_DIR) --resume
 
-chaos-quick: venv java
-	$(PYTEST) tests/chaos -q --durations=10
+chaos-quick: venv java tools
+	$(PYTEST) tests/chaos/test_chaos_quick.py -q --durations=10
 
 demo: venv java
 	$(VENV)/bin/eosink demo

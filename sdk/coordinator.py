@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from eosink import faults
 from eosink.checkpoint import SparkCheckpoint
@@ -39,6 +39,7 @@ from eosink.strategies import Strategy
 
 __all__ = ["BatchInput", "CommitPolicy", "Coordinator", "Stats"]
 
+_T = TypeVar("_T")
 log = logging.getLogger("eosink")
 
 
@@ -234,7 +235,10 @@ class Coordinator:
         try:
             committables = sorted(data.write(plan), key=lambda c: c.id)
         except BaseException:
-            self._abort_orphans(batch, keep=set())
+            try:
+                self._abort_orphans(batch, keep=set())
+            except Exception as cleanup:  # the write's own error is the one to report; a later attempt aborts these
+                log.warning("eosink %s: could not abort the attempts of batch %d: %s", self.app_id, batch_id, cleanup)
             raise
         faults.hit(FaultPoint.F3, batch_id)
         keep = {c.id for c in committables}
@@ -298,11 +302,24 @@ class Coordinator:
     def _abort_orphans(self, batch: BatchRef, keep: set[str]) -> None:
         if not self.sink.capabilities.supports_recover:
             return
-        orphans = [c for c in self.sink.recover(self.app_id) if c.batch == batch and c.id not in keep]
+        found = self._retrying(lambda: self.sink.recover(self.app_id))
+        orphans = [c for c in found if c.batch == batch and c.id not in keep]
         if orphans:
-            self.sink.abort(orphans)
+            self._retrying(lambda: self.sink.abort(orphans))
             self.stats.orphans_aborted += len(orphans)
             log.info("eosink %s: aborted %d leftover attempt(s) of batch %d", self.app_id, len(orphans), batch.batch_id)
+
+    def _retrying(self, call: Callable[[], _T]) -> _T:
+        """``call()``, retried with backoff on :class:`TransientError` (a sink restarting, a dropped connection)."""
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except TransientError:
+                attempt += 1
+                if attempt > self.policy.transient_retries:
+                    raise
+                time.sleep(min(self.policy.backoff_s * 2 ** (attempt - 1), self.policy.max_backoff_s))
 
     # -- committing --------------------------------------------------------------------------------
 

@@ -47,6 +47,17 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", help="the report's path (default: results/chaos-<sink>.json)")
     ap.add_argument("--workdir", help="keep each schedule's input, checkpoint and logs here (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the tables of each schedule (and the workdir)")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=int(os.environ.get("EOSINK_CHAOS_JOBS", "1")),
+        help="schedules run at once, each against a private server of its own (default: 1)",
+    )
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --workdir: skip the schedules a previous, interrupted run of the same command finished",
+    )
     return ap
 
 
@@ -58,6 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.schedules < 1 or args.files < 8:
         print(
             "eosink chaos: --schedules must be >= 1 and --files >= 8 (a schedule's faults need batches).",
+            file=sys.stderr,
+        )
+        return 2
+    if args.jobs < 1 or (args.resume and not args.workdir):
+        print(
+            "eosink chaos: --jobs must be >= 1, and --resume needs the --workdir of the run to resume.",
             file=sys.stderr,
         )
         return 2
@@ -80,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     modes = tuple(args.only or MODES)
     say(
         f"eosink chaos: sink {args.sink}, {args.schedules} schedule(s) per strategy from seed {args.seed}, "
-        f"strategies {', '.join(strategies)}, parts {', '.join(modes)}; work in {workdir}"
+        f"strategies {', '.join(strategies)}, parts {', '.join(modes)}, {args.jobs} at once; work in {workdir}"
     )
     java_opts = spark_cds_options()
     try:
@@ -96,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             java_opts=java_opts,
             keep=args.keep,
             kills=args.kills,
+            jobs=args.jobs,
+            resume=args.resume,
             say=say,
         )
     finally:
@@ -103,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    shutil.rmtree(workdir / "journal", ignore_errors=True)  # complete: the next run starts afresh
     say("")
     say(format_table(report))
     say("")

@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +117,15 @@ class ScheduleResult:
         w = self.schedule["workload"]
         shape = f" --files {w['files']} --rows {w['rows']} --keys {w['keys']} --kills {kills}"
         return f"eosink chaos --sink {sink} --seed {self.seed} --schedules 1{strategy}{only}{shape}"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ScheduleResult:
+        """A result as :meth:`to_json` wrote it (the journal of a resumable run)."""
+        names = {f for f in cls.__dataclass_fields__ if f != "runs"}
+        result = cls(**{k: v for k, v in data.items() if k in names})
+        run_fields = set(RunRecord.__dataclass_fields__)
+        result.runs = [RunRecord(**{k: v for k, v in r.items() if k in run_fields}) for r in data.get("runs", [])]
+        return result
 
     def to_json(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items() if k != "runs"}
@@ -458,6 +468,15 @@ def _aggregate(results: Sequence[ScheduleResult]) -> dict[str, Any]:
     }
 
 
+def _journal_path(journal: Path, schedule: Schedule) -> Path:
+    mode = "naive" if schedule.naive else "nondeterministic" if schedule.nondeterministic else "eosink"
+    return journal / f"{mode}-{schedule.strategy}-{schedule.seed}.json"
+
+
+def _same_shape(saved: dict[str, Any], schedule: Schedule) -> bool:
+    return bool(saved.get("schedule") == schedule.to_json())
+
+
 def run_chaos(
     sink: str,
     *,
@@ -471,21 +490,51 @@ def run_chaos(
     java_opts: str = "",
     keep: bool = False,
     kills: int = 3,
+    jobs: int = 1,
+    resume: bool = False,
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run the harness; returns the report (``results/chaos-<sink>.json``). Schedule ``k`` uses seed ``seed + k``."""
+    """Run the harness; returns the report (``results/chaos-<sink>.json``). Schedule ``k`` uses seed ``seed + k``.
+
+    ``jobs`` schedules run at once, each worker against a private server of its own (a sink
+    restart in one schedule must not be a fault in another). Every finished schedule is kept
+    in ``workdir/journal``; with ``resume`` a schedule already there (same seed, workload and
+    faults) is not run again, so a long run that was interrupted goes on where it stopped.
+    """
     from eosink.chaos.targets import get_target
 
     base = workload or Workload()
-    target = get_target(sink)
-    target.start()
-    harness = Harness(target, workdir, master=master, java_opts=java_opts, keep=keep, say=say)
-    per_strategy: dict[str, list[ScheduleResult]] = {s: [] for s in strategies}
-    naive: list[ScheduleResult] = []
-    nondet: list[ScheduleResult] = []
+    journal = workdir / "journal"
+    journal.mkdir(parents=True, exist_ok=True)
+    planned: list[Schedule] = []
+    for k in range(schedules):
+        s = seed + k
+        if "eosink" in modes:
+            planned += [make_schedule(s, strategy, replace_seed(base, s), kills=kills) for strategy in strategies]
+        if "naive" in modes:
+            planned.append(naive_schedule(make_schedule(s, "2pc", replace_seed(base, s), kills=kills)))
+    if "nondeterministic" in modes:
+        nd_kills = 4 if kills > 2 else 2
+        planned += [
+            nondeterministic_schedule(seed, strategy, replace_seed(base, seed), kills=nd_kills)
+            for strategy in ND_STRATEGIES
+            if strategy in strategies
+        ]
+    done: dict[int, ScheduleResult] = {}
+    for i, schedule in enumerate(planned):
+        path = _journal_path(journal, schedule)
+        if resume and path.exists():
+            saved = json.loads(path.read_text())
+            if _same_shape(saved, schedule):
+                done[i] = ScheduleResult.from_json(saved)
+    if done:
+        say(f"  resuming: {len(done)} of {len(planned)} schedule(s) already in {journal}")
+    todo = [i for i in range(len(planned)) if i not in done]
+    resumed = len(done)
     started = time.monotonic()
+    lock = threading.Lock()
 
-    def one(schedule: Schedule) -> ScheduleResult:
+    def one(harness: Harness, schedule: Schedule) -> ScheduleResult:
         label = (
             "naive" if schedule.naive else f"{schedule.strategy}{' (non-deterministic)' * schedule.nondeterministic}"
         )
@@ -493,31 +542,67 @@ def run_chaos(
         say(f"  {label}, seed {schedule.seed}: {plan}")
         res = harness.run(schedule)
         status = "baseline done" if schedule.naive else "ok" if res.ok else f"FAILED: {res.failure}"
+        with lock:
+            finished = len(done) + 1
         say(
-            f"  {label}, seed {schedule.seed}: {status} ({res.faults_injected} faults, {res.crashes} crashes, "
-            f"lost {res.lost}, duplicated {res.duplicated}, {res.duration_s:.0f} s)"
+            f"  [{finished}/{len(planned)}] {label}, seed {schedule.seed}: {status} ({res.faults_injected} faults, "
+            f"{res.crashes} crashes, lost {res.lost}, duplicated {res.duplicated}, {res.duration_s:.0f} s)"
         )
         if not res.ok and not schedule.naive:
             say(f"  replay: {res.replay_command(sink, kills)}")
         return res
 
-    try:
-        for k in range(schedules):
-            s = seed + k
-            if "eosink" in modes:
-                for strategy in strategies:
-                    per_strategy[strategy].append(one(make_schedule(s, strategy, replace_seed(base, s), kills=kills)))
-            if "naive" in modes:
-                naive.append(one(naive_schedule(make_schedule(s, "2pc", replace_seed(base, s), kills=kills))))
-        if "nondeterministic" in modes:
-            for strategy in ND_STRATEGIES:
-                if strategy in strategies:
-                    nd_schedule = nondeterministic_schedule(
-                        seed, strategy, replace_seed(base, seed), kills=4 if kills > 2 else 2
-                    )
-                    nondet.append(one(nd_schedule))
-    finally:
-        target.close()
+    def worker(slot: int) -> None:
+        target = get_target(sink)
+        target.start()
+        try:
+            harness = Harness(target, workdir / f"w{slot}", master=master, java_opts=java_opts, keep=keep, say=say)
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    i = todo.pop(0)
+                res = one(harness, planned[i])
+                _journal_path(journal, planned[i]).write_text(json.dumps(res.to_json(), default=str) + "\n")
+                with lock:
+                    done[i] = res
+        finally:
+            target.close()
+
+    workers = max(1, min(jobs, len(todo)))
+    if todo:
+        if workers == 1:
+            worker(0)
+        else:
+            errors: list[BaseException] = []
+
+            def guarded(slot: int) -> None:
+                try:
+                    worker(slot)
+                except BaseException as exc:  # re-raised below, after every worker stopped
+                    with lock:
+                        errors.append(exc)
+                        todo.clear()
+
+            threads = [threading.Thread(target=guarded, args=(n,), name=f"chaos-{n}") for n in range(workers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+    per_strategy: dict[str, list[ScheduleResult]] = {s: [] for s in strategies}
+    naive: list[ScheduleResult] = []
+    nondet: list[ScheduleResult] = []
+    for i in sorted(done):
+        res = done[i]
+        if res.mode == "naive":
+            naive.append(res)
+        elif res.mode == "nondeterministic":
+            nondet.append(res)
+        else:
+            per_strategy[res.strategy].append(res)
+    target = get_target(sink)
     results = []
     for strategy, rs in per_strategy.items():
         row = {"strategy": strategy, **_aggregate(rs)}
@@ -567,6 +652,8 @@ def run_chaos(
             if not r.ok
         ],
         "duration_s": round(time.monotonic() - started, 1),
+        "jobs": workers,
+        "resumed": resumed,
         "schedules": [r.to_json() for r in [*_flat(per_strategy.values()), *naive, *nondet]],
     }
     return report

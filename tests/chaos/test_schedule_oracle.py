@@ -273,3 +273,83 @@ def test_spark_batches_follow_the_offset_log(tmp_path: Path) -> None:
     (offsets / ".3.abc.tmp").write_text("")
     assert spark_batches(tmp_path, files) == [[{"f": 0}], [{"f": 1}, {"f": 2}], [{"f": 3}], [{"f": 4}]]
     assert spark_batches(tmp_path / "none", files) == files
+
+
+# -- parallel workers and the resumable journal -------------------------------------------------------
+
+
+class _FakeTarget:
+    """Counts servers started and stopped; the harness's runs are replaced below."""
+
+    started: list[int] = []
+    name = "fake"
+
+    def start(self) -> None:
+        _FakeTarget.started.append(1)
+
+    def close(self) -> None:
+        _FakeTarget.started.append(-1)
+
+    def atomic(self, strategy: str) -> bool:
+        return strategy != "idempotent"
+
+
+def _fake_run(calls: list[tuple[str, str, int]]) -> object:
+    from eosink.chaos.runner import ScheduleResult
+
+    def run(self: object, schedule: object) -> ScheduleResult:
+        s = schedule  # a Schedule
+        mode = "naive" if s.naive else "nondeterministic" if s.nondeterministic else "eosink"  # type: ignore[attr-defined]
+        calls.append((mode, s.strategy, s.seed))  # type: ignore[attr-defined]
+        res = ScheduleResult(s.strategy, s.seed, mode, s.to_json())  # type: ignore[attr-defined]
+        res.crashes, res.faults_injected = 3, 6
+        if mode == "nondeterministic" and s.strategy == "txid-check":  # type: ignore[attr-defined]
+            res.divergent_replays_detected, res.detected_batch = 1, 2
+        return res
+
+    return run
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_run_chaos_in_parallel_and_resumed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int) -> None:
+    import eosink.chaos.targets as targets
+    from eosink.chaos import runner
+
+    monkeypatch.setitem(targets.TARGETS, "fake", _FakeTarget)
+    calls: list[tuple[str, str, int]] = []
+    monkeypatch.setattr(runner.Harness, "run", _fake_run(calls))
+    _FakeTarget.started = []
+    kw = dict(seed=3, schedules=2, workload=W, workdir=tmp_path, jobs=jobs, say=lambda _: None)
+    report = runner.run_chaos("fake", **kw)  # type: ignore[arg-type]
+    # 2 schedules x (3 strategies + naive) + 2 non-deterministic, each run once, by `jobs` workers
+    assert len(calls) == 10 and len(set(calls)) == 10
+    assert _FakeTarget.started.count(1) == jobs and sum(_FakeTarget.started) == 0
+    assert report["jobs"] == jobs and [r["schedules"] for r in report["results"]] == [2, 2, 2]
+    assert [r["crashes"] for r in report["results"]] == [6, 6, 6]
+    assert report["results"][1]["divergent_replays_detected"] == 1  # txid-check, from the non-deterministic mode
+    assert [s["seed"] for s in report["schedules"] if s["mode"] == "eosink"] == [3, 4, 3, 4, 3, 4]
+
+    # a run that stopped after 4 schedules resumes with the other 6, and reports all 10
+    journal = sorted((tmp_path / "journal").iterdir())
+    assert len(journal) == 10
+    for path in journal[4:]:
+        path.unlink()
+    calls.clear()
+    again = runner.run_chaos("fake", resume=True, **kw)  # type: ignore[arg-type]
+    assert len(calls) == 6 and again["resumed"] == 4
+    assert again["results"] == report["results"] and again["naive"] == report["naive"]
+
+    # a journal entry for another schedule shape (here: another workload) is not reused
+    calls.clear()
+    other = dict(kw, workload=Workload(files=9, rows=12, keys=3, seed=5))
+    runner.run_chaos("fake", resume=True, **other)  # type: ignore[arg-type]
+    assert len(calls) == 10
+
+
+def test_schedule_result_round_trips_through_json() -> None:
+    from eosink.chaos.runner import RunRecord, ScheduleResult
+
+    res = ScheduleResult("2pc", 7, "eosink", {"seed": 7}, crashes=2, verdict={"lost": 0, "duplicated": 1})
+    res.runs.append(RunRecord(0, ["kill at F3 (+1 batches)"], "F3@1:kill", outcome="killed", injected=["F3@1:kill"]))
+    back = ScheduleResult.from_json(json.loads(json.dumps(res.to_json())))
+    assert back == res and back.duplicated == 1 and back.ok

@@ -218,6 +218,20 @@ def test_f5_2pc_close_commits_what_spark_committed_when_no_batch_runs(tmp_path: 
     ms.assert_exact()
 
 
+def test_f5_2pc_batchwriter_close_commits_what_spark_committed(tmp_path: Path) -> None:
+    """The same through the public surface: ``BatchWriter.close()`` of a writer that processed no
+    batch creates its coordinator and commits the batch Spark's log holds (no Spark needed for that)."""
+    ms = mini(tmp_path, VARIANTS[0])
+    faults.configure("F5@3:raise")
+    ms.crash()
+    ms.coordinator.sink.close()
+    faults.configure(None)
+    writer = BatchWriter(ReferenceSink(ms.db), app_id=APP, strategy="2pc", checkpoint_location=ms.ckpt.root)
+    writer.close()
+    assert writer.stats.recovered_forward == 1
+    ms.assert_exact()
+
+
 def test_f5_2pc_close_of_an_idle_writer_leaves_a_newer_writers_batch_alone(tmp_path: Path) -> None:
     """The same, but a newer writer fenced the app_id meanwhile: the idle writer's close() commits nothing
     (the manifest's epoch is fenced) and the newer writer's recovery completes the batch."""
@@ -798,6 +812,37 @@ def test_transient_commit_failures_are_bounded(tmp_path: Path) -> None:
     sink = ms.coordinator.sink
     assert isinstance(sink, FlakySink) and sink.commit_calls == 1 + FAST.transient_retries
     assert ms.visible() == Counter()
+
+
+class FlakyRecoverSink(ReferenceSink):
+    """``recover()`` fails with TransientError the first ``fail`` times (a sink restarting)."""
+
+    def __init__(self, path: Path, fail: int = 2) -> None:
+        super().__init__(path)
+        self.fail = fail
+        self.recover_calls = 0
+
+    def recover(self, app_id: str) -> list[Committable]:
+        self.recover_calls += 1
+        if self.fail > 0:
+            self.fail -= 1
+            raise TransientError("The store is restarting.", "Retry.")
+        return super().recover(app_id)
+
+
+def test_transient_failures_while_looking_for_leftover_attempts_are_retried(tmp_path: Path, variant: Variant) -> None:
+    """Looking for a batch's leftover attempts (``recover``) fails twice transiently: retried, not fatal.
+
+    Pass: every batch is committed in one run; exact.
+    """
+    ms = mini(tmp_path, variant, sink_factory=lambda p: FlakyRecoverSink(p, fail=0))
+    ms.coordinator.start()  # start-time recovery has its own bound; the retries under test are per batch
+    sink = ms.coordinator.sink
+    assert isinstance(sink, FlakyRecoverSink)
+    sink.fail = 2
+    ms.run()
+    assert ms.stats.batches_committed == 4 and sink.recover_calls >= 4 + 2
+    ms.assert_exact()
 
 
 def test_commit_found_aborted_raises(tmp_path: Path) -> None:
