@@ -8,15 +8,65 @@ every process of the driver's session, by PID, and waiting until all are gone.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["is_stopped", "kill_session", "processes", "session_members", "spark_cds_options"]
+__all__ = [
+    "driver_env",
+    "error_line",
+    "is_stopped",
+    "kill_session",
+    "processes",
+    "save_json",
+    "session_members",
+    "spark_cds_options",
+]
+
+
+def driver_env(fault_log: Path, java_opts: str, faults: str | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a Spark driver started by the demo or a harness: loopback Spark, this Python,
+    fault points from ``faults`` (none otherwise, whatever this process has), and ``extra``."""
+    env = dict(os.environ)
+    env.pop("EOSINK_FAULTS", None)
+    env.update(
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        PYTHONUNBUFFERED="1",
+        EOSINK_FAULT_LOG=str(fault_log),
+        EOSINK_DRIVER_JAVA_OPTS=java_opts,
+        **extra,
+    )
+    if faults:
+        env["EOSINK_FAULTS"] = faults
+    return env
+
+
+def error_line(exc: BaseException, scrub: Callable[[str], str]) -> str:
+    """``EOSINK-ERROR <kind>: <message>``, what a driver prints on stderr when its query fails: the most
+    specific eosink error named in the text (Spark and Py4J wrap it), its own message, secrets scrubbed."""
+    from eosink import errors
+
+    text = scrub(str(exc))
+    names = [n for n in errors.__all__ if n in text]
+    kind = max(names, key=len) if names else type(exc).__name__
+    at = text.rfind(f"{kind}: ")
+    message = text[at + len(kind) + 2 :] if at >= 0 else text
+    return f"EOSINK-ERROR {kind}: {' | '.join(message.splitlines())[:3000]}"
+
+
+def save_json(path: str | os.PathLike[str], data: Any) -> None:
+    """Write ``data`` as JSON atomically (a reader, or a killed writer, never sees half a file)."""
+    tmp = f"{os.fspath(path)}.tmp"
+    Path(tmp).write_text(json.dumps(data))
+    os.replace(tmp, path)
 
 
 def processes() -> Iterator[tuple[int, str, list[str]]]:

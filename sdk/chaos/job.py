@@ -24,9 +24,9 @@ import os
 import random
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
+from eosink._procs import save_json
 from eosink.chaos.oracle import advance
 
 __all__ = ["main"]
@@ -83,12 +83,6 @@ def _append_line(path: str, record: dict[str, Any]) -> None:
         os.fsync(fh.fileno())
 
 
-def _save_json(path: str, data: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    Path(tmp).write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the query until its input is exhausted; 0 when done, 3 on an error."""
     args = _args(argv)
@@ -130,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _append_line(args.oracle_log, {"attempt": attempt, "batch": batch_id, "rows": rows})
             if writer is not None:
                 writer(out, batch_id)
-                _save_json(args.stats_out, writer.stats.to_json())
+                save_json(args.stats_out, writer.stats.to_json())
             elif naive_write is not None:
                 naive_write(out, batch_id)
         finally:
@@ -141,14 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         query.foreachBatch(process).trigger(availableNow=True).start().awaitTermination()
         if writer is not None:
             writer.close()
-            _save_json(args.stats_out, writer.stats.to_json())
+            save_json(args.stats_out, writer.stats.to_json())
     except Exception as exc:
-        text = target.scrub(str(exc))
-        names = [n for n in eosink.errors.__all__ if n in text]
-        kind = max(names, key=len) if names else type(exc).__name__
-        at = text.rfind(f"{kind}: ")  # the error's own message, past Spark's and Py4J's wrapping
-        message = text[at + len(kind) + 2 :] if at >= 0 else text
-        print(f"EOSINK-ERROR {kind}: {' | '.join(message.splitlines())[:3000]}", file=sys.stderr, flush=True)
+        from eosink._procs import error_line
+
+        print(error_line(exc, target.scrub), file=sys.stderr, flush=True)
         spark.stop()
         return EXIT_ERROR
     spark.stop()

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eosink._procs import kill_session
+from eosink._procs import driver_env, kill_session
 from eosink.chaos.oracle import (
     Verdict,
     Workload,
@@ -305,19 +305,12 @@ class Harness:
         fault_log = root / "logs" / f"faults-{index}.log"
         stats_path = root / "logs" / f"stats-{index}.json"
         stderr_path = root / "logs" / f"run-{index}.stderr"
-        env = dict(os.environ)
-        env.pop("EOSINK_FAULTS", None)
-        env.update(
-            SPARK_LOCAL_IP="127.0.0.1",
-            PYSPARK_PYTHON=sys.executable,
-            PYSPARK_DRIVER_PYTHON=sys.executable,
-            PYTHONUNBUFFERED="1",
-            EOSINK_FAULT_LOG=str(fault_log),
-            EOSINK_DRIVER_JAVA_OPTS=self.java_opts,
+        env = driver_env(
+            fault_log,
+            self.java_opts,
+            rec.fault_spec if specs else None,
             **self.target.job_env(proxy.port if proxy is not None else None),
         )
-        if specs:
-            env["EOSINK_FAULTS"] = rec.fault_spec
         cmd = [
             sys.executable,
             "-m",

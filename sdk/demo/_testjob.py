@@ -1,0 +1,146 @@
+"""The kill-and-restart tests' Spark driver (``python -m eosink.demo job ...``).
+
+:func:`job_main` is one Spark streaming driver: payments read from JSON files, one file per
+micro-batch (``trigger(availableNow=True)``), written into a :class:`ReferenceSink` through
+eosink or through a plain at-least-once ``foreachBatch``. Fault points come from
+``EOSINK_FAULTS``. :func:`job_session` is the SparkSession every test, demo and chaos driver uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["JAVA_OPTS", "SCHEMA", "job_main", "job_session"]
+
+JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""Quick JVM start for short runs: C1 compiler only, serial GC."""
+SCHEMA = "id LONG, account STRING, amount LONG"
+EXIT_EOSINK_ERROR = 3
+
+
+# -- the streaming job ----------------------------------------------------------------------------
+
+
+def _naive_partition_writer(path: str, atomic: bool, batch_id: int) -> Callable[[Iterator[pa.RecordBatch]], Any]:
+    """A plain at-least-once writer: rows become visible as they are written, no bookkeeping."""
+
+    def part(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from eosink.connectors.reference import ReferenceSink
+        from eosink.contract import BatchRef, TaskRef
+
+        sink = ReferenceSink(path, atomic=atomic)
+        task = TaskRef(BatchRef("naive", batch_id), 0, 0, os.urandom(8).hex(), None, False)
+        txn = None
+        for b in batches:
+            if b.num_rows:
+                txn = txn or sink.begin(task)
+                sink.write(txn, b)
+        if txn is not None:
+            sink.pre_commit(txn)
+        yield pa.RecordBatch.from_pydict({"ok": pa.array([1], pa.int64())})
+
+    return part
+
+
+def _job_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="eosink job", description="One Spark streaming driver (demo and tests).")
+    ap.add_argument("--input", required=True, help="directory of JSON files, one per micro-batch")
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--sink", required=True, help="ReferenceSink SQLite file")
+    ap.add_argument("--app-id", default="demo")
+    ap.add_argument("--strategy", default="2pc")
+    ap.add_argument("--mode", choices=["eosink", "naive"], default="eosink")
+    ap.add_argument("--master", default="local[2,4]", help="local[N,maxFailures] retries failed tasks")
+    ap.add_argument("--atomic", type=int, default=1, help="0: the sink commits a batch in several steps")
+    ap.add_argument("--nondeterministic", action="store_true", help="add rand() to every row")
+    ap.add_argument("--participants", type=int, default=3)
+    ap.add_argument("--key-columns", default="", help="comma-separated user keys for the idempotent strategy")
+    ap.add_argument("--stats-out")
+    return ap.parse_args(argv)
+
+
+def job_session(master: str, app_name: str) -> Any:
+    """A SparkSession for a test or demo job: no UI, small files split into several participants,
+    fault points armed on executors from ``EOSINK_FAULTS`` (they kill the group ``EOSINK_FAULT_PGID``),
+    and ``spark.driver.maxResultSize=1m`` so that a driver collecting rows would fail."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("EOSINK_FAULT_PGID", str(os.getpgrp()))
+    java_opts = f"{JAVA_OPTS} {os.environ.get('EOSINK_DRIVER_JAVA_OPTS', '')}".strip()
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.executor.extraJavaOptions", JAVA_OPTS)
+        .config("spark.driver.maxResultSize", "1m")  # the driver collects committables, never rows
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.files.maxPartitionBytes", "2048")  # several participants per small file
+        .config("spark.sql.files.openCostInBytes", "0")
+        .config("spark.executorEnv.EOSINK_FAULTS", os.environ.get("EOSINK_FAULTS", ""))
+        .config("spark.executorEnv.EOSINK_FAULT_LOG", os.environ.get("EOSINK_FAULT_LOG", ""))
+        .config("spark.executorEnv.EOSINK_FAULT_PGID", os.environ["EOSINK_FAULT_PGID"])
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def job_main(argv: Sequence[str] | None = None) -> int:
+    """Run the streaming job to the end of its input; 0 when done, 3 on an eosink error."""
+    args = _job_args(argv)
+    # Fault points inside Spark's Python workers (process groups of their own) crash this driver.
+    os.environ["EOSINK_FAULT_PGID"] = str(os.getpgrp())
+    from pyspark.sql import functions as F
+
+    import eosink
+    from eosink import faults
+    from eosink.connectors.reference import ReferenceSink
+    from eosink.faults import FaultPoint
+
+    spark = job_session(args.master, "eosink-demo")
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
+    if args.nondeterministic:
+        df = df.withColumn("noise", F.rand())
+
+    writer: eosink.BatchWriter | None = None
+    fn: Callable[[Any, int], None]
+    if args.mode == "eosink":
+        writer = eosink.foreach_batch(
+            ReferenceSink(args.sink, atomic=bool(args.atomic)),
+            app_id=args.app_id,
+            strategy=eosink.Idempotent(args.key_columns.split(",")) if args.key_columns else args.strategy,
+            checkpoint_location=args.checkpoint,
+            participants=args.participants,
+        )
+        fn = writer
+    else:
+
+        def fn(batch_df: Any, batch_id: int) -> None:
+            batch_df.mapInArrow(_naive_partition_writer(args.sink, bool(args.atomic), batch_id), "ok long").collect()
+            faults.hit(FaultPoint.F8, batch_id)  # the same crash window eosink is tested in
+
+    query = df.writeStream.option("checkpointLocation", args.checkpoint).foreachBatch(fn)
+    try:
+        query.trigger(availableNow=True).start().awaitTermination()
+        if writer is not None:
+            writer.close()
+    except Exception as exc:
+        text = str(exc)
+        names = [n for n in eosink.errors.__all__ if n in text]
+        kind = max(names, key=len) if names else type(exc).__name__
+        print(f"EOSINK-ERROR {kind}: {text[:2000]}", file=sys.stderr, flush=True)
+        spark.stop()
+        return EXIT_EOSINK_ERROR
+    if args.stats_out and writer is not None:
+        Path(args.stats_out).write_text(json.dumps(writer.stats.to_json()))
+    spark.stop()
+    return 0

