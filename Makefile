@@ -20,10 +20,10 @@ WITH_POSTGRES = $(EOSINK) services up postgres && $(EOSINK) services check postg
 	$(EOSINK) services down postgres; exit $$rc
 
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres spark services services-up services-check services-down \
-	services-status test test-full demo bench clean chaos chaos-quick
+	services-status test test-full demo bench clean chaos chaos-quick examples example-files example-kafka
 
 help:
-	@echo "make demo       run the exactly-once demo (Spark + the reference sink)"
+	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
 	@echo "make test       lint, unit tests, packaging, docs, Spark kill-and-restart tests (what CI runs)"
 	@echo "make test-full  every fault point x strategy, local-cluster runs"
 	@echo "make lint       ruff + mypy --strict"
@@ -35,18 +35,28 @@ help:
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
 	@echo "make services   the harness's own tests and the connectors' tests against real servers (starts and stops them)"
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
+	@echo "make examples   every example against real PostgreSQL and Kafka (also: make example-files, make example-kafka)"
 	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S] [JOBS=J]   the end-to-end chaos harness -> results/chaos-SINK.json"
 	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy; part of make test)"
 	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1]   eosink vs Spark's built-in writers -> results/bench-<sink>.*"
 
 venv: $(STAMP)
 
-# Strict editable install: a link tree under build/ that mypy and Spark's Python workers can see.
+# Strict editable install (everything: `make test` and the rest): a link tree under build/ that mypy and Spark's Python workers can see.
 $(STAMP): $(SOURCES)
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "eosink needs Python >= 3.10"'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip uv
 	$(VENV)/bin/uv pip install --python $(PY) -q -c constraints.txt -e '.[dev]' --config-settings editable_mode=strict
+	@touch $@
+
+# `make demo` needs only eosink[demo] (Spark, the PostgreSQL connector, embedded PostgreSQL, rich).
+DEMO_STAMP := $(VENV)/.eosink-demo-installed
+$(DEMO_STAMP): $(SOURCES)
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "eosink needs Python >= 3.10"'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip uv
+	$(VENV)/bin/uv pip install --python $(PY) -q -c constraints.txt -e '.[demo]' --config-settings editable_mode=strict
 	@touch $@
 
 java:
@@ -99,7 +109,7 @@ services-status: venv
 	$(EOSINK) services status
 
 services: venv tools
-	@$(call WITH_SERVICES,$(PYTEST) tests/services tests/connectors -q --durations=5)
+	@$(call WITH_SERVICES,$(PYTEST) tests/services tests/connectors tests/examples -q --durations=5)
 
 test: lint unit package docs contracts services spark chaos-quick
 	@echo "make test: all green"
@@ -122,8 +132,25 @@ chaos: venv java
 chaos-quick: venv java tools
 	$(PYTEST) tests/chaos/test_chaos_quick.py -q --durations=10
 
-demo: venv java
-	$(VENV)/bin/eosink demo
+# The examples (examples/*.py) against the harness's PostgreSQL and Kafka; part of `make test`.
+WITH_PG_KAFKA = $(EOSINK) services up postgres kafka && $(EOSINK) services check postgres kafka && $(1); rc=$$?; \
+	$(EOSINK) services down postgres kafka; exit $$rc
+examples: venv java tools
+	@$(call WITH_PG_KAFKA,$(PYTEST) tests/examples -q --durations=5)
+
+EXAMPLE_DIR ?= /tmp/eosink-example
+example-files: venv java tools
+	@$(call WITH_POSTGRES,eval "$$($(EOSINK) services env postgres)" && $(PY) examples/files_to_postgres.py \
+		--input $(EXAMPLE_DIR)/files --checkpoint $(EXAMPLE_DIR)/files-checkpoint --generate 5)
+
+example-kafka: venv java tools
+	@$(call WITH_PG_KAFKA,eval "$$($(EOSINK) services env postgres kafka)" && \
+		EOSINK_EXAMPLE_SPARK_JARS="$$($(PY) -c 'from eosink.services.spark_jars import SparkJars; print(SparkJars().spark_conf("kafka")["spark.jars"])')" \
+		$(PY) examples/kafka_to_postgres.py --checkpoint $(EXAMPLE_DIR)/kafka-checkpoint --produce 1000)
+
+# make demo [ARGS="--strategy txid-check --seed 3 --batches 12"]
+demo: $(DEMO_STAMP) java
+	$(EOSINK) demo $(ARGS)
 
 # Throughput, streaming latency and driver RSS on the same generated data; starts what it needs.
 bench: venv java
