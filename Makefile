@@ -115,7 +115,7 @@ test: lint unit package docs contracts services spark chaos-quick
 	@echo "make test: all green"
 
 test-full: venv tools lint unit package docs contracts postgres15
-	@$(call WITH_SERVICES,$(PYTEST) tests/services tests/connectors -q --durations=5)
+	@$(call WITH_SERVICES,$(PYTEST) tests/services tests/connectors tests/examples -q --durations=5)
 	@$(call WITH_POSTGRES,$(PYTEST) tests/spark -q --durations=20)
 	@$(call WITH_POSTGRES,EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]" $(PYTEST) tests/spark -q -m "not full" --durations=10)
 
@@ -139,11 +139,14 @@ examples: venv java tools
 	@$(call WITH_PG_KAFKA,$(PYTEST) tests/examples -q --durations=5)
 
 EXAMPLE_DIR ?= /tmp/eosink-example
+# Each starts afresh (the harness's server is new on every `services up`, so is the example's directory).
 example-files: venv java tools
+	@rm -rf $(EXAMPLE_DIR)/files $(EXAMPLE_DIR)/files-checkpoint
 	@$(call WITH_POSTGRES,eval "$$($(EOSINK) services env postgres)" && $(PY) examples/files_to_postgres.py \
 		--input $(EXAMPLE_DIR)/files --checkpoint $(EXAMPLE_DIR)/files-checkpoint --generate 5)
 
 example-kafka: venv java tools
+	@rm -rf $(EXAMPLE_DIR)/kafka-checkpoint
 	@$(call WITH_PG_KAFKA,eval "$$($(EOSINK) services env postgres kafka)" && \
 		EOSINK_EXAMPLE_SPARK_JARS="$$($(PY) -c 'from eosink.services.spark_jars import SparkJars; print(SparkJars().spark_conf("kafka")["spark.jars"])')" \
 		$(PY) examples/kafka_to_postgres.py --checkpoint $(EXAMPLE_DIR)/kafka-checkpoint --produce 1000)

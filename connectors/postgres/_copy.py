@@ -69,12 +69,13 @@ def column_values(arr: pa.Array, col: Column) -> list[Any]:
     return values
 
 
-def copy_batch(copy: Copy, txn_id: str, first_seq: int, batch: pa.RecordBatch, columns: Sequence[Column]) -> int:
-    """Write ``batch``'s rows (tagged with the committable and a sequence number) into ``copy``; the row count."""
+def copy_batch(copy: Copy, txn_id: str | None, first_seq: int, batch: pa.RecordBatch, columns: Sequence[Column]) -> int:
+    """Write ``batch``'s rows (tagged with the committable and a sequence number, if ``txn_id``) into
+    ``copy``; the row count."""
     data = [column_values(batch.column(batch.schema.get_field_index(c.name)), c) for c in columns]
     n = 0
     for n, row in enumerate(zip(*data, strict=True), start=1):
-        copy.write_row((txn_id, first_seq + n - 1, *row))
+        copy.write_row(row if txn_id is None else (txn_id, first_seq + n - 1, *row))
     return n
 
 
@@ -107,36 +108,42 @@ def binary_plan(
 def copy_rows(
     conn: Connection[Any],
     table: sql.Composable,
-    txn_id: str,
+    txn_id: str | None,
     first_seq: int,
     batch: pa.RecordBatch,
     columns: Sequence[Column],
 ) -> int:
     """COPY ``batch``'s rows into ``table``, tagged with ``txn_id`` and sequence numbers from ``first_seq``.
 
-    ``table`` has the committable column and the sequence column (:data:`TXN_COLUMN`,
-    :data:`SEQ_COLUMN`) and ``columns``. Returns the row count.
+    With a ``txn_id``, ``table`` is a staging table with the committable column and the sequence
+    column (:data:`TXN_COLUMN`, :data:`SEQ_COLUMN`) besides ``columns``; without one, the rows go
+    untagged into ``columns`` (the target itself). Returns the row count.
     """
+    tagged = txn_id is not None
     plan = binary_plan(batch, columns, conn.info.encoding == "utf-8")
     if plan is None:
-        with conn.cursor().copy(_statement(table, [c.name for c in columns], "")) as copy:
+        with conn.cursor().copy(_statement(table, [c.name for c in columns], "", tagged)) as copy:
             return copy_batch(copy, txn_id, first_seq, batch, columns)
     n: int = batch.num_rows
-    per_row = 8 + len(txn_id) + 12 + sum(8 + arr.nbytes / max(n, 1) for _, _, arr in plan)
-    step = max(1, min(n, int(_CHUNK_BYTES / per_row)))
-    txn = txn_id.encode()
-    with conn.cursor().copy(_statement(table, [c.name for c, _, _ in plan], " (FORMAT binary)")) as copy:
+    per_row = (8 + len(txn_id) + 12 if txn_id is not None else 0) + sum(
+        8 + arr.nbytes / max(n, 1) for _, _, arr in plan
+    )
+    step = max(1, min(n, int(_CHUNK_BYTES / max(per_row, 1))))
+    with conn.cursor().copy(_statement(table, [c.name for c, _, _ in plan], " (FORMAT binary)", tagged)) as copy:
         copy.write(_binary.SIGNATURE)
         for start in range(0, n, step):
             stop = min(n, start + step)
-            seq = np.arange(first_seq + start, first_seq + stop, dtype=np.int64)
-            fields: list[_binary.Field] = [_binary.constant(txn, stop - start), _binary.values(seq.astype(">i8"))]
+            fields: list[_binary.Field] = []
+            if txn_id is not None:
+                seq = np.arange(first_seq + start, first_seq + stop, dtype=np.int64)
+                fields += [_binary.constant(txn_id.encode(), stop - start), _binary.values(seq.astype(">i8"))]
             fields += [encoder.encode(arr.slice(start, stop - start)) for _, encoder, arr in plan]
             copy.write(memoryview(_binary.rows(fields, stop - start)))
         copy.write(_binary.TRAILER)
     return n
 
 
-def _statement(table: sql.Composable, names: Sequence[str], options: str) -> sql.Composed:
-    idents = sql.SQL(", ").join(sql.Identifier(n) for n in (TXN_COLUMN, SEQ_COLUMN, *names))
+def _statement(table: sql.Composable, names: Sequence[str], options: str, tagged: bool = True) -> sql.Composed:
+    tags = (TXN_COLUMN, SEQ_COLUMN) if tagged else ()
+    idents = sql.SQL(", ").join(sql.Identifier(n) for n in (*tags, *names))
     return sql.SQL("COPY {} ({}) FROM STDIN" + options).format(table, idents)

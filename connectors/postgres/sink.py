@@ -134,6 +134,9 @@ class _Txn:
     columns: tuple[str, ...] = ()
     rows: int = 0
     bytes: int = 0
+    direct: bool = False
+    """Rows go straight into the target, inside the transaction PREPARE keeps (per-participant
+    append: nothing to stage or move)."""
     prepares: bool = True
     """Kept by PREPARE TRANSACTION (2pc: the commit may come from another process, much later;
     and every strategy in per-participant mode); else staged and committed at once (txid-check
@@ -440,10 +443,13 @@ class PostgresSink(Sink[_Txn]):
                         "Give every record batch of a task the same schema.",
                     )
                 target = txn.target
-                assert target is not None and txn.staging is not None
+                assert target is not None and (txn.staging is not None or txn.direct)
                 check_batch(target, data, txn.keys, where)
                 columns = [c for name in txn.columns if (c := target.column(name)) is not None]
-                txn.rows += copy_rows(conn, self._t(txn.staging), txn.id, txn.rows, data, columns)
+                if txn.staging is None:
+                    txn.rows += copy_rows(conn, target.ident, None, txn.rows, data, columns)
+                else:
+                    txn.rows += copy_rows(conn, self._t(txn.staging), txn.id, txn.rows, data, columns)
         except BaseException:
             self._fail(txn)
             raise
@@ -488,6 +494,9 @@ class PostgresSink(Sink[_Txn]):
             assert target is not None
         if target.column(TXN_COLUMN) or target.column(SEQ_COLUMN):
             raise SchemaError(f"{target.display} has a column named {TXN_COLUMN!r} or {SEQ_COLUMN!r}.", "Rename it.")
+        if txn.prepares and self.config.commit_mode == "per-participant" and not txn.keys:
+            txn.target, txn.columns, txn.direct = target, tuple(data.schema.names), True
+            return
         staging = f"s_{short_hash(target.signature())}"
         if staging not in self._staged:
             self._ensure_staging(ctl, target, staging)

@@ -55,8 +55,7 @@ class _DirectCopy:
         self.config = config
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from eosink.connectors.postgres import _binary
-        from eosink.connectors.postgres._copy import _CHUNK_BYTES, binary_plan
+        from eosink.connectors.postgres._copy import copy_rows
         from eosink.connectors.postgres._schema import check_batch, reflect
         from eosink.connectors.postgres.sink import _open_connection
 
@@ -71,23 +70,7 @@ class _DirectCopy:
                     continue
                 check_batch(target, batch, (), "at-least-once")
                 columns = [c for name in batch.schema.names if (c := target.column(name)) is not None]
-                plan = binary_plan(batch, columns, conn.info.encoding == "utf-8")
-                if plan is None:
-                    raise ConfigurationError("The benchmark's rows need the binary COPY path.", "Check the schema.")
-                n = batch.num_rows
-                per_row = sum(8 + arr.nbytes / n for _, _, arr in plan)
-                step = max(1, min(n, int(_CHUNK_BYTES / per_row)))
-                names = sql.SQL(", ").join(sql.Identifier(c.name) for c, _, _ in plan)
-                with conn.cursor().copy(
-                    sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(target.ident, names)
-                ) as copy:
-                    copy.write(_binary.SIGNATURE)
-                    for start in range(0, n, step):
-                        stop = min(n, start + step)
-                        fields = [enc.encode(arr.slice(start, stop - start)) for _, enc, arr in plan]
-                        copy.write(memoryview(_binary.rows(fields, stop - start)))
-                    copy.write(_binary.TRAILER)
-                rows += n
+                rows += copy_rows(conn, target.ident, None, 0, batch, columns)
             conn.commit()
         finally:
             conn.close()

@@ -451,3 +451,35 @@ def test_cut_final_commit_is_ambiguous_and_cut_commit_prepared_is_transient(
         assert direct.commit_status(BatchRef(APP, 1), second) is CommitStatus.COMMITTED
         _commit(via, 1, epoch, second)  # harmless
         assert len(HARNESS.read_rows(None, names["table"])) == 6
+
+
+def test_per_participant_append_copies_straight_into_the_target(
+    postgres_endpoint: PostgresEndpoint, names: dict[str, str]
+) -> None:
+    """Per-participant mode, append: rows go into the target inside the prepared transaction, with no
+    staging table; invisible until COMMIT PREPARED, visible after; a rolled-back attempt leaves nothing.
+
+    Pass: no ``t_`` table in the control schema while prepared; 0 rows visible before the commit,
+    3 after; the aborted attempt's rows never appear.
+    """
+    sink = PostgresSink(_config(postgres_endpoint, names, commit_mode="per-participant"))
+    try:
+        epoch = sink.fence(APP)
+        data = pa.RecordBatch.from_pydict({"id": [1, 2, 3], "v": ["a", "b", "c"]})
+        kept = _write(sink, 0, epoch, data, participant=0)
+        dropped = _write(sink, 0, epoch, data, participant=1)
+        with _admin(postgres_endpoint) as conn:
+            staged = conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename LIKE 't\\_%%'", (names["ctl"],)
+            ).fetchone()
+            assert staged == (0,)
+            count = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(names["table"]))
+            assert conn.execute(count).fetchone() == (0,)
+            sink.abort([dropped])
+            _commit(sink, 0, epoch, [kept])
+            assert conn.execute(count).fetchone() == (3,)
+            assert conn.execute(
+                "SELECT count(*) FROM pg_prepared_xacts WHERE gid = ANY(%s)", ([kept.id, dropped.id],)
+            ).fetchone() == (0,)
+    finally:
+        sink.close()
