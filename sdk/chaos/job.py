@@ -7,7 +7,8 @@ the ``seq``-ordered concatenation of ``token`` (:func:`eosink.chaos.oracle.advan
 persists that output, appends what this attempt computed to the oracle log (one JSON line per
 attempt, fsynced before anything is written to the sink), and writes it through eosink into the
 target (``--strategy``), or with the target's plain writer (``--strategy naive``, the baseline).
-After each batch the writer's stats are saved, so a killed run still reports what it did.
+Before and after each batch the writer's stats are saved, so a killed run still reports what it
+did (all but the commits after its last batch).
 
 ``--nondeterministic`` shuffles each batch's tokens at random instead of ordering them by
 ``seq``: every replay of a batch computes different concatenations.
@@ -118,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     attempt = f"{os.getpid()}-{os.urandom(4).hex()}"
 
     def process(df: Any, batch_id: int) -> None:
+        if writer is not None:  # 2PC commits after Spark's commit log: what happened since the last batch
+            save_json(args.stats_out, writer.stats.to_json())
         out = df.select(F.lit(batch_id).cast("long").alias("batch_id"), *OUTPUT_COLUMNS[1:]).persist()
         try:
             rows = [[r["key"], r["running_sum"], r["concat"], r["n_tokens"]] for r in out.collect()]
