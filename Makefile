@@ -42,22 +42,23 @@ help:
 
 venv: $(STAMP)
 
-# Strict editable install (everything: `make test` and the rest): a link tree under build/ that mypy and Spark's Python workers can see.
-$(STAMP): $(SOURCES)
+# Strict editable install of eosink with extras $(1): a link tree under build/ that mypy and Spark's Python workers can see.
+define install
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "eosink needs Python >= 3.10"'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip uv
-	$(VENV)/bin/uv pip install --python $(PY) -q -c constraints.txt -e '.[dev]' --config-settings editable_mode=strict
+	$(VENV)/bin/uv pip install --python $(PY) -q -c constraints.txt -e '.[$(1)]' --config-settings editable_mode=strict
 	@touch $@
+endef
+
+# Everything: `make test` and the rest.
+$(STAMP): $(SOURCES)
+	$(call install,dev)
 
 # `make demo` needs only eosink[demo] (Spark, the PostgreSQL connector, embedded PostgreSQL, rich).
 DEMO_STAMP := $(VENV)/.eosink-demo-installed
 $(DEMO_STAMP): $(SOURCES)
-	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "eosink needs Python >= 3.10"'
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --upgrade pip uv
-	$(VENV)/bin/uv pip install --python $(PY) -q -c constraints.txt -e '.[demo]' --config-settings editable_mode=strict
-	@touch $@
+	$(call install,demo)
 
 java:
 	@scripts/ensure-java.sh

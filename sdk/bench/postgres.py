@@ -33,6 +33,8 @@ __all__ = ["PostgresAdapter"]
 SCHEMA = "eosink_bench"
 URL_ENV = "EOSINK_BENCH_PG_URL"
 _COMMIT_MODES = ("atomic", "per-participant")
+TRANSACTIONAL = ("2pc", "txid-check")
+"""The strategies commit_mode changes (idempotent writes upsert and commit in its tasks either way)."""
 
 
 def _table(ns: str) -> str:
@@ -132,7 +134,7 @@ class PostgresAdapter:
 
     def runs(self) -> list[RunSpec]:
         return [
-            *generic_runs(self.modes),
+            *generic_runs(self.modes, TRANSACTIONAL),
             RunSpec("spark-jdbc-default", "spark", options={"rewrite": False}),
             RunSpec("spark-jdbc-rewrite-batched", "spark", options={"rewrite": True}),
             RunSpec("raw-copy", "external"),

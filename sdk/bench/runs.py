@@ -61,10 +61,14 @@ def new_namespace() -> str:
     return secrets.token_hex(4)
 
 
-def generic_runs(modes: tuple[str, ...] = ("atomic",)) -> list[RunSpec]:
-    """The runs every sink has: each strategy in each of ``modes``, at-least-once, and the Arrow floor."""
+def generic_runs(modes: tuple[str, ...] = ("atomic",), moded: tuple[str, ...] = EO_STRATEGIES) -> list[RunSpec]:
+    """The runs every sink has: each strategy (those in ``moded`` in each of ``modes``, the others in the
+    first), at-least-once, and the Arrow floor. A variant is named ``eosink-<strategy>-<mode>``."""
     runs = []
     for strategy in EO_STRATEGIES:
+        if strategy not in moded:  # the sink's default mode, reported as none
+            runs.append(RunSpec(f"eosink-{strategy}", "eosink", strategy))
+            continue
         for n, mode in enumerate(modes):
             suffix = "" if n == 0 else f"-{mode}"
             runs.append(RunSpec(f"eosink-{strategy}{suffix}", "eosink", strategy, {"commit_mode": mode}, n == 0))
@@ -134,6 +138,8 @@ class LatencyResult:
     visible_after_commit_log_p50_ms: float | None = None
     """2pc: from the commit log file's mtime to the first poll that sees the batch."""
     visible_after_commit_log_p99_ms: float | None = None
+    mode: str | None = None
+    """The sink's commit mode, where the run has one."""
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -141,7 +147,8 @@ class LatencyResult:
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> LatencyResult:
-        return cls(**body)
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in body.items() if k in names})
 
 
 @dataclass

@@ -483,3 +483,98 @@ def test_per_participant_append_copies_straight_into_the_target(
             ).fetchone() == (0,)
     finally:
         sink.close()
+
+
+# -- keyed writes: straight into the target until a key conflicts -------------------------------------------
+
+
+def _rows(ids: list[int], values: str) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"id": ids, "v": list(values)})
+
+
+KEYED_CASES = {
+    # name: (already in the target, the writes of one attempt, expected table, staged from write #)
+    "new keys go direct": ([], [([1, 2, 3], "abc"), ([4, 5], "de")], {1: "a", 2: "b", 3: "c", 4: "d", 5: "e"}, None),
+    "a replay upserts": ([([1, 2, 3], "ooo")], [([1, 2, 3], "abc")], {1: "a", 2: "b", 3: "c"}, 0),
+    "a key written again in the attempt: the later row wins": (
+        [],
+        [([1, 2, 3], "abc"), ([3, 4], "xy"), ([1, 5], "zw")],
+        {1: "z", 2: "b", 3: "x", 4: "y", 5: "w"},
+        1,
+    ),
+    "a key twice in one write: the later row wins": ([], [([6], "a"), ([7, 7], "pq")], {6: "a", 7: "q"}, 1),
+}
+
+
+@pytest.mark.parametrize("segment_bytes", [32 << 20, 1], ids=["one-savepoint", "savepoint-per-write"])
+@pytest.mark.parametrize("case", list(KEYED_CASES))
+def test_keyed_writes_go_direct_until_a_key_conflicts(
+    postgres_endpoint: PostgresEndpoint,
+    names: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    segment_bytes: int,
+) -> None:
+    """Idempotent (non-transactional, keyed) writes COPY into the target while their keys are new; the first
+    conflict rolls back the open segment and stages it and every later write for the upsert.
+
+    Pass: the table holds exactly the expected rows (later rows win, replayed keys overwritten); the attempt
+    used no staging table when no key conflicted, and staged from the first conflicting write otherwise;
+    no savepoint or staging table is left behind.
+    """
+    before, writes, expected, staged_from = KEYED_CASES[case]
+    monkeypatch.setattr(sink_module, "_SEGMENT_BYTES", segment_bytes)
+    sink = PostgresSink(_config(postgres_endpoint, names))
+    try:
+        epoch = sink.fence(APP)
+        for n, (ids, values) in enumerate(before):
+            _write(sink, n, epoch, _rows(ids, values), keys=("id",), transactional=False)
+        task = TaskRef(BatchRef(APP, 9), epoch, 0, uuid.uuid4().hex[:16], ("id",), False)
+        txn = sink.begin(task)
+        staged_at = None
+        for n, (ids, values) in enumerate(writes):
+            sink.write(txn, _rows(ids, values))
+            if staged_at is None and txn.staging is not None:
+                staged_at = n
+        assert staged_at == staged_from
+        committable = sink.pre_commit(txn)
+        assert committable.rows == sum(len(ids) for ids, _ in writes)
+        with _admin(postgres_endpoint) as conn:
+            table = sql.SQL("SELECT id, v FROM {} ORDER BY id").format(sql.Identifier(names["table"]))
+            assert dict(conn.execute(table).fetchall()) == expected
+            left = conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename LIKE 't\\_%%'", (names["ctl"],)
+            ).fetchone()
+            assert left == (0,)
+    finally:
+        sink.close()
+
+
+def test_per_participant_upsert_goes_direct_inside_the_prepared_transaction(
+    postgres_endpoint: PostgresEndpoint, names: dict[str, str]
+) -> None:
+    """Per-participant mode with upsert keys: rows go into the target inside the prepared transaction (a
+    conflicting write falls back to the upsert there too); nothing is visible before COMMIT PREPARED.
+
+    Pass: 2 rows before the batch; still the old 2 while prepared; after the commit, the replayed key
+    overwritten and the new keys added.
+    """
+    sink = PostgresSink(_config(postgres_endpoint, names, commit_mode="per-participant"))
+    try:
+        epoch = sink.fence(APP)
+        first = _write(sink, 0, epoch, _rows([1, 2], "oo"), keys=("id",))
+        _commit(sink, 0, epoch, [first])
+        task = TaskRef(BatchRef(APP, 1), epoch, 0, uuid.uuid4().hex[:16], ("id",), True)
+        txn = sink.begin(task)
+        sink.write(txn, _rows([3, 4], "cd"))
+        assert txn.direct and txn.staging is None
+        sink.write(txn, _rows([2, 5], "be"))
+        assert txn.staging is not None
+        second = sink.pre_commit(txn)
+        table = sql.SQL("SELECT id, v FROM {} ORDER BY id").format(sql.Identifier(names["table"]))
+        with _admin(postgres_endpoint) as conn:
+            assert dict(conn.execute(table).fetchall()) == {1: "o", 2: "o"}
+            _commit(sink, 1, epoch, [second])
+            assert dict(conn.execute(table).fetchall()) == {1: "o", 2: "b", 3: "c", 4: "d", 5: "e"}
+    finally:
+        sink.close()
