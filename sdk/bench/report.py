@@ -287,6 +287,13 @@ def _rows_label(rows: int) -> str:
     return str(rows)
 
 
+def _rounds_note(results: list[RunResult]) -> list[str]:
+    rounds = max((len(r.round_seconds) for r in results), default=0)
+    if rounds < 2:
+        return []
+    return [f"Each run {rounds} times, interleaved; the median run counts (fastest-slowest seconds in brackets).", ""]
+
+
 def render_markdown(report: Report, chart: str | None = None, level: int = 1) -> str:
     """The report as markdown; ``level`` is the heading level of its title."""
     h = "#" * level
@@ -313,6 +320,7 @@ def render_markdown(report: Report, chart: str | None = None, level: int = 1) ->
         lines += [
             f"{h}# Throughput, {_rows_label(size)} rows",
             "",
+            *_rounds_note(results),
             "| run | mode | seconds | rows/s | MB/s | x jdbc-default | x jdbc-rewrite | x at-least-once "
             "| rows checked |",
             "|---|---|---:|---:|---:|---:|---:|---:|---|",
@@ -325,8 +333,9 @@ def render_markdown(report: Report, chart: str | None = None, level: int = 1) ->
                 continue
             x = rel.get(r.name, {})
             checked = "-" if r.verified_rows is None else ("yes" if r.verified_rows == r.rows else "NO")
+            spread = f" ({min(r.round_seconds):.2f}-{max(r.round_seconds):.2f})" if len(r.round_seconds) > 1 else ""
             lines.append(
-                f"| {r.name} | {r.mode or '-'} | {r.seconds:.2f} | {r.rows_per_s:,.0f} | {r.mb_per_s:.1f} | "
+                f"| {r.name} | {r.mode or '-'} | {r.seconds:.2f}{spread} | {r.rows_per_s:,.0f} | {r.mb_per_s:.1f} | "
                 f"{_fmt(x.get(JDBC_DEFAULT), 2)} | {_fmt(x.get(JDBC_REWRITE), 2)} | {_fmt(x.get(AT_LEAST_ONCE), 2)} | "
                 f"{checked} |"
             )

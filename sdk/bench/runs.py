@@ -93,6 +93,8 @@ class RunResult:
     commit_ms: list[float] = field(default_factory=list)
     driver_rss_mb: float | None = None
     error: str | None = None
+    round_seconds: list[float] = field(default_factory=list)
+    """Seconds of every round when the run was repeated (``seconds`` is their median)."""
 
     @property
     def rows_per_s(self) -> float:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eosink.bench.cli import plan_from_args
+from eosink.bench.cli import _Bench, plan_from_args
+from eosink.bench.datasets import Dataset
 from eosink.bench.postgres import PostgresAdapter
 from eosink.bench.report import Report, compute_targets, ratios, render_markdown, update_docs, write_results
 from eosink.bench.runner import peak_rss_mb, root_cause
@@ -177,9 +178,9 @@ def test_run_names_are_the_issues() -> None:
 
 def test_plans_for_quick_and_full_runs() -> None:
     quick = plan_from_args(["--quick"])
-    assert quick.sizes == [50_000] and quick.docs is None and quick.modes == ("atomic",)
+    assert quick.sizes == [50_000] and quick.docs is None and quick.modes == ("atomic",) and quick.repeat == 1
     full = plan_from_args(["--sink", "postgres"])
-    assert full.sizes == [1_000_000, 5_000_000] and full.rates == [5_000, 50_000]
+    assert full.sizes == [1_000_000, 5_000_000] and full.rates == [5_000, 50_000] and full.repeat == 3
     assert full.docs == Path("docs/benchmarks.md") and "per-participant" in full.modes
     custom = plan_from_args(["--rows", "2_000,3e4", "--rates", "0", "--rss-rows", "0", "--no-docs"])
     assert custom.sizes == [2_000, 30_000] and custom.rates == [] and custom.rss_sizes == [] and custom.docs is None
@@ -208,3 +209,18 @@ def test_root_cause_puts_the_eosink_error_first() -> None:
     assert root_cause(wrapped.replace("eosink.errors.", "")).startswith("EosinkError: write failed")
     assert root_cause("RuntimeError: plain") == "RuntimeError: plain"
     assert len(root_cause("E: " + "x" * 5000)) == 1500
+
+
+def test_repeated_runs_count_their_median_and_any_failed_round_fails(tmp_path: Path) -> None:
+    """Pass: of rounds of 5, 3 and 4 s the 4 s one counts, with every round's seconds kept and shown; a round
+    that found too few rows makes the run fail."""
+    bench = _Bench(plan_from_args(["--no-docs", "--cache", str(tmp_path)]), PostgresAdapter())
+    spec = next(s for s in PostgresAdapter().runs() if s.name == "eosink-2pc")
+    data = Dataset(ROWS, 1, tmp_path, 100 * ROWS)
+    result = bench._result(ROWS, spec, data, [{"seconds": t, "verified_rows": ROWS} for t in (5.0, 3.0, 4.0)])
+    assert result.ok and result.seconds == 4.0 and result.round_seconds == [5.0, 3.0, 4.0]
+    assert RunResult.from_json(result.to_json()) == result
+    text = render_markdown(_report(throughput={ROWS: [result]}))
+    assert "| eosink-2pc | atomic | 4.00 (3.00-5.00) |" in text and "Each run 3 times, interleaved" in text
+    short = [{"seconds": 3.0, "verified_rows": ROWS}, {"seconds": 3.0, "verified_rows": ROWS - 1}]
+    assert not bench._result(ROWS, spec, data, short).ok
