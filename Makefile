@@ -48,6 +48,9 @@ define install
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip uv
 	$(VENV)/bin/uv pip install --python $(PY) -q -c constraints.txt -e '.[$(1)]' --config-settings editable_mode=strict
+	@# PySpark ships as an sdist of about 400 MB that uv rebuilds into a new 1.4 GB cache entry whenever the
+	@# index's response is stale; dropping the superseded entries keeps repeated clean installs from filling the disk.
+	@$(VENV)/bin/uv cache prune -q || echo "note: uv cache prune failed; uv's cache keeps its superseded entries"
 	@touch $@
 endef
 
