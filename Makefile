@@ -25,7 +25,7 @@ WITH_POSTGRES = $(EOSINK) services up postgres && $(EOSINK) services check postg
 help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
 	@echo "make test       lint, unit tests, packaging, docs, Spark kill-and-restart tests (what CI runs)"
-	@echo "make test-full  every fault point x strategy, local-cluster runs"
+	@echo "make test-full  every fault point x strategy, PostgreSQL 15, local-cluster runs, a longer chaos run"
 	@echo "make lint       ruff + mypy --strict"
 	@echo "make unit       protocol-level unit tests (no Spark)"
 	@echo "make package    build wheel + sdist, install into a clean venv, import, type-check"
@@ -118,10 +118,16 @@ services: venv tools
 test: lint unit package docs contracts services spark chaos-quick
 	@echo "make test: all green"
 
+# The long chaos run here starts afresh each time and leaves results/ (the committed acceptance run) alone.
+FULL_CHAOS_SCHEDULES ?= 3
+FULL_CHAOS_DIR := $(CURDIR)/.cache/chaos-full
 test-full: venv tools lint unit package docs contracts postgres15
 	@$(call WITH_SERVICES,$(PYTEST) tests/services tests/connectors tests/examples -q --durations=5)
 	@$(call WITH_POSTGRES,$(PYTEST) tests/spark -q --durations=20)
 	@$(call WITH_POSTGRES,EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]" $(PYTEST) tests/spark -q -m "not full" --durations=10)
+	@rm -rf $(FULL_CHAOS_DIR)
+	$(EOSINK) chaos --sink postgres --schedules $(FULL_CHAOS_SCHEDULES) --jobs 2 --workdir $(FULL_CHAOS_DIR) \
+		--out $(FULL_CHAOS_DIR).json
 
 # The end-to-end chaos harness (docs/chaos.md). It starts a private server of its own.
 SINK ?= postgres
