@@ -22,7 +22,15 @@ from typing import Any
 from eosink.bench.datasets import DEFAULT_SEED, Dataset, ensure_dataset
 from eosink.bench.report import Report, machine, update_docs, write_results
 from eosink.bench.runner import Job, get_adapter, run_job
-from eosink.bench.runs import LatencyResult, RssResult, RunResult, RunSpec, SinkAdapter, new_namespace
+from eosink.bench.runs import (
+    LatencyResult,
+    RssResult,
+    RunResult,
+    RunSpec,
+    SinkAdapter,
+    new_namespace,
+    target_size,
+)
 
 __all__ = ["BenchPlan", "main", "plan_from_args"]
 
@@ -168,38 +176,22 @@ class _Bench:
             self.adapter.drop(ns)
         return body
 
-    def run_throughput(self, size: int, dataset: Dataset, rounds: int = 1) -> list[RunResult]:
-        """Every throughput run at ``size``, ``rounds`` times, interleaved (a slow minute of the machine hits
+    def run_throughput(self, dataset: Dataset, rounds: int = 1) -> list[RunResult]:
+        """Every throughput run over ``dataset``, ``rounds`` times, interleaved (a slow minute of the machine hits
         every contender alike); each run's median counts, and any failed round fails the run."""
         specs = [spec for spec in self.adapter.runs() if self.wanted(spec.name)]
         bodies: dict[str, list[dict[str, Any]]] = {spec.name: [] for spec in specs}
         for n in range(rounds):
             if rounds > 1:
-                self.say(f"throughput {size:>9,} round {n + 1} of {rounds}")
+                self.say(f"throughput {dataset.rows:>9,} round {n + 1} of {rounds}")
             for spec in specs:
                 body = self.throughput(spec, dataset, self.plan.master)
                 bodies[spec.name].append(body)
-                self._report_round(size, spec, dataset, body)
-        return [self._result(size, spec, dataset, bodies[spec.name]) for spec in specs]
+                self._report_round(spec, dataset, body)
+        return [self._result(spec, dataset, bodies[spec.name]) for spec in specs]
 
-    @staticmethod
-    def _one(size: int, spec: RunSpec, dataset: Dataset, body: dict[str, Any]) -> RunResult:
-        return RunResult(
-            name=spec.name,
-            rows=size,
-            seconds=float(body.get("seconds", 0.0)),
-            bytes=dataset.bytes,
-            kind=spec.kind,
-            strategy=spec.strategy,
-            mode=spec.options.get("commit_mode"),
-            verified_rows=body.get("verified_rows"),
-            commit_ms=list(body.get("commit_ms", [])),
-            driver_rss_mb=None if "python_mb" not in body else round(body["python_mb"] + body["jvm_mb"], 1),
-            error=body.get("error"),
-        )
-
-    def _result(self, size: int, spec: RunSpec, dataset: Dataset, bodies: list[dict[str, Any]]) -> RunResult:
-        rounds = [self._one(size, spec, dataset, body) for body in bodies]
+    def _result(self, spec: RunSpec, dataset: Dataset, bodies: list[dict[str, Any]]) -> RunResult:
+        rounds = [RunResult.from_job(spec, dataset, body) for body in bodies]
         failed = next((r for r in rounds if not r.ok), None)
         if failed is not None:
             return failed
@@ -208,8 +200,8 @@ class _Bench:
         result.round_seconds = [round(r.seconds, 4) for r in rounds]
         return result
 
-    def _report_round(self, size: int, spec: RunSpec, dataset: Dataset, body: dict[str, Any]) -> None:
-        result = self._one(size, spec, dataset, body)
+    def _report_round(self, spec: RunSpec, dataset: Dataset, body: dict[str, Any]) -> None:
+        result, size = RunResult.from_job(spec, dataset, body), dataset.rows
         if result.ok:
             self.say(
                 f"throughput {size:>9,} {spec.name:<34} {result.seconds:8.2f} s {result.rows_per_s:>12,.0f} rows/s "
@@ -325,10 +317,10 @@ def run(plan: BenchPlan) -> Report:
     server = adapter.start()
     try:
         throughput = {}
-        target = 1_000_000 if 1_000_000 in plan.sizes else min(plan.sizes, default=0)
+        target = target_size(plan.sizes)
         for size in plan.sizes:
             rounds = plan.repeat if size == target else 1
-            throughput[size] = bench.run_throughput(size, bench.dataset(size), rounds)
+            throughput[size] = bench.run_throughput(bench.dataset(size), rounds)
         latency = bench.run_latency()
         rss = bench.run_rss()
     finally:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eosink.bench.runs import EO_STRATEGIES, LatencyResult, RssResult, RunResult
+from eosink.bench.runs import EO_STRATEGIES, LatencyResult, RssResult, RunResult, target_size
 
 __all__ = [
     "Report",
@@ -65,9 +65,7 @@ class Report:
 
     def target_size(self) -> int | None:
         """The data set size the throughput targets are judged on: 1M rows if run, else the smallest."""
-        if not self.throughput:
-            return None
-        return 1_000_000 if 1_000_000 in self.throughput else min(self.throughput)
+        return target_size(self.throughput)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -9,7 +9,7 @@ S3 or HDFS means writing one :class:`SinkAdapter`; nothing else in the harness c
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -54,6 +54,18 @@ class RunSpec:
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> RunSpec:
         return cls(**body)
+
+
+TARGET_ROWS = 1_000_000
+"""The data set size the throughput targets are judged on, when it was run."""
+
+
+def target_size(sizes: Iterable[int]) -> int | None:
+    """The size the throughput targets are judged on (and repeated at): 1M rows if run, else the smallest."""
+    sizes = set(sizes)
+    if not sizes:
+        return None
+    return TARGET_ROWS if TARGET_ROWS in sizes else min(sizes)
 
 
 def new_namespace() -> str:
@@ -116,6 +128,23 @@ class RunResult:
         body["commit_ms"] = [round(x, 2) for x in self.commit_ms]
         body["ok"] = self.ok
         return body
+
+    @classmethod
+    def from_job(cls, spec: RunSpec, dataset: Dataset, body: dict[str, Any]) -> RunResult:
+        """The result of one run of ``spec`` over ``dataset`` from what its job (or the adapter) reported."""
+        return cls(
+            name=spec.name,
+            rows=dataset.rows,
+            seconds=float(body.get("seconds", 0.0)),
+            bytes=dataset.bytes,
+            kind=spec.kind,
+            strategy=spec.strategy,
+            mode=spec.options.get("commit_mode"),
+            verified_rows=body.get("verified_rows"),
+            commit_ms=list(body.get("commit_ms", [])),
+            driver_rss_mb=None if "python_mb" not in body else round(body["python_mb"] + body["jvm_mb"], 1),
+            error=body.get("error"),
+        )
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> RunResult:

@@ -13,7 +13,7 @@ from eosink.bench.datasets import Dataset
 from eosink.bench.postgres import PostgresAdapter
 from eosink.bench.report import Report, compute_targets, ratios, render_markdown, update_docs, write_results
 from eosink.bench.runner import peak_rss_mb, root_cause
-from eosink.bench.runs import LatencyResult, RssResult, RunResult, generic_runs
+from eosink.bench.runs import LatencyResult, RssResult, RunResult, RunSpec, generic_runs, target_size
 from eosink.bench.stream import percentile
 
 ROWS = 1_000_000
@@ -217,10 +217,26 @@ def test_repeated_runs_count_their_median_and_any_failed_round_fails(tmp_path: P
     bench = _Bench(plan_from_args(["--no-docs", "--cache", str(tmp_path)]), PostgresAdapter())
     spec = next(s for s in PostgresAdapter().runs() if s.name == "eosink-2pc")
     data = Dataset(ROWS, 1, tmp_path, 100 * ROWS)
-    result = bench._result(ROWS, spec, data, [{"seconds": t, "verified_rows": ROWS} for t in (5.0, 3.0, 4.0)])
+    result = bench._result(spec, data, [{"seconds": t, "verified_rows": ROWS} for t in (5.0, 3.0, 4.0)])
     assert result.ok and result.seconds == 4.0 and result.round_seconds == [5.0, 3.0, 4.0]
     assert RunResult.from_json(result.to_json()) == result
     text = render_markdown(_report(throughput={ROWS: [result]}))
     assert "| eosink-2pc | atomic | 4.00 (3.00-5.00) |" in text and "Each run 3 times, interleaved" in text
     short = [{"seconds": 3.0, "verified_rows": ROWS}, {"seconds": 3.0, "verified_rows": ROWS - 1}]
-    assert not bench._result(ROWS, spec, data, short).ok
+    assert not bench._result(spec, data, short).ok
+
+
+def test_a_job_result_becomes_a_run_result_and_targets_are_judged_at_1m_rows(tmp_path: Path) -> None:
+    """Pass: a job's body maps onto RunResult (mode from the spec, driver RSS as Python + JVM, errors kept);
+    the target size is 1M rows when run, else the smallest, and the report judges the same size."""
+    spec = RunSpec("eosink-2pc-per-participant", "eosink", "2pc", {"commit_mode": "per-participant"})
+    data = Dataset(50_000, 1, tmp_path, 5_000_000)
+    result = RunResult.from_job(spec, data, {"seconds": 2.0, "verified_rows": 50_000, "python_mb": 80, "jvm_mb": 420})
+    assert (result.rows, result.bytes, result.strategy, result.mode) == (50_000, 5_000_000, "2pc", "per-participant")
+    assert result.ok and result.rows_per_s == 25_000 and result.driver_rss_mb == 500
+    failed = RunResult.from_job(spec, data, {"error": "EosinkError: boom"})
+    assert not failed.ok and failed.seconds == 0.0 and failed.error == "EosinkError: boom"
+    assert target_size([5_000_000, ROWS, 50_000]) == ROWS
+    assert target_size([5_000_000, 50_000]) == 50_000
+    assert target_size([]) is None
+    assert _report(throughput={5_000_000: [], 50_000: []}).target_size() == 50_000
