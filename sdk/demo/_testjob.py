@@ -103,6 +103,7 @@ def job_main(argv: Sequence[str] | None = None) -> int:
 
     import eosink
     from eosink import faults
+    from eosink._procs import error_line
     from eosink.connectors.reference import ReferenceSink
     from eosink.faults import FaultPoint
 
@@ -134,10 +135,7 @@ def job_main(argv: Sequence[str] | None = None) -> int:
         if writer is not None:
             writer.close()
     except Exception as exc:
-        text = str(exc)
-        names = [n for n in eosink.errors.__all__ if n in text]
-        kind = max(names, key=len) if names else type(exc).__name__
-        print(f"EOSINK-ERROR {kind}: {text[:2000]}", file=sys.stderr, flush=True)
+        print(error_line(exc, str), file=sys.stderr, flush=True)
         spark.stop()
         return EXIT_EOSINK_ERROR
     if args.stats_out and writer is not None:

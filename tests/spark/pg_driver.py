@@ -50,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     import eosink
+    from eosink._procs import error_line
     from eosink.connectors.postgres import PostgresConfig, PostgresSink
 
     spark = job_session(args.master, "eosink-pg-test")
@@ -74,10 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         query.trigger(availableNow=True).start().awaitTermination()
         writer.close()
     except Exception as exc:
-        text = sink.config.scrub(str(exc))
-        names = [n for n in eosink.errors.__all__ if n in text]
-        kind = max(names, key=len) if names else type(exc).__name__
-        print(f"EOSINK-ERROR {kind}: {text[:2000]}", file=sys.stderr, flush=True)
+        print(error_line(exc, sink.config.scrub), file=sys.stderr, flush=True)
         spark.stop()
         return EXIT_EOSINK_ERROR
     if args.stats_out:
