@@ -45,6 +45,8 @@ venv: $(STAMP)
 # Strict editable install of eosink with extras $(1): a link tree under build/ that mypy and Spark's Python workers can see.
 define install
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "eosink needs Python >= 3.10"'
+	@$(PYTHON) -c 'import shutil; free = shutil.disk_usage(".").free / 2**30; free < 10 and print(f"warning: {free:.1f} GiB \
+	free here; a clean install and test run takes about 10 GiB (PySpark built from source, servers, jars)")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip uv
 	$(VENV)/bin/uv pip install --python $(PY) -q -c constraints.txt -e '.[$(1)]' --config-settings editable_mode=strict
