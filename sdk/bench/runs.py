@@ -167,7 +167,7 @@ class LatencyResult:
     batch_p50_ms: float | None = None
     """Spark's addBatch duration (the foreachBatch call), p50."""
     visible_after_commit_log_p50_ms: float | None = None
-    """2pc: from the commit log file's mtime to the first poll that sees the batch."""
+    """2pc: from the rename of Spark's commit-log file into place to the first poll that sees the batch."""
     visible_after_commit_log_p99_ms: float | None = None
     mode: str | None = None
     """The sink's commit mode, where the run has one."""

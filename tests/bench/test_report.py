@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from eosink.bench.postgres import PostgresAdapter
 from eosink.bench.report import Report, compute_targets, ratios, render_markdown, update_docs, write_results
 from eosink.bench.runner import peak_rss_mb, root_cause
 from eosink.bench.runs import LatencyResult, RssResult, RunResult, RunSpec, generic_runs, target_size
-from eosink.bench.stream import percentile
+from eosink.bench.stream import logged_at, percentile
 
 ROWS = 1_000_000
 
@@ -240,3 +242,19 @@ def test_a_job_result_becomes_a_run_result_and_targets_are_judged_at_1m_rows(tmp
     assert target_size([5_000_000, 50_000]) == 50_000
     assert target_size([]) is None
     assert _report(throughput={5_000_000: [], 50_000: []}).target_size() == 50_000
+
+
+def test_the_commit_log_holds_a_batch_from_the_rename_not_the_write(tmp_path: Path) -> None:
+    """Spark writes ``commits/N`` under a temporary name and renames it into place; 2PC may commit only after
+    the rename. Pass: the delay is measured from the rename (ctime), not from the write (mtime), which here
+    is 0.3 s earlier."""
+    temp = tmp_path / ".3.tmp"
+    temp.write_text("v1\n{}")
+    written = temp.stat().st_ctime
+    while time.time() < written + 0.3:  # let the clock move on between the write and the rename
+        time.sleep(0.01)
+    renamed_at = time.time()
+    final = tmp_path / "3"
+    os.rename(temp, final)
+    assert final.stat().st_mtime < renamed_at - 0.25
+    assert abs(logged_at(final) - renamed_at) < 0.05  # file-system clocks tick in a few ms
