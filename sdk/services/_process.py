@@ -20,7 +20,18 @@ from pathlib import Path
 
 from eosink.errors import ServiceError
 
-__all__ = ["Proc", "free_port", "group_members", "log_tail", "port_open", "spawn", "stop", "wait_until"]
+__all__ = [
+    "Proc",
+    "children",
+    "free_port",
+    "group_members",
+    "kill_all",
+    "log_tail",
+    "port_open",
+    "spawn",
+    "stop",
+    "wait_until",
+]
 
 log = logging.getLogger("eosink.services")
 
@@ -146,6 +157,32 @@ def stop(proc: Proc, *, what: str, timeout_s: float = 30.0, sig: signal.Signals 
             return
         log.warning("%s (pid %d) ignored %s", what, proc.pid, signum.name)
     raise ServiceError(f"{what} (pid {proc.pid}) is still running after SIGKILL.", f"inspect it: ps -g {proc.pid}")
+
+
+def children(pid: int) -> list[int]:
+    """Live (non-zombie) processes whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None and stat[0] != "Z" and int(stat[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def kill_all(pids: Sequence[int], *, what: str, timeout_s: float = 10.0) -> None:
+    """SIGKILL each of ``pids`` and wait until none is alive (zombies count as gone)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [pid for pid in pids if (stat := _stat(pid)) is not None and stat[0] != "Z"]
+        if not alive:
+            return
+        if time.monotonic() > deadline:
+            raise ServiceError(f"{what}: processes {alive} still run after SIGKILL.", f"inspect them: ps -p {alive[0]}")
+        time.sleep(0.05)
 
 
 def group_members(pgid: int) -> list[int]:

@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import quote
 
 from eosink.errors import ServiceError
-from eosink.services._process import Proc, free_port, spawn, stop, wait_until
+from eosink.services._process import Proc, children, free_port, kill_all, spawn, stop, wait_until
 from eosink.services._users import ServiceUser, service_user
 from eosink.services.base import Endpoint, Service
 
@@ -299,9 +299,15 @@ class PostgresServer:
             self.proc, self._running = None, None
 
     def kill(self) -> None:
-        """SIGKILL: a crash. The next start runs crash recovery from the WAL."""
+        """SIGKILL: a crash of the server, backends included. The next start runs crash recovery from the WAL.
+
+        Each backend leads a process group of its own, so killing the postmaster's group leaves them
+        running until they notice; one still attached to the shared memory makes the next start fail.
+        """
         if self.proc is not None:
+            backends = children(self.proc.pid)
             stop(self.proc, what="PostgreSQL", sig=signal.SIGKILL, timeout_s=10.0)
+            kill_all(backends, what="PostgreSQL's backends")
             self.proc, self._running = None, None
 
     def restart(self, *, crash: bool = False) -> PostgresEndpoint:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import stat
+import threading
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from eosink.errors import ServiceError
@@ -103,3 +106,65 @@ def test_cli_reports_and_rejects(private_cache: Path, capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit) as exit_:
         cli.main(["up", "oracle"])
     assert exit_.value.code == 2
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+def test_a_crash_kills_the_backends_too_and_the_server_restarts() -> None:
+    """PostgreSQL's backends lead process groups of their own: a crash that killed only the postmaster's
+    group left a backend busy in a query running (it looks for the postmaster only when it waits), and
+    one still attached to the shared memory made the next start fail ("pre-existing shared memory block
+    is still in use").
+
+    Pass: three times over, with a backend busy in a long query, kill() leaves it dead, and the restarted
+    server answers on the same port.
+    """
+    import shutil
+    import tempfile
+
+    from eosink.services.postgres import PostgresServer
+
+    root = Path(tempfile.mkdtemp(prefix="eosink-crash-"))  # the server's user must reach it (not pytest's tmp)
+    os.chmod(root, 0o755)
+    try:
+        with PostgresServer(root / "pg", max_prepared=4) as server:
+            endpoint = server.start()
+            for _ in range(3):
+                busy = _busy_backend(endpoint.url)
+                server.kill()
+                assert _gone(busy), f"backend {busy}, busy in a query, outlived the crash"
+                restarted = server.start()
+                assert restarted.port == endpoint.port
+                with psycopg.connect(restarted.url, autocommit=True) as fresh:
+                    assert fresh.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _busy_backend(url: str) -> int:
+    """Start a CPU-bound query in a thread of its own; the PID of its backend once the server shows it running."""
+    session = psycopg.connect(url, autocommit=True)
+    row = session.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    pid = int(row[0])
+
+    def run() -> None:
+        with contextlib.suppress(psycopg.Error):
+            session.execute("SELECT count(*) FROM generate_series(1, 10000000000)")
+        session.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    with psycopg.connect(url, autocommit=True) as watcher:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            state = watcher.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+            if state is not None and state[0] == "active":
+                return pid
+            time.sleep(0.02)
+    raise AssertionError(f"backend {pid} never ran the query")
