@@ -159,15 +159,20 @@ def stop(proc: Proc, *, what: str, timeout_s: float = 30.0, sig: signal.Signals 
     raise ServiceError(f"{what} (pid {proc.pid}) is still running after SIGKILL.", f"inspect it: ps -g {proc.pid}")
 
 
-def children(pid: int) -> list[int]:
-    """Live (non-zombie) processes whose parent is ``pid``."""
+def _live(field: int, value: int) -> list[int]:
+    """Live (non-zombie) processes whose ``/proc/<pid>/stat`` field (after the name) equals ``value``."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             stat = _stat(int(entry))
-            if stat is not None and stat[0] != "Z" and int(stat[1]) == pid:
+            if stat is not None and stat[0] != "Z" and int(stat[field]) == value:
                 found.append(int(entry))
     return found
+
+
+def children(pid: int) -> list[int]:
+    """Live (non-zombie) processes whose parent is ``pid``."""
+    return _live(1, pid)
 
 
 def kill_all(pids: Sequence[int], *, what: str, timeout_s: float = 10.0) -> None:
@@ -187,13 +192,7 @@ def kill_all(pids: Sequence[int], *, what: str, timeout_s: float = 10.0) -> None
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of process group ``pgid``."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat(int(entry))
-            if stat is not None and stat[0] != "Z" and int(stat[2]) == pgid:
-                members.append(int(entry))
-    return members
+    return _live(2, pgid)
 
 
 def _reap(pid: int, timeout_s: float = 10.0) -> None:
