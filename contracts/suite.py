@@ -25,6 +25,7 @@ missing fault endpoint) rule it out; the skip reason names the capability.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pickle
 import signal
@@ -77,6 +78,7 @@ __all__ = ["SinkContract", "contract_tests"]
 APP = "app_a"
 OTHER_APP = "app_b"
 MAX_STEPS = 3000
+MAX_COMMIT_REQUESTS = 40
 
 
 def contract_tests(harness: SinkHarness, name: str | None = None) -> type[SinkContract]:
@@ -739,6 +741,55 @@ class SinkContract:
         assert settle_status(lambda: other.commit_status(batch, committables)) is CommitStatus.COMMITTED
         other.commit(batch, committables, bundle)
         assert self.visible(ns) == canon(rows)
+
+    def test_a_commit_cut_after_any_of_its_requests_is_safe_to_retry(self, ns: Namespace) -> None:
+        """TransientError, like AmbiguousCommitError, means "safe to retry; the outcome may be either".
+
+        A sink raises TransientError for a failure whose request may have taken effect (a cut
+        reply); the coordinator then retries the commit. So whatever a commit raises when its
+        connection is cut after any one of its requests, the work must still be committable.
+        How: through the fault proxy, batch k's ``commit`` is cut after its (k+1)-th request
+        reached the server (its reply dropped), for k = 0, 1, ... until a commit completes
+        before its cut. Pass, after each cut: the sink raised TransientError or
+        AmbiguousCommitError, nothing else; a new process's ``commit_status`` settles to
+        COMMITTED or PREPARED, never ABORTED (nothing was destroyed); committing again
+        succeeds; every batch's rows are visible exactly once.
+        """
+        from eosink.services.proxy import FaultProxy
+
+        host, port = self._endpoint()
+        expected: list[dict[str, Any]] = []
+        with FaultProxy(host, port) as proxy:
+            sink = self.harness.make_sink_via(ns, "127.0.0.1", proxy.port)
+            epoch = sink.fence(APP)
+            for k in range(MAX_COMMIT_REQUESTS):
+                batch, committables, rows = self.prepared_batch(sink, APP, k, epoch, shares=2)
+                expected += rows
+                bundle = bundle_for(batch, epoch, committables)
+                cuts = len(proxy.stats.requests_cut)
+                proxy.cut_after_request(b"", skip=k)
+                try:
+                    sink.commit(batch, committables, bundle)
+                except (AmbiguousCommitError, TransientError):
+                    assert len(proxy.stats.requests_cut) > cuts, "the commit failed without a cut"
+                else:
+                    proxy.passthrough()
+                    if len(proxy.stats.requests_cut) == cuts:  # the commit took fewer requests: done
+                        assert self.visible(ns) == canon(expected)
+                        return
+                    continue  # the cut hit after the commit's last reply (a later request): nothing to resolve
+                proxy.passthrough()
+                other = self.harness.make_sink(ns)
+                status = settle_status(functools.partial(other.commit_status, batch, committables))
+                assert status in (CommitStatus.COMMITTED, CommitStatus.PREPARED), (
+                    f"batch {k}: its commit was cut after request {k + 1}, and commit_status says {status}: "
+                    "a retryable failure must not destroy the work"
+                )
+                other.commit(batch, committables, bundle)
+                with contextlib.suppress(Exception):
+                    other.close()
+                assert self.visible(ns) == canon(expected), f"batch {k}, cut after request {k + 1}"
+        pytest.fail(f"a commit still had not completed before its cut after {MAX_COMMIT_REQUESTS} requests")
 
     def test_unreachable_server_raises_transient_error(self, ns: Namespace) -> None:
         """A server that refuses connections gives TransientError (retryable), not another error (F12).

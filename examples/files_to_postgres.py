@@ -74,8 +74,8 @@ def main() -> int:
         checkpoint_location=args.checkpoint,
     )
     payments = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(args.input)
-    query = payments.writeStream.option("checkpointLocation", args.checkpoint).foreachBatch(writer)
-    query.trigger(availableNow=True).start().awaitTermination()
+    # writer.start sets Spark's checkpointLocation to the writer's: the path is stated once
+    writer.start(payments.writeStream.trigger(availableNow=True)).awaitTermination()
     writer.close()  # 2pc: commits the last batch Spark committed
     spark.stop()
 

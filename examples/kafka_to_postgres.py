@@ -101,8 +101,7 @@ def main() -> int:
     writer = eosink.foreach_batch(
         sink, app_id=f"example-kafka-{args.table}", strategy=args.strategy, checkpoint_location=args.checkpoint
     )
-    query = payments.writeStream.option("checkpointLocation", args.checkpoint).foreachBatch(writer)
-    query.trigger(availableNow=True).start().awaitTermination()
+    writer.start(payments.writeStream.trigger(availableNow=True)).awaitTermination()
     writer.close()
     spark.stop()
 

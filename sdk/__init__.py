@@ -7,7 +7,7 @@ Usage::
 
     writer = eosink.foreach_batch(ReferenceSink("ledger.db"), app_id="payments",
                                   strategy="2pc", checkpoint_location="/chk/payments")
-    query = df.writeStream.option("checkpointLocation", "/chk/payments").foreachBatch(writer).start()
+    query = writer.start(df.writeStream)  # sets checkpointLocation, foreachBatch
 
 The sink contract is :class:`eosink.Sink` (module :mod:`eosink.contract`); errors live in
 :mod:`eosink.errors`.

@@ -26,6 +26,7 @@ __all__ = [
     "processes",
     "save_json",
     "session_members",
+    "signal_session",
     "spark_cds_options",
 ]
 
@@ -86,8 +87,26 @@ def session_members(sid: int) -> list[int]:
     return [pid for pid, _, fields in processes() if fields[0] != "Z" and int(fields[3]) == sid]
 
 
+def signal_session(sid: int, sig: int) -> None:
+    """Send ``sig`` to every process of session ``sid``, by PID, twice over (a process forked meanwhile
+    is caught by the second pass); the caller last, if it belongs to the session."""
+    me = os.getpid()
+    for _ in range(2):
+        for pid in session_members(sid):
+            if pid != me:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+    if os.getsid(0) == sid:
+        os.kill(me, sig)
+
+
 def kill_session(sid: int, timeout_s: float = 60.0) -> None:
-    """SIGKILL every process of session ``sid`` and wait, bounded, until all are gone."""
+    """A crash of a whole driver: SIGKILL every process of session ``sid`` (its Python, its JVM and Spark's
+    Python workers, which sit in process groups of their own) and wait, bounded, until none is left.
+
+    Raises RuntimeError when a process outlives the bound: a harness must never go on while a
+    process of the dead driver can still touch the sink.
+    """
     deadline = time.monotonic() + timeout_s
     while members := session_members(sid):
         for pid in members:

@@ -182,9 +182,51 @@ class SparkCheckpoint:
 
     def last_committed(self) -> int | None:
         """The newest batch id in Spark's commit log, or None."""
+        ids = self.committed_batches()
+        return ids[-1] if ids else None
+
+    def has_offsets(self, batch_id: int) -> bool:
+        """Whether ``offsets/<batch_id>`` exists: Spark writes it before it runs the batch."""
+        return bool(self._io("read the offsets log", self._fs.exists, self._path("offsets", str(batch_id))))
+
+    def require_offsets(self, batch_id: int) -> None:
+        """Raise ConfigurationError unless this is the checkpoint of the query that runs ``batch_id``.
+
+        Spark writes ``offsets/N`` before it calls ``foreachBatch(N)``, so a location without it
+        is not the query's ``checkpointLocation``: eosink would wait for (2PC) or recover against
+        a commit log that Spark never writes.
+        """
+        if not self.has_offsets(batch_id):
+            raise ConfigurationError(
+                f"Spark runs batch {batch_id}, but the checkpoint location {self.location!r} given to eosink has "
+                f"no offsets/{batch_id}: it is not this query's checkpointLocation.",
+                "Give eosink the query's own checkpoint: start the query with writer.start(df.writeStream...), which "
+                "sets Spark's checkpointLocation from the writer, or pass the same path to "
+                "foreach_batch(checkpoint_location=...) and .option('checkpointLocation', ...).",
+            )
+
+    def committed_batches(self) -> list[int]:
+        """Every batch id in Spark's commit log, ascending: the batches Spark will never replay."""
         names = self._io("list the commit log", self._fs.list_names, self._path("commits"))
-        ids = [int(n) for n in names if n.isdigit()]
-        return max(ids) if ids else None
+        return sorted(int(n) for n in names if n.isdigit())
+
+    def source_log_offsets(self, source: int = 0) -> dict[int, int]:
+        """Batch id -> the ``logOffset`` that source ``source`` (a file source) had reached in ``offsets/N``.
+
+        A file source's batch ``N`` covers its log entries after batch ``N-1``'s offset up to its
+        own. That is not always one entry: a crash between the source's log and ``offsets/N``
+        makes the next run plan one batch over two entries. A torn offsets file (a killed run)
+        ends the answer: nothing after it was planned.
+        """
+        names = self._io("list the offsets log", self._fs.list_names, self._path("offsets"))
+        ends: dict[int, int] = {}
+        for batch_id in sorted(int(n) for n in names if n.isdigit()):
+            text = self._io("read the offsets log", self._fs.read_text, self._path("offsets", str(batch_id)))
+            try:
+                ends[batch_id] = int(json.loads((text or "").splitlines()[2 + source])["logOffset"])
+            except (IndexError, KeyError, ValueError, TypeError):
+                break
+        return ends
 
     def batch_timestamp_ms(self, batch_id: int) -> int | None:
         """The batch's timestamp from the offsets log: identical when the batch is replayed."""

@@ -117,6 +117,11 @@ class Coordinator:
 
     # -- start: fence, then recover ------------------------------------------------------------
 
+    @property
+    def started(self) -> bool:
+        """Whether this coordinator has fenced and recovered for the current run."""
+        return self._started
+
     def start(self) -> None:
         """Fence older writers of the app_id and resolve in-doubt work; once, until a failure.
 
@@ -419,8 +424,11 @@ class Coordinator:
                 committables, _ = self._pending.pop(pending_id)
                 if pending_id < batch_id:
                     raise CommitAbortedError(
-                        f"Batch {pending_id} was never committed by Spark, yet Spark runs batch {batch_id}.",
-                        "Restart the query from its checkpoint; recovery resolves the batch.",
+                        f"Batch {pending_id} was never committed by Spark, yet Spark runs batch {batch_id}: "
+                        f"the commit log under {self.checkpoint.location!r} does not hold batch {pending_id}.",
+                        "If that location is not the query's checkpointLocation, give eosink the query's own "
+                        "(writer.start(df.writeStream...) sets both); otherwise restart the query from its "
+                        "checkpoint, and recovery resolves the batch.",
                     )
                 self.sink.abort(committables)  # Spark replays this batch in this process
                 self.checkpoint.delete_manifest(self.app_id, pending_id)

@@ -8,7 +8,7 @@ strategies how to react::
      │    └── CheckpointMismatchError  a new checkpoint met an app_id with committed batches
      ├── SchemaError                   terminal: the data does not fit the sink; nothing became visible
      ├── BadRecordError                terminal: one record cannot be written (null key, too large, ...)
-     ├── TransientError                retry with bounded backoff; the operation did not take effect
+     ├── TransientError                safe to retry (bounded backoff); the outcome may be either
      ├── AmbiguousCommitError          the outcome of a commit is unknown: resolve with commit_status
      ├── CommitAbortedError            prepared work vanished before it could be committed
      ├── FencedError                   a newer writer owns the app_id: this one must stop
@@ -70,7 +70,13 @@ class BadRecordError(EosinkError):
 
 
 class TransientError(EosinkError):
-    """A temporary failure (sink down, timeout) that left nothing applied; safe to retry."""
+    """A temporary failure (sink down, timeout, a dropped connection): safe to retry, the outcome may be either.
+
+    The operation may have taken effect before the failure (a reply lost on the wire), so a
+    retry must be harmless either way: ``commit`` and ``abort`` are idempotent, ``pre_commit``
+    leaves at worst an orphan that recovery aborts. Only a commit whose own atomic step may
+    have happened raises :class:`AmbiguousCommitError` instead, to be resolved by status.
+    """
 
 
 class AmbiguousCommitError(EosinkError):

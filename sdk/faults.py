@@ -4,19 +4,24 @@ Disabled unless configured, and then free: each point is one ``if`` on a module 
 Configure with the ``EOSINK_FAULTS`` environment variable (read at import, so it reaches
 Spark's Python workers too) or :func:`configure`::
 
-    EOSINK_FAULTS="F5@3:kill"          SIGKILL the whole process group at F5 of batch 3
+    EOSINK_FAULTS="F5@3:kill"          SIGKILL the whole driver at F5 of batch 3
     EOSINK_FAULTS="F7:ambiguous,F2@1:raise"
 
 A spec is ``POINT[@BATCH][:ACTION]``; ``POINT`` is ``F1``..``F9``, ``F11`` or its name below.
-Actions: ``kill`` (default; SIGKILL of the process group, as a real crash), ``raise``
+Actions: ``kill`` (default; SIGKILL of the whole driver, as a real crash), ``raise``
 (:class:`~eosink.errors.InjectedFault`), ``ambiguous`` (:class:`~eosink.errors.AmbiguousCommitError`,
-as if a COMMIT reply was lost), ``stop`` (SIGSTOP of the process group, to make a zombie).
+as if a COMMIT reply was lost), ``stop`` (SIGSTOP of the whole driver, to make a zombie).
 Each spec fires once per process; with ``EOSINK_FAULT_LOG`` set, once across all processes
 sharing that log (Spark forks a fresh Python worker per task attempt, and a retried attempt
 must not fail again). Every firing appends ``POINT BATCH ACTION PID`` to the log first, so a
-test can prove the fault happened. ``kill`` and ``stop`` signal the process group named by
-``EOSINK_FAULT_PGID`` when set (Spark's Python workers run in process groups of their own,
-so a test driver exports its group for them), else the caller's own group.
+test can prove the fault happened.
+
+What ``kill`` and ``stop`` signal: every process of the session ``EOSINK_FAULT_SESSION`` when
+set (by PID: the driver's Python, its JVM, and Spark's Python workers, which run in process
+groups of their own; ``own`` means the caller's session, for a harness that started the driver
+with ``setsid``), else the process group ``EOSINK_FAULT_PGID``, else the caller's own group.
+A driver calls :func:`export_crash_scope` before it starts Spark, and passes the variables on to
+its executors, so a fault point that fires in a worker crashes the whole driver.
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from dataclasses import dataclass
 
 from eosink.errors import AmbiguousCommitError, ConfigurationError, InjectedFault
 
-__all__ = ["FaultPoint", "configure", "enabled", "hit", "reset"]
+__all__ = ["CRASH_SCOPE_VARS", "FaultPoint", "configure", "enabled", "export_crash_scope", "hit", "reset"]
+
+CRASH_SCOPE_VARS = ("EOSINK_FAULT_SESSION", "EOSINK_FAULT_PGID")
+"""The variables that say what ``kill`` and ``stop`` signal; a driver passes them to its executors."""
 
 
 class FaultPoint(str, enum.Enum):
@@ -100,6 +108,22 @@ def reset() -> None:
     configure(None)
 
 
+def export_crash_scope() -> dict[str, str]:
+    """Make this process's fault points (and its children's) crash the whole driver; returns the variables set.
+
+    A driver that leads its session (started with ``setsid`` / ``start_new_session``, as the
+    tests, the chaos harness and the demo start it) exports the session: ``kill`` then ends
+    every process of it. Otherwise only its process group, so that a fault never signals the
+    shell's session.
+    """
+    if os.getsid(0) == os.getpid():
+        scope = {"EOSINK_FAULT_SESSION": str(os.getpid()), "EOSINK_FAULT_PGID": ""}
+    else:
+        scope = {"EOSINK_FAULT_SESSION": "", "EOSINK_FAULT_PGID": str(os.getpgrp())}
+    os.environ.update(scope)
+    return scope
+
+
 def enabled() -> bool:
     """Whether any fault point is armed in this process."""
     return _PLAN is not None
@@ -142,15 +166,22 @@ def _fire(spec: _Spec, batch_id: int | None) -> None:
             fh.flush()
             os.fsync(fh.fileno())
     where = f"fault point {spec.point.name} ({spec.point.value}) at batch {batch_id}"
-    group = int(os.environ.get("EOSINK_FAULT_PGID") or os.getpgrp())
-    if spec.action == "kill":
-        os.killpg(group, signal.SIGKILL)
-    elif spec.action == "stop":
-        os.killpg(group, signal.SIGSTOP)
+    if spec.action in ("kill", "stop"):
+        _signal_driver(signal.SIGKILL if spec.action == "kill" else signal.SIGSTOP)
     elif spec.action == "ambiguous":
         raise AmbiguousCommitError(f"Injected lost commit reply at {where}.", "Resolve with commit_status.")
     else:
         raise InjectedFault(f"Injected failure at {where}.", "Unset EOSINK_FAULTS.")
+
+
+def _signal_driver(sig: int) -> None:
+    session = os.environ.get("EOSINK_FAULT_SESSION")
+    if session:
+        from eosink._procs import signal_session
+
+        signal_session(os.getsid(0) if session == "own" else int(session), sig)
+    else:
+        os.killpg(int(os.environ.get("EOSINK_FAULT_PGID") or os.getpgrp()), sig)
 
 
 configure(os.environ.get("EOSINK_FAULTS"))

@@ -29,6 +29,8 @@ from eosink.strategies import Strategy, resolve_strategy
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 __all__ = ["BatchWriter", "foreach_batch"]
 
@@ -190,7 +192,27 @@ class BatchWriter:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         _require_pyspark()
+        if not self.coordinator.started:  # the first batch of a run: is this the query's checkpoint?
+            self.checkpoint.require_offsets(int(batch_id))
         self.coordinator.process(int(batch_id), SparkBatch(df, self.participants))
+
+    def start(self, stream: DataStreamWriter) -> StreamingQuery:
+        """Start ``stream`` (``df.writeStream...``) with this writer and its checkpoint location.
+
+        Sets Spark's ``checkpointLocation`` to the writer's and ``foreachBatch`` to the writer, so
+        the path is stated once::
+
+            writer = eosink.foreach_batch(sink, app_id="payments", checkpoint_location="/chk/payments")
+            query = writer.start(df.writeStream.trigger(processingTime="10 seconds"))
+        """
+        _require_pyspark()
+        return stream.option("checkpointLocation", self.checkpoint.location).foreachBatch(self).start()
+
+    def __enter__(self) -> BatchWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def recover(self) -> None:
         """Fence older writers and resolve in-doubt batches now, before the query starts."""
@@ -230,8 +252,10 @@ def foreach_batch(
     """The exactly-once function for ``df.writeStream.foreachBatch(...)``.
 
     ``app_id`` names this (query, sink) pair for good; ``checkpoint_location`` must be the
-    query's own ``checkpointLocation``. ``participants`` caps the parallel writers (and
-    prepared transactions) per batch. Call ``close()`` on the result after the query stops.
+    query's own ``checkpointLocation``: start the query with :meth:`BatchWriter.start`, which
+    sets it (a location Spark does not write to is refused at the first batch). ``participants``
+    caps the parallel writers (and prepared transactions) per batch. Call ``close()`` on the
+    result after the query stops, or use it as a context manager.
     """
     return BatchWriter(
         sink,

@@ -7,6 +7,7 @@ from any text (error messages) that might echo it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ TableName = tuple[str | None, str]
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL silently truncates longer names
 _DRIVER_SCHEME = re.compile(r"^(postgres(?:ql)?)\+[A-Za-z0-9_]+://", re.IGNORECASE)
 _SECRET_KEYS = ("password", "sslpassword")
+_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
 
 def parse_table_name(table: str | Sequence[str]) -> TableName:
@@ -138,13 +140,12 @@ def _sqlalchemy_url(conninfo: object) -> Any:
     if isinstance(engine, Engine):
         url = engine.url
     elif isinstance(url, str):
-        try:
-            url = make_url(url.strip())
-        except Exception:
-            raise ConfigurationError(  # never chained: the parser's error may quote the password
+        url = _parse_quietly(make_url, url.strip())
+        if url is None:  # raised outside the parser's except: its error may quote the password
+            raise ConfigurationError(
                 "The conninfo is not a valid SQLAlchemy URL.",
                 "Use postgresql+psycopg://USER:PASSWORD@HOST:PORT/DBNAME (URL-encode special characters).",
-            ) from None
+            )
     if not isinstance(url, URL):
         raise ConfigurationError(
             f"PostgresConfig needs a conninfo, not a {type(conninfo).__name__}.",
@@ -156,6 +157,47 @@ def _sqlalchemy_url(conninfo: object) -> Any:
             f"The SQLAlchemy URL is for {backend!r}, not PostgreSQL.", "Use postgresql+psycopg://..."
         )
     return url
+
+
+def _parse_quietly(parse: Any, text: str) -> Any:
+    """``parse(text)``, or None when it raises.
+
+    A parser's error may quote the text it was given, password included. An error raised inside the
+    ``except`` that caught it would keep it as ``__context__`` (``from None`` only hides it from the
+    default traceback printer; error trackers and debuggers still show it), so callers raise theirs
+    after this returns.
+    """
+    try:
+        return parse(text)
+    except Exception:
+        return None
+
+
+def _check_params(params: dict[str, Any]) -> None:
+    """What libpq would only refuse at connect time, as a retried TransientError: refused here, at once."""
+    ports = str(params.get("port") or "")
+    for port in ports.split(",") if ports else ():
+        if not (port.strip().isdigit() and 0 < int(port) < 65536):
+            raise ConfigurationError(
+                f"The conninfo's port {port.strip()!r} is not a TCP port number.",
+                "Give a number between 1 and 65535 (e.g. 5432), or leave the port out for the default.",
+            )
+    timeout = params.get("connect_timeout")
+    if timeout is not None and not str(timeout).strip().lstrip("-").isdigit():
+        raise ConfigurationError(
+            f"The conninfo's connect_timeout {timeout!r} is not a number of seconds.", "Give e.g. connect_timeout=10."
+        )
+    sslmode = params.get("sslmode")
+    if sslmode is not None and sslmode not in _SSLMODES:
+        raise ConfigurationError(
+            f"The conninfo's sslmode {sslmode!r} is not one libpq knows.", f"Use one of {', '.join(_SSLMODES)}."
+        )
+    hosts = str(params.get("host") or "")
+    if ports and hosts and len(ports.split(",")) not in (1, len(hosts.split(","))):
+        raise ConfigurationError(
+            f"The conninfo names {len(hosts.split(','))} hosts but {len(ports.split(','))} ports.",
+            "Give one port, or one port per host.",
+        )
 
 
 def _url_hosts(url: Any) -> list[tuple[str, str]]:
@@ -238,18 +280,17 @@ class PostgresConfig:
             raise ConfigurationError("PostgresConfig needs a conninfo.", "Pass conninfo='postgresql://...'.")
         try:
             from psycopg.conninfo import conninfo_to_dict
-
-            conninfo_to_dict(self.conninfo)
         except ImportError as exc:
             raise ConfigurationError(
                 "The PostgreSQL connector needs psycopg 3.", "pip install 'eosink[postgres]'."
             ) from exc
-        except Exception:
-            # Never chain or echo the parser's error: it may quote the password.
+        params = _parse_quietly(conninfo_to_dict, self.conninfo)
+        if params is None:  # neither chained nor echoed: the parser's error may quote the password
             raise ConfigurationError(
                 "The PostgreSQL conninfo is not a valid libpq URL or keyword string.",
                 "Use postgresql://USER:PASSWORD@HOST:PORT/DBNAME or 'host=... dbname=...'.",
-            ) from None
+            )
+        _check_params(params)
         if self.mode not in ("append", "upsert"):
             raise ConfigurationError(f"Unknown mode {self.mode!r} for PostgresSink.", "Use 'append' or 'upsert'.")
         if self.commit_mode not in ("atomic", "per-participant"):
@@ -323,6 +364,23 @@ class PostgresConfig:
         for secret in self._secrets():
             text = text.replace(secret, "***")
         return text
+
+    def scrub_chain(self, exc: BaseException) -> None:
+        """Scrub the arguments of ``exc`` and of every exception chained to it (suppressed ones too).
+
+        An eosink error raised while handling a driver's error keeps that error as ``__context__``,
+        where error trackers and debuggers show it; its text may hold what :meth:`scrub` removes.
+        """
+        seen: set[int] = set()
+        todo = [exc]
+        while todo:
+            current = todo.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            with contextlib.suppress(Exception):  # some exception types refuse new args
+                current.args = tuple(self.scrub(a) if isinstance(a, str) else a for a in current.args)
+            todo += [e for e in (current.__cause__, current.__context__) if e is not None]
 
     def __repr__(self) -> str:
         schema, table = self.target

@@ -44,6 +44,7 @@ class _App:
     latency_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
     ambiguous: int = 0
     resolved: dict[str, int] = field(default_factory=lambda: {"committed": 0, "recommit": 0, "aborted": 0})
+    counted: deque[int] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))  # batch ids already counted
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,15 @@ class PostgresMetrics:
         return self._apps.setdefault(app_id, _App())
 
     def committed(self, batch: BatchRef, committables: Sequence[Committable], seconds: float) -> None:
-        """Count a commit that returned (also one that found the batch already committed)."""
+        """Count a batch this process committed: a commit that returned, one that found the batch already
+        committed, or one whose lost reply was resolved as committed. Each batch counts once."""
         rows = sum(c.rows for c in committables)
         size = sum(int(c.payload.get("bytes", 0) or 0) for c in committables)
         with self._lock:
             app = self._app(batch.app_id)
+            if batch.batch_id in app.counted:
+                return
+            app.counted.append(batch.batch_id)
             app.batches += 1
             app.rows += rows
             app.bytes += size

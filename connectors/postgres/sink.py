@@ -185,7 +185,8 @@ class PostgresSink(Sink[_Txn]):
         self._ready = False
         self._staged: set[str] = set()
         self._prepare_checked = False
-        self._in_flight: dict[BatchRef, str] = {}  # batch -> xid of a COMMIT whose reply was lost
+        # batch -> (xid, monotonic start) of a COMMIT whose reply was lost
+        self._in_flight: dict[BatchRef, tuple[str, float]] = {}
         self._next_cleanup = 0.0
         self.metrics = PostgresMetrics()
 
@@ -222,6 +223,7 @@ class PostgresSink(Sink[_Txn]):
             yield
         except psycopg.Error as exc:
             self._conns.forget_control()
+            self.config.scrub_chain(exc)  # it stays as the translated error's __context__
             raise self._translate(exc, what) from None
 
     def _translate(self, exc: psycopg.Error, what: str) -> EosinkError:
@@ -735,8 +737,11 @@ class PostgresSink(Sink[_Txn]):
             ).fetchone()
             assert row is not None
             self._fenced(app, bundle.epoch, int(row[0] or 0), "commit")
-            if row[1] is not None:
-                return self._same_bundle(batch, row[1], bundle)
+            if row[1] is not None:  # committed already (a lost reply, a roll-forward): counted once
+                self._same_bundle(batch, row[1], bundle)
+                self._in_flight.pop(batch, None)
+                self.metrics.committed(batch, committables, time.monotonic() - started)
+                return None
             for gid in row[2]:
                 with suppress(psycopg.errors.UndefinedObject):  # resolved meanwhile: step 3 tells how
                     ctl.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
@@ -749,7 +754,7 @@ class PostgresSink(Sink[_Txn]):
 
     def _commit_batch(self, ctl: Conn, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
         app, ids = batch.app_id, [c.id for c in committables]
-        sent, xid = False, ""
+        sent, xid, started = False, "", time.monotonic()
         try:
             with ctl.transaction():
                 row = ctl.execute(
@@ -801,7 +806,7 @@ class PostgresSink(Sink[_Txn]):
         except psycopg.Error as exc:
             if sent and exc.sqlstate is None:  # no answer to COMMIT: it may or may not have happened
                 self._conns.forget_control()
-                self._in_flight[batch] = xid
+                self._in_flight[batch] = (xid, started)
                 self.metrics.ambiguous(app)
                 raise AmbiguousCommitError(
                     f"The COMMIT of batch {batch} (transaction {xid}) got no reply "
@@ -900,9 +905,11 @@ class PostgresSink(Sink[_Txn]):
         ids = [c.id for c in committables]
         with self._errors("commit_status"):
             ctl = self._ctl()
-            xid = self._in_flight.get(batch)
-            if xid is not None:
-                known = self._xact_status(ctl, batch, xid)
+            in_flight = self._in_flight.get(batch)
+            if in_flight is not None:
+                known = self._xact_status(ctl, batch, in_flight[0])
+                if known is CommitStatus.COMMITTED:
+                    self.metrics.committed(batch, committables, time.monotonic() - in_flight[1])
                 if known is not None:
                     return known
             prepared = {
@@ -921,10 +928,13 @@ class PostgresSink(Sink[_Txn]):
             ).fetchone()
         assert row is not None
         if row[0]:
+            if in_flight is not None:  # pg_xact_status no longer knew the xid; the bundle tells
+                self.metrics.resolved(batch.app_id, "committed")
+                self.metrics.committed(batch, committables, time.monotonic() - in_flight[1])
             return CommitStatus.COMMITTED
         alive = prepared | set(row[1])
         status = CommitStatus.PREPARED if all(i in alive for i in ids) else CommitStatus.ABORTED
-        if xid is not None:
+        if in_flight is not None:
             self.metrics.resolved(batch.app_id, "recommit" if status is CommitStatus.PREPARED else "aborted")
         return status
 

@@ -87,7 +87,9 @@ def _append_line(path: str, record: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the query until its input is exhausted; 0 when done, 3 on an error."""
     args = _args(argv)
-    os.environ["EOSINK_FAULT_PGID"] = str(os.getpgrp())  # executors' fault points kill this driver's group
+    from eosink.faults import export_crash_scope
+
+    export_crash_scope()  # a fault point that fires in an executor crashes this whole driver
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 

@@ -23,13 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eosink.checkpoint import SparkCheckpoint
+
 __all__ = [
     "Attempts",
     "Row",
     "Verdict",
     "Workload",
     "advance",
+    "batch_of_file",
     "expected_rows",
+    "file_batch_ends",
     "read_attempts",
     "read_input",
     "spark_batches",
@@ -93,32 +97,40 @@ def spark_batches(checkpoint: Path, files: Sequence[Sequence[Mapping[str, Any]]]
     """The input rows of each micro-batch, as Spark's checkpoint planned them.
 
     Batch ``N`` is usually file ``N``, but not always: a crash between the file source's log and
-    the offset log (``offsets/N``) makes the next run plan one batch over two files. Batch
-    ``N`` covers the file source's log entries after batch ``N-1``'s ``logOffset`` up to its
-    own; entry ``i`` is file ``i`` (one file per entry, taken in modification-time order).
-    Files no batch has planned yet follow, one per batch.
+    the offset log (``offsets/N``) makes the next run plan one batch over two files (see
+    :meth:`~eosink.checkpoint.SparkCheckpoint.source_log_offsets`); entry ``i`` of the source's
+    log is file ``i`` (one file per entry, taken in modification-time order). Files no batch has
+    planned yet follow, one per batch.
     """
-    ends: dict[int, int] = {}
-    try:
-        names = [n for n in os.listdir(checkpoint / "offsets") if n.isdigit()]
-    except OSError:
-        names = []
-    for name in names:
-        try:
-            last = (checkpoint / "offsets" / name).read_text().strip().splitlines()[-1]
-            ends[int(name)] = int(json.loads(last)["logOffset"])
-        except (OSError, IndexError, KeyError, ValueError, TypeError):
-            break  # a torn offsets file of a killed run: nothing after it was planned
     out: list[list[Mapping[str, Any]]] = []
     start = 0
+    for end in file_batch_ends(checkpoint):
+        out.append([r for f in files[start : end + 1] for r in f])
+        start = end + 1
+    out.extend([list(f) for f in files[start:]])
+    return out
+
+
+def file_batch_ends(checkpoint: Path) -> list[int]:
+    """Per planned batch ``0..N`` in order, the index of the last input file it covers (one file per log entry)."""
+    ends = SparkCheckpoint(checkpoint).source_log_offsets()
+    out: list[int] = []
     for batch_id in range(len(ends)):
         if batch_id not in ends:
             break
-        end = ends[batch_id] + 1
-        out.append([r for f in files[start:end] for r in f])
-        start = end
-    out.extend([list(f) for f in files[start:]])
+        out.append(ends[batch_id])
     return out
+
+
+def batch_of_file(checkpoint: Path) -> dict[int, int]:
+    """Input file index -> the batch Spark planned it into (files not planned yet are absent)."""
+    found: dict[int, int] = {}
+    start = 0
+    for batch_id, end in enumerate(file_batch_ends(checkpoint)):
+        for f in range(start, end + 1):
+            found[f] = batch_id
+        start = end + 1
+    return found
 
 
 def advance(state: tuple[int, str, int], rows: Iterable[tuple[int, str, int]]) -> tuple[int, str, int]:

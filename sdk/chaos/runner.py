@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import signal
@@ -47,6 +46,7 @@ from eosink.chaos.oracle import (
 from eosink.chaos.reader import Reader
 from eosink.chaos.schedule import Fault, Schedule, make_schedule, naive_schedule, nondeterministic_schedule
 from eosink.chaos.targets import Names, Target
+from eosink.checkpoint import SparkCheckpoint
 
 __all__ = ["Harness", "RunRecord", "ScheduleResult", "run_chaos"]
 
@@ -137,10 +137,7 @@ class ScheduleResult:
 
 def _committed(checkpoint: Path) -> list[int]:
     """Batch ids in Spark's commit log."""
-    try:
-        return [int(n) for n in os.listdir(checkpoint / "commits") if n.isdigit()]
-    except OSError:
-        return []
+    return SparkCheckpoint(checkpoint).committed_batches()
 
 
 def _fired(log: Path) -> list[str]:
@@ -330,10 +327,8 @@ class Harness:
             try:
                 killed_by_us = self._monitor(proc, checkpoint, faults, proxy, fault_log, rec)
             finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                kill_session(proc.pid)  # a crash ends the whole driver: its JVM and Python workers too
                 proc.wait()
-                kill_session(proc.pid)  # a killed driver leaves its JVM and Python workers behind
         if proxy is not None:
             proxy.passthrough()  # disarm a cut that never happened
         rec.duration_s = round(time.monotonic() - started, 1)
@@ -401,11 +396,11 @@ class Harness:
                 if progress - kill_base >= random_kill.after and not waiting:
                     kill_at = time.monotonic() + random_kill.delay_s
             if kill_at is not None and time.monotonic() >= kill_at:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_session(proc.pid)
                 rec.injected.append("random kill")
                 return "random"
             if time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_session(proc.pid)
                 return "timeout"
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(POLL_S)

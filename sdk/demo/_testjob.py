@@ -54,6 +54,7 @@ def _job_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="eosink job", description="One Spark streaming driver (demo and tests).")
     ap.add_argument("--input", required=True, help="directory of JSON files, one per micro-batch")
     ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--eosink-checkpoint", help="eosink's checkpoint location (default: --checkpoint; tests)")
     ap.add_argument("--sink", required=True, help="ReferenceSink SQLite file")
     ap.add_argument("--app-id", default="demo")
     ap.add_argument("--strategy", default="2pc")
@@ -69,14 +70,21 @@ def _job_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def job_session(master: str, app_name: str) -> Any:
     """A SparkSession for a test or demo job: no UI, small files split into several participants,
-    fault points armed on executors from ``EOSINK_FAULTS`` (they kill the group ``EOSINK_FAULT_PGID``),
-    and ``spark.driver.maxResultSize=1m`` so that a driver collecting rows would fail."""
+    fault points armed on executors from ``EOSINK_FAULTS`` (a ``kill`` there crashes the whole driver,
+    see :func:`eosink.faults.export_crash_scope`), and ``spark.driver.maxResultSize=1m`` so that a
+    driver collecting rows would fail."""
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("EOSINK_FAULT_PGID", str(os.getpgrp()))
+    from eosink.faults import CRASH_SCOPE_VARS, export_crash_scope
+
+    if not any(os.environ.get(v) for v in CRASH_SCOPE_VARS):
+        export_crash_scope()
     java_opts = f"{JAVA_OPTS} {os.environ.get('EOSINK_DRIVER_JAVA_OPTS', '')}".strip()
+    builder = SparkSession.builder
+    for var in CRASH_SCOPE_VARS:
+        builder = builder.config(f"spark.executorEnv.{var}", os.environ.get(var, ""))
     spark = (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.driver.extraJavaOptions", java_opts)
@@ -87,7 +95,6 @@ def job_session(master: str, app_name: str) -> Any:
         .config("spark.sql.files.openCostInBytes", "0")
         .config("spark.executorEnv.EOSINK_FAULTS", os.environ.get("EOSINK_FAULTS", ""))
         .config("spark.executorEnv.EOSINK_FAULT_LOG", os.environ.get("EOSINK_FAULT_LOG", ""))
-        .config("spark.executorEnv.EOSINK_FAULT_PGID", os.environ["EOSINK_FAULT_PGID"])
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -97,8 +104,10 @@ def job_session(master: str, app_name: str) -> Any:
 def job_main(argv: Sequence[str] | None = None) -> int:
     """Run the streaming job to the end of its input; 0 when done, 3 on an eosink error."""
     args = _job_args(argv)
-    # Fault points inside Spark's Python workers (process groups of their own) crash this driver.
-    os.environ["EOSINK_FAULT_PGID"] = str(os.getpgrp())
+    # Fault points inside Spark's Python workers (process groups of their own) crash this whole driver.
+    from eosink.faults import export_crash_scope
+
+    export_crash_scope()
     from pyspark.sql import functions as F
 
     import eosink
@@ -119,7 +128,7 @@ def job_main(argv: Sequence[str] | None = None) -> int:
             ReferenceSink(args.sink, atomic=bool(args.atomic)),
             app_id=args.app_id,
             strategy=eosink.Idempotent(args.key_columns.split(",")) if args.key_columns else args.strategy,
-            checkpoint_location=args.checkpoint,
+            checkpoint_location=args.eosink_checkpoint or args.checkpoint,
             participants=args.participants,
         )
         fn = writer

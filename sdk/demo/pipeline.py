@@ -73,7 +73,9 @@ def plain_partition_writer(url: str, table: str) -> Callable[[Iterator[Any]], It
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the query to the end of its input; 0 when done, 3 on an error."""
     args = _args(argv)
-    os.environ["EOSINK_FAULT_PGID"] = str(os.getpgrp())  # executors' fault points kill this driver's group
+    from eosink.faults import export_crash_scope
+
+    export_crash_scope()  # a fault point that fires in an executor crashes this whole driver
     import eosink
     from eosink.connectors.postgres import PostgresConfig, PostgresSink
     from eosink.demo import job_session

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eosink.checkpoint import SparkCheckpoint
 from eosink.demo.pipeline import EOSINK_TABLE, EOSINK_URL_VAR, PLAIN_TABLE, PLAIN_URL_VAR
 from eosink.demo.scenario import Run, Scenario, describe_point, make_scenario
 
@@ -149,10 +150,18 @@ class _Tables:
 
 
 def _committed(checkpoint: Path) -> int:
-    try:
-        return sum(1 for n in os.listdir(checkpoint / "commits") if n.isdigit())
-    except OSError:
+    """How many batches Spark's commit log holds (they are 0..N-1)."""
+    return len(SparkCheckpoint(checkpoint).committed_batches())
+
+
+def _committed_files(checkpoint: Path) -> int:
+    """How many input files the batches in Spark's commit log took: usually one each, but a kill between
+    the file source's log and ``offsets/N`` makes the restart plan one batch over two files."""
+    spark = SparkCheckpoint(checkpoint)
+    committed = spark.committed_batches()
+    if not committed:
         return 0
+    return spark.source_log_offsets().get(committed[-1], committed[-1]) + 1
 
 
 @dataclass
@@ -223,7 +232,7 @@ class _Demo:
             Snapshot(
                 run=run,
                 batches_done=done,
-                expected_rows=done * self.rows_per_batch,
+                expected_rows=_committed_files(self.checkpoint) * self.rows_per_batch,
                 plain=Counts(*counts[PLAIN_TABLE]),
                 eosink=Counts(*counts[EOSINK_TABLE]),
             )
@@ -267,10 +276,8 @@ class _Demo:
             try:
                 killed = self._watch(proc, number, run, done, cuts_before)
             finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                kill_session(proc.pid)  # a crash ends the whole driver: its JVM and Python workers too
                 proc.wait()
-                kill_session(proc.pid)  # a killed driver leaves its JVM and Python workers behind
         for proxy in self.proxies.values():
             proxy.passthrough()  # disarm a cut that did not happen
         self._note_cuts(cuts_before)
@@ -323,11 +330,15 @@ class _Demo:
             if run.random_kill_after is not None and kill_at is None and progress >= run.random_kill_after:
                 kill_at = time.monotonic() + run.random_kill_delay_s
             if kill_at is not None and time.monotonic() >= kill_at:
-                os.killpg(proc.pid, signal.SIGKILL)
+                from eosink._procs import kill_session
+
+                kill_session(proc.pid)
                 self.view.event(f"run {number}: SIGKILL of the driver's session at a random moment")
                 return "random"
             if time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
+                from eosink._procs import kill_session
+
+                kill_session(proc.pid)
                 return "timeout"
             if time.monotonic() - last_refresh > 0.5:
                 self.refresh(number)

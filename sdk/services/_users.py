@@ -14,7 +14,9 @@ import os
 import pwd
 import shutil
 import stat
+import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from eosink.errors import ServiceError
@@ -73,17 +75,65 @@ class ServiceUser:
         with contextlib.suppress(OSError):
             _fallback_root().rmdir()  # only if nothing else is kept there
 
-    def reachable_copy(self, tree: Path, label: str) -> Path:
-        """``tree`` itself if this user can use it, else a copy it can (made once, kept)."""
-        if self.can_reach(tree):
+    def reachable_copy(
+        self, tree: Path, label: str, *, companions: Sequence[Path] = (), probe: Sequence[str] = ()
+    ) -> Path:
+        """``tree`` itself if this user can use it, else a copy it can (made once, checked, kept).
+
+        ``companions`` are directories the tree's programs need beside it, e.g. a wheel's
+        ``<package>.libs`` that its binaries find through ``$ORIGIN/../../../<package>.libs``:
+        they are copied too, at the same places relative to ``tree``. ``probe`` is a command
+        (relative to the copy) that must run as this user, e.g. ``("bin/initdb", "--version")``;
+        a copy is marked complete only once the probe passed, and a complete copy whose probe
+        fails (a source that changed, a damaged copy) is made again once.
+        """
+        if self.can_reach(tree) and all(self.can_reach(c) for c in companions):
             return tree
-        copy = _fallback_root() / label
-        if not (copy / ".complete").exists():
-            if copy.exists():
-                shutil.rmtree(copy)
-            shutil.copytree(tree, copy, symlinks=True)
-            (copy / ".complete").touch()
+        base = Path(os.path.commonpath([tree, *companions])) if companions else tree.parent
+        root = _fallback_root() / label
+        copy = root / tree.relative_to(base)
+        marker = root / ".complete"
+        source = "\n".join(str(p) for p in (tree, *companions))
+        if marker.exists() and marker.read_text() == source and self._probe(copy, probe) is None:
+            return copy
+        if root.exists():
+            shutil.rmtree(root)
+        for part in (tree, *companions):
+            shutil.copytree(part, root / part.relative_to(base), symlinks=True)
+        os.chmod(root, 0o755)
+        problem = self._probe(copy, probe)
+        if problem is not None:
+            shutil.rmtree(root, ignore_errors=True)
+            raise ServiceError(
+                f"A copy of {tree} made for the user {self.name!r} (who cannot enter the original's directory) "
+                f"does not run as that user: {problem}",
+                "install eosink's test dependencies where other users can read them (e.g. a virtualenv outside a "
+                "0700 home directory), or set EOSINK_SERVICES_USER to a user who can.",
+            )
+        marker.write_text(source)
         return copy
+
+    def _probe(self, copy: Path, probe: Sequence[str]) -> str | None:
+        """None if ``probe`` (its program relative to ``copy``) runs as this user, else what went wrong."""
+        if not probe:
+            return None if copy.exists() else f"{copy} is missing"
+        argv = [os.fspath(copy / probe[0]), *probe[1:]]
+        try:
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+                user=self.uid,
+                group=self.gid,
+                extra_groups=[],
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"{' '.join(argv)}: {exc}"
+        if done.returncode != 0:
+            return f"{' '.join(argv)} exited with {done.returncode}: {(done.stderr or done.stdout).strip()[-500:]}"
+        return None
 
 
 def _fallback_root() -> Path:

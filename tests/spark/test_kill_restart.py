@@ -9,12 +9,11 @@ the same checkpoint and reference sink, and checks the sink holds exactly the in
 
 from __future__ import annotations
 
-import os
 import signal
 
 import pytest
 
-from eosink._procs import is_stopped
+from eosink._procs import is_stopped, signal_session
 
 from .conftest import AtomicityReader, Pipeline, assert_clean, assert_killed, wait_for
 
@@ -143,7 +142,7 @@ def test_zombie_driver_is_fenced(pipeline: Pipeline, strategy: str) -> None:
     wait_for(lambda: is_stopped(old.pid), 30, "the old driver to stop")
     assert_clean(pipeline.run())
     pipeline.assert_exact()
-    os.killpg(old.pid, signal.SIGCONT)
+    signal_session(old.pid, signal.SIGCONT)  # the whole frozen driver: Python, JVM, workers
     zombie = pipeline.finish(old)
     assert zombie.returncode == 3, f"the zombie did not stop with an error:\n{zombie.stderr[-3000:]}"
     # Spark's own checkpoint-log fencing ("Multiple streaming jobs detected" / "... queries are concurrently using")
@@ -211,6 +210,26 @@ def test_bad_input_stops_with_a_typed_error_then_the_fixed_query_resumes_exactly
     assert run.returncode == 3, run.stderr[-3000:]
     assert run.error_kind == "SchemaError", run.stderr[-3000:]
     assert "no_such_column" in run.stderr
+    assert pipeline.sink().rows(pipeline.app_id) == []
+    assert_clean(pipeline.run())
+    pipeline.assert_exact()
+
+
+@pytest.mark.full
+def test_a_checkpoint_location_that_is_not_the_querys_own_is_refused_then_the_right_one_resumes(
+    pipeline: Pipeline,
+) -> None:
+    """eosink given checkpoint A while Spark runs with checkpointLocation B (2pc).
+
+    It used to fail at batch 1 with "Batch 0 was never committed by Spark", 0 rows visible, and
+    a restart failed the same way. Pass: the query stops at batch 0 with ConfigurationError
+    naming A and offsets/0; nothing visible; started again with the query's own location, every
+    row lands once.
+    """
+    wrong = pipeline.root / "elsewhere"
+    refused = pipeline.run(args=["--eosink-checkpoint", str(wrong)])
+    assert refused.returncode == 3 and refused.error_kind == "ConfigurationError", refused.stderr[-3000:]
+    assert str(wrong) in refused.stderr and "offsets/0" in refused.stderr
     assert pipeline.sink().rows(pipeline.app_id) == []
     assert_clean(pipeline.run())
     pipeline.assert_exact()

@@ -13,7 +13,6 @@ schema, dropped afterwards.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import threading
@@ -29,6 +28,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from eosink._procs import kill_session
+from eosink.chaos.oracle import batch_of_file
 from eosink.connectors.postgres._control import gid_prefix
 from eosink.errors import ServiceError
 from eosink.services import get_service
@@ -171,8 +172,8 @@ class PgPipeline(Pipeline):
     # -- checks ---------------------------------------------------------------------------------------
 
     def assert_settled(self) -> None:
-        """One bundle per batch; nothing prepared, staged or left 'prepared' in txns."""
-        assert self.bundles() == list(range(self.files)), f"bundles {self.bundles()}"
+        """One bundle per batch of Spark's commit log; nothing prepared, staged or left 'prepared' in txns."""
+        assert self.bundles() == self.spark_committed(), f"bundles {self.bundles()}"
         assert not self.prepared(), f"prepared transactions left: {self.prepared()}"
         assert self.staged() == 0, "staged rows left behind"
         assert self.txn_states()["prepared"] == 0, f"txns left in state 'prepared': {self.txn_states()}"
@@ -195,11 +196,12 @@ class PgPipeline(Pipeline):
 class PgAtomicityReader:
     """A concurrent reader of the target table: records every partial batch it sees.
 
-    Each batch is one input file (``maxFilesPerTrigger=1``), and a row's file is ``id // 10000``
-    (see :class:`Pipeline`).
+    A row's file is ``id // 10000`` (see :class:`Pipeline`), and a batch is usually one input file
+    (``maxFilesPerTrigger=1``); Spark's offsets log says which files each batch took (a kill between
+    the file source's log and ``offsets/N`` makes one batch of two files).
     Each poll reads, in one REPEATABLE READ snapshot, the visible rows per file and the app's
-    bundles. A batch is partial when some but not all of its rows are visible, or when the number
-    of fully visible files differs from the number of bundles (rows and bundle are one commit).
+    bundles. A batch is partial when some but not all of its rows are visible, or when the batches
+    whose files are visible differ from the batches with a bundle (rows and bundle are one commit).
     """
 
     def __init__(self, pipeline: PgPipeline) -> None:
@@ -222,16 +224,20 @@ class PgAtomicityReader:
                     sql.SQL("SELECT id / 10000, count(*) FROM {} GROUP BY 1").format(sql.Identifier(p.table))
                 ).fetchall()
             )
-            bundles = conn.execute(
-                sql.SQL("SELECT count(*) FROM {} WHERE app_id = %s").format(p.ctl("bundles")), (p.app_id,)
-            ).fetchone()
+            bundles = {
+                int(b)
+                for (b,) in conn.execute(
+                    sql.SQL("SELECT batch_id FROM {} WHERE app_id = %s").format(p.ctl("bundles")), (p.app_id,)
+                )
+            }
         self.polls += 1
-        n_bundles = bundles[0] if bundles else 0
         for f, n in counts.items():
             if n != self.per_file[f]:
                 self.partial.append(f"file {f}: {n} of {self.per_file[f]} rows visible")
-        if len(counts) != n_bundles:
-            self.partial.append(f"{len(counts)} files visible, {n_bundles} bundles")
+        planned = batch_of_file(p.checkpoint)  # offsets/N is written before batch N writes anything
+        visible = {planned.get(int(f), -1) for f in counts}
+        if visible != bundles:
+            self.partial.append(f"batches {sorted(visible)} visible (-1: unplanned), bundles {sorted(bundles)}")
 
     def _run(self) -> None:
         try:
@@ -302,7 +308,7 @@ def _run_and_kill(p: PgPipeline, steps: int, jitter_s: float) -> Run:
     t0 = time.monotonic()
     wait_for(lambda: proc.poll() is not None or time.monotonic() - t0 >= jitter_s, jitter_s + 30, "the kill moment")
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_session(proc.pid)  # the whole driver at once: its Python workers run in groups of their own
     return p.finish(proc)
 
 

@@ -8,11 +8,13 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from eosink import errors, faults
+from eosink._procs import kill_session, session_members
 from eosink.errors import (
     AmbiguousCommitError,
     CheckpointMismatchError,
@@ -216,6 +218,49 @@ def test_stop_action_sigstops_the_process_group(tmp_path: Path) -> None:
             child.wait(timeout=60)
     assert child.returncode == 0, err
     assert out.strip() == "resumed"
+
+
+_SESSION_DRIVER = """
+import os, subprocess, sys, time
+from eosink import faults
+faults.export_crash_scope()
+# a worker in a process group of its own, as Spark's Python worker daemon puts itself
+worker = subprocess.Popen([sys.executable, "-c", WORKER], preexec_fn=os.setpgrp)
+print(worker.pid, flush=True)
+time.sleep(120)
+"""
+_SESSION_WORKER = """
+import os, sys, time
+from eosink import faults
+print("worker", os.getpid(), os.getpgrp(), flush=True)
+time.sleep(0.5)
+faults.hit(faults.FaultPoint.F2, 1)
+time.sleep(120)
+"""
+
+
+def test_kill_in_a_worker_of_its_own_group_ends_the_whole_driver_session(tmp_path: Path) -> None:
+    """A fault that fires in an executor must crash the whole driver, whatever process group it sits in.
+
+    Spark's Python workers move into process groups of their own; a SIGKILL of the driver's group
+    left 3-4 of them alive, able to write after the "crash". How: a driver in a session of its
+    own exports its crash scope and starts a worker in another process group; the worker fires
+    ``F2@1:kill``. Pass: the driver dies by SIGKILL, and within 10 s no process of the session is
+    left, without the test reaping anything.
+    """
+    code = _SESSION_DRIVER.replace("WORKER", repr(_SESSION_WORKER))
+    child = _child(code, {"EOSINK_FAULTS": "F2@1:kill", "EOSINK_FAULT_LOG": str(tmp_path / "faults.log")})
+    try:
+        worker = int(child.stdout.readline()) if child.stdout else 0
+        assert worker and os.getpgid(worker) != child.pid, "the worker must sit in a process group of its own"
+        child.wait(timeout=60)
+        assert child.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while session_members(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session_members(child.pid) == [], "the crash left processes of the driver's session alive"
+    finally:
+        kill_session(child.pid)
 
 
 # -- the error tree ----------------------------------------------------------------------------

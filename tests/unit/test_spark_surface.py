@@ -81,3 +81,48 @@ def test_repr_shows_what_identifies_the_writer(tmp_path: Path) -> None:
     """repr names the sink, app_id, strategy and checkpoint (what an operator needs in a log)."""
     text = repr(_writer(tmp_path))
     assert "app_id='app'" in text and "TwoPhaseCommit()" in text and "chk" in text and "ReferenceSink" in text
+
+
+def test_a_checkpoint_that_is_not_the_querys_own_is_refused_at_the_first_batch(tmp_path: Path) -> None:
+    """Spark writes offsets/N before foreachBatch(N): a location without it is another query's (or none).
+
+    Given ``checkpoint_location=A`` while Spark ran with ``checkpointLocation=B``, 2pc used to wait for a
+    commit log Spark never wrote and failed at batch 1 with a message that sent the user in a circle.
+    Pass: ConfigurationError at batch 0 naming the location and the fix, before the sink is touched
+    (no epoch handed out); with offsets/0 present the same writer gets past the check.
+    """
+    writer = _writer(tmp_path)
+    with pytest.raises(ConfigurationError) as err:
+        writer(object(), 0)
+    assert str(tmp_path / "chk") in err.value.problem and "offsets/0" in err.value.problem
+    assert err.value.fix is not None and "writer.start" in err.value.fix
+    assert writer.coordinator.epoch is None and writer.sink.fetch_last_bundle("app") is None
+    (tmp_path / "chk" / "offsets").mkdir(parents=True)
+    (tmp_path / "chk" / "offsets" / "0").write_text("v1\n{}\n")
+    with pytest.raises(Exception) as past:  # past the check: the (fake) DataFrame itself fails
+        writer(object(), 0)
+    assert not isinstance(past.value, ConfigurationError)
+
+
+def test_start_sets_the_checkpoint_location_and_the_writer(tmp_path: Path) -> None:
+    """writer.start(df.writeStream...) states the checkpoint once: Spark's option comes from the writer."""
+    calls: list[tuple[str, object]] = []
+
+    class Stream:
+        def option(self, key: str, value: object) -> Stream:
+            calls.append((key, value))
+            return self
+
+        def foreachBatch(self, fn: object) -> Stream:
+            calls.append(("foreachBatch", fn))
+            return self
+
+        def start(self) -> str:
+            calls.append(("start", None))
+            return "query"
+
+    writer = _writer(tmp_path)
+    assert writer.start(Stream()) == "query"  # type: ignore[arg-type]
+    assert calls == [("checkpointLocation", str(tmp_path / "chk")), ("foreachBatch", writer), ("start", None)]
+    with writer as same:
+        assert same is writer

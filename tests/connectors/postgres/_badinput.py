@@ -18,13 +18,11 @@ import contextlib
 import json
 import shutil
 import tempfile
-import traceback
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 import pyarrow as pa
@@ -35,6 +33,7 @@ from eosink._rowhash import row_hashes
 from eosink.connectors.postgres import PostgresConfig, PostgresSink
 from eosink.connectors.postgres._control import gid_prefix
 from eosink.contracts._mini import FAST, FakeCheckpoint, MemoryBatch, NoWatcherCoordinator, Variant
+from eosink.contracts.secrets import assert_secret_free
 from eosink.coordinator import Coordinator
 from eosink.errors import EosinkError
 from eosink.services.postgres import PostgresServer
@@ -192,16 +191,13 @@ def assert_refused(
 ) -> None:
     """``err`` names the problem (each of ``problem`` in ``err.problem``) and the fix (each of ``fix`` in
     ``err.fix``; case ignored, so SQL keywords may be written either way), and no secret appears in its
-    text, repr or formatted traceback (chained errors included)."""
+    text, repr, arguments or formatted traceback, nor in any error chained to it, suppressed or not."""
     for part in problem:
         assert part.lower() in err.problem.lower(), f"{part!r} not in the problem: {err.problem!r}"
     assert err.fix, "the error gives no fix"
     for part in fix:
         assert part.lower() in err.fix.lower(), f"{part!r} not in the fix: {err.fix!r}"
-    shown = "".join([str(err), repr(err), *traceback.format_exception(err)])
-    for secret in secrets:
-        assert secret, "an empty secret proves nothing"
-        assert secret not in shown and quote(secret, safe="") not in shown, "a password leaked into the error"
+    assert_secret_free(err, secrets)
 
 
 class PrivatePostgres:

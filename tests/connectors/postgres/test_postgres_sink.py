@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from eosink.connectors.postgres import sink as sink_module
 from eosink.connectors.postgres._control import gid_for, parse_gid
 from eosink.connectors.postgres.config import parse_table_name
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, TaskRef
+from eosink.contracts.secrets import assert_secret_free
 from eosink.errors import (
     AmbiguousCommitError,
     BadRecordError,
@@ -298,6 +300,53 @@ def test_password_never_in_repr_str_or_errors(postgres_endpoint: PostgresEndpoin
     with pytest.raises(ConfigurationError) as cfg:
         PostgresConfig(f"postgresql://u:{wrong}@[zz/db", table="t")  # libpq quotes the whole URL in its error
     assert wrong not in str(cfg.value) and cfg.value.__cause__ is None
+    assert_secret_free(refused.value, [wrong])  # the whole chain, suppressed context included
+    assert_secret_free(info.value, [password])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:p%zzS3cr3t-pw@h/db",  # psycopg: 'invalid percent-encoded token: "<password>"'
+        "postgresql://u:S3cr3t-pw@[zz/db",  # libpq quotes the whole URL
+        "postgresql+psycopg://u:S3cr3t-pw@h:zz/db",  # SQLAlchemy's parser
+        "host=h password='S3cr3t-pw",  # an unterminated quote in a keyword string
+    ],
+)
+def test_a_malformed_conninfo_keeps_no_password_anywhere_in_its_error(url: str) -> None:
+    """The parser's error quotes the password: the ConfigurationError must not even keep it as __context__.
+
+    ``raise ... from None`` inside the ``except`` only hid it from the default traceback; error
+    trackers and debuggers walk ``__context__``. Pass: a ConfigurationError whose whole chain
+    (suppressed links included) is free of the password, plain or URL-encoded.
+    """
+    with pytest.raises(ConfigurationError) as err:
+        PostgresConfig(url, table="t")
+    assert_secret_free(err.value, ["S3cr3t-pw", "p%zzS3cr3t-pw"])
+    assert err.value.__context__ is None and err.value.__cause__ is None
+
+
+@pytest.mark.parametrize(
+    ("url", "what"),
+    [
+        ("postgresql://u:pw@h:notaport/db", "port 'notaport'"),
+        ("host=h port=0 dbname=d", "port '0'"),
+        ("host=h port=65536", "port '65536'"),
+        ("postgresql+psycopg://u:pw@h/db?port=x", "port"),
+        ("host=a,b,c port=5432,5433", "3 hosts but 2 ports"),
+        ("host=h connect_timeout=soon", "connect_timeout"),
+        ("host=h sslmode=sometimes", "sslmode 'sometimes'"),
+    ],
+)
+def test_connection_options_libpq_checks_only_at_connect_are_refused_at_construction(url: str, what: str) -> None:
+    """A port of 'notaport' used to be accepted, then retried as a TransientError at every connect.
+
+    Pass: ConfigurationError from the constructor naming the option, with a fix; good values pass.
+    """
+    with pytest.raises(ConfigurationError, match=re.escape(what)) as err:
+        PostgresConfig(url, table="t")
+    assert err.value.fix
+    assert PostgresConfig("host=a,b port=5432,5433 connect_timeout=3 sslmode=verify-full", table="t")
 
 
 def test_config_forms() -> None:
@@ -451,6 +500,45 @@ def test_cut_final_commit_is_ambiguous_and_cut_commit_prepared_is_transient(
         assert direct.commit_status(BatchRef(APP, 1), second) is CommitStatus.COMMITTED
         _commit(via, 1, epoch, second)  # harmless
         assert len(HARNESS.read_rows(None, names["table"])) == 6
+
+
+def test_commits_resolved_after_a_lost_reply_are_counted_once(
+    postgres_endpoint: PostgresEndpoint, names: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch whose COMMIT reply was cut is committed; its resolution must count it like any commit.
+
+    Every second batch's COMMIT reply is cut on the wire. Half of those are resolved by
+    ``commit_status`` (pg_xact_status), half by committing again (the bundle is found). Pass:
+    ``metrics_for`` counts every batch once (batches, rows, bytes, last batch id), and the INFO
+    "committed batch" line is logged once per batch.
+    """
+    config = _config(postgres_endpoint, names)
+    caplog.set_level("INFO", logger="eosink.postgres")
+    with FaultProxy(postgres_endpoint.host, postgres_endpoint.port) as proxy:
+        via = PostgresSink(config.with_address("127.0.0.1", proxy.port))
+        epoch = via.fence(APP)
+        written = 0
+        for batch_id in range(8):
+            committables = [_write(via, batch_id, epoch, BATCH)]
+            written += sum(int(c.payload.get("bytes", 0) or 0) for c in committables)
+            if batch_id % 2 == 0:
+                _commit(via, batch_id, epoch, committables)
+                continue
+            proxy.cut_after_request(b"COMMIT\x00")
+            with pytest.raises(AmbiguousCommitError):
+                _commit(via, batch_id, epoch, committables)
+            if batch_id % 4 == 1:
+                assert via.commit_status(BatchRef(APP, batch_id), committables) is CommitStatus.COMMITTED
+            else:
+                _commit(via, batch_id, epoch, committables)
+            _commit(via, batch_id, epoch, committables)  # once more: still counted once
+        snap = via.metrics_for(APP)
+    assert len(proxy.stats.requests_cut) == 4
+    assert (snap.batches_committed, snap.last_batch_id) == (8, 7)
+    assert snap.rows_committed == 8 * BATCH.num_rows and snap.bytes_committed == written > 0
+    assert snap.ambiguous_commits == 4 and snap.ambiguous_resolved["committed"] == 2
+    lines = [r.getMessage() for r in caplog.records if "committed batch" in r.getMessage()]
+    assert len(lines) == 8, lines
 
 
 def test_per_participant_append_copies_straight_into_the_target(
