@@ -20,24 +20,27 @@ WITH_POSTGRES = $(EOSINK) services up postgres && $(EOSINK) services check postg
 	$(EOSINK) services down postgres; exit $$rc
 
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres spark services services-up services-check services-down \
-	services-status test test-full demo bench clean chaos chaos-quick examples example-files example-kafka
+	services-status test test-full demo bench clean chaos chaos-quick examples example-files example-kafka \
+	spark-full local-cluster test-postgres-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
-	@echo "make test       lint, unit tests, packaging, docs, Spark kill-and-restart tests (what CI runs)"
-	@echo "make test-full  every fault point x strategy, PostgreSQL 15, local-cluster runs, a longer chaos run"
+	@echo "make test       what CI runs, in timed stages (table at the end, build/test-times.json); <= 30 min"
+	@echo "make test-full  every fault point x strategy x sink, local-cluster, the PySpark matrix, chaos; <= 3 h"
 	@echo "make lint       ruff + mypy --strict"
 	@echo "make unit       protocol-level unit tests (no Spark)"
 	@echo "make package    build wheel + sdist, install into a clean venv, import, type-check"
 	@echo "make docs       mkdocs build --strict into build/site"
-	@echo "make spark      the quick real-Spark kill-and-restart tests (reference sink and PostgreSQL)"
-	@echo "make test-postgres  the PostgreSQL connector's tests and its Spark pipelines against the harness's server"
+	@echo "make spark      what only real Spark shows (executor kill, task retry, zombie, divergence, typed errors), the demo"
+	@echo "make test-SINK  one sink: contract suite, connector tests, a kill-and-restart per strategy, a chaos schedule"
+	@echo "                (SINK: $(SINKS))"
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
-	@echo "make services   the harness's own tests and the connectors' tests against real servers (starts and stops them)"
+	@echo "make services   the service harness's own tests against the real servers (starts and stops them)"
+	@echo "make spark-matrix   the quick Spark tests on PySpark $(MATRIX) (part of test-full)"
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
-	@echo "make examples   every example against real PostgreSQL and Kafka (also: make example-files, make example-kafka)"
+	@echo "make examples   every example once against real PostgreSQL and Kafka (also: make example-files, example-kafka)"
 	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S] [JOBS=J]   the end-to-end chaos harness -> results/chaos-SINK.json"
-	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy; part of make test)"
+	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy, baseline, non-deterministic)"
 	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1]   eosink vs Spark's built-in writers -> results/bench-<sink>.*"
 
 venv: $(STAMP)
@@ -85,10 +88,19 @@ package: venv
 docs: venv
 	$(VENV)/bin/mkdocs build --strict -q -d build/site
 
+# What only a real Spark shows, on the reference sink (no server), and the demo's 2pc run.
+SPARK_CORE := tests/spark/test_kill_restart.py tests/spark/test_demo.py
 spark: venv java
-	@$(call WITH_POSTGRES,$(PYTEST) tests/spark -q -m "not full" --durations=10)
+	$(PYTEST) $(SPARK_CORE) -q -m "not full" --durations=10
 
+# -- one pattern per sink: make test-SINK runs its contract suite and connector tests, one Spark
+# kill-and-restart per strategy and one chaos schedule (docs/testing.md). make test runs it for every sink.
+SINKS := postgres
 test-postgres: venv java
+	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py \
+		tests/chaos/test_chaos_quick.py -q -m "not full" -k "not chaos or postgres" --durations=10)
+
+test-postgres-full: venv java
 	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py -q --durations=10)
 
 contracts: venv
@@ -115,21 +127,62 @@ services-status: venv
 	$(EOSINK) services status
 
 services: venv tools
-	@$(call WITH_SERVICES,$(PYTEST) tests/services tests/connectors tests/examples -q --durations=5)
+	@$(call WITH_SERVICES,$(PYTEST) tests/services -q -m "not full" --durations=5)
 
-test: lint unit package docs contracts services spark chaos-quick
-	@echo "make test: all green"
+services-full: venv tools
+	@$(call WITH_SERVICES,$(PYTEST) tests/services -q --durations=5)
+
+# make test and make test-full are lists of stages, each a make target run and timed by scripts/stages.py,
+# which ends with a table of every stage's wall time against its budget (seconds after the colon) and the
+# total, also in build/test-times.json. The budgets are for a quiet, warm 2-core machine (docs/testing.md).
+STAGES = $(PYTHON) scripts/stages.py
+TEST_STAGES := lint:75 unit:90 package:75 docs:30 contracts:120 services:90 spark:240 \
+	$(foreach s,$(SINKS),test-$(s):240) examples:120
+test: venv java tools
+	@$(STAGES) --title "make test" --budget 1800 --out build/test-times.json $(TEST_STAGES)
 
 # The long chaos run here starts afresh each time and leaves results/ (the committed acceptance run) alone.
 FULL_CHAOS_SCHEDULES ?= 3
 FULL_CHAOS_DIR := $(CURDIR)/.cache/chaos-full
-test-full: venv tools lint unit package docs contracts postgres15
-	@$(call WITH_SERVICES,$(PYTEST) tests/services tests/connectors tests/examples -q --durations=5)
-	@$(call WITH_POSTGRES,$(PYTEST) tests/spark -q --durations=20)
-	@$(call WITH_POSTGRES,EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]" $(PYTEST) tests/spark -q -m "not full" --durations=10)
+FULL_STAGES := lint unit package docs contracts postgres15 services-full spark-full \
+	$(foreach s,$(SINKS),test-$(s)-full) examples-full local-cluster chaos-quick chaos-full spark-matrix
+test-full: venv java tools
+	@$(STAGES) --title "make test-full" --budget 10800 --out build/test-full-times.json $(FULL_STAGES)
+
+# Every real-Spark test: every fault point x strategy on the reference sink, the demo's strategies, Spark Connect.
+spark-full: venv java
+	$(PYTEST) tests/spark -q --durations=20 --ignore=tests/spark/test_postgres_pipeline.py
+
+# The quick Spark tests again with executors in JVMs of their own.
+local-cluster: venv java
+	@$(call WITH_POSTGRES,EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]" $(PYTEST) tests/spark -q \
+		-m "not full" --durations=10)
+
+chaos-full: venv java
 	@rm -rf $(FULL_CHAOS_DIR)
 	$(EOSINK) chaos --sink postgres --schedules $(FULL_CHAOS_SCHEDULES) --jobs 2 --workdir $(FULL_CHAOS_DIR) \
 		--out $(FULL_CHAOS_DIR).json
+
+# The quick Spark tests on each supported PySpark (Java 17), each in a virtualenv of its own under .cache/matrix:
+# the newest 3.5.x, the newest 4.0.x, the pinned 4.2 (the main virtualenv's), and "latest": what a fresh
+# `pip install 'eosink[spark,postgres]'` resolves today, unpinned (PySpark 4.3 with pandas 3).
+MATRIX ?= 3.5.9 4.0.5 4.2.0 latest
+MATRIX_EXTRAS := spark,postgres,demo,contracts,services
+spark-matrix: venv java
+	@for v in $(MATRIX); do $(MAKE) --no-print-directory spark-on PYSPARK=$$v || exit 1; done
+
+spark-on: venv java
+	@test -n "$(PYSPARK)" || { echo "usage: make spark-on PYSPARK=3.5.9|latest" >&2; exit 2; }
+	@mv=.cache/matrix/pyspark-$(PYSPARK); \
+	if [ ! -f $$mv/.installed ]; then \
+		rm -rf $$mv && $(PYTHON) -m venv $$mv && $$mv/bin/python -m pip install -q --upgrade pip uv && \
+		if [ "$(PYSPARK)" = latest ]; then pins=""; else pins="pyspark==$(PYSPARK) pandas<3"; fi && \
+		$$mv/bin/uv pip install --python $$mv/bin/python -q ".[$(MATRIX_EXTRAS)]" pytest pytest-timeout $$pins && \
+		{ $(VENV)/bin/uv cache prune -q || true; } && touch $$mv/.installed || exit 1; \
+	fi; \
+	$$mv/bin/python -c 'import pyspark, pandas; print("PySpark", pyspark.__version__, "pandas", pandas.__version__)'; \
+	$(call WITH_POSTGRES,PYSPARK_PYTHON=$(CURDIR)/$$mv/bin/python PYSPARK_DRIVER_PYTHON=$(CURDIR)/$$mv/bin/python \
+		$$mv/bin/python -m pytest -p no:cacheprovider tests/spark -q -m "not full" --durations=5)
 
 # The end-to-end chaos harness (docs/chaos.md). It starts a private server of its own.
 SINK ?= postgres
@@ -142,12 +195,16 @@ chaos: venv java
 	$(EOSINK) chaos --sink $(SINK) --schedules $(SCHEDULES) --seed $(SEED) --jobs $(JOBS) --workdir $(CHAOS_DIR) --resume
 
 chaos-quick: venv java tools
-	$(PYTEST) tests/chaos/test_chaos_quick.py -q --durations=10
+	$(PYTEST) tests/chaos/test_chaos_quick.py -q -m full --durations=10
 
-# The examples (examples/*.py) against the harness's PostgreSQL and Kafka; part of `make test`.
+# The examples (examples/*.py) against the harness's PostgreSQL and Kafka: once each in `make test`, through a
+# kill and a restart in `make test-full`.
 WITH_PG_KAFKA = $(EOSINK) services up postgres kafka && $(EOSINK) services check postgres kafka && $(1); rc=$$?; \
 	$(EOSINK) services down postgres kafka; exit $$rc
 examples: venv java tools
+	@$(call WITH_PG_KAFKA,$(PYTEST) tests/examples -q -m "not full" --durations=5)
+
+examples-full: venv java tools
 	@$(call WITH_PG_KAFKA,$(PYTEST) tests/examples -q --durations=5)
 
 EXAMPLE_DIR ?= /tmp/eosink-example

@@ -5,6 +5,11 @@ timestamp, identical on replay) and its other bits from a hash of app_id, batch_
 content and the row's ordinal among identical rows. A replay of the batch therefore produces
 the same keys, even when Spark re-partitions it, provided identical rows meet in one
 participant (the Spark integration repartitions by row hash to make sure of that).
+
+They are deliberately not random UUIDv7s (``uuid6.uuid7()``, which eosink uses for ids that
+must only be unique and time-ordered: task attempts, transactions, uploads, files): a random
+key would differ on every replay, so the upsert that makes the idempotent strategy
+exactly-once would insert a second copy instead of overwriting the first.
 """
 
 from __future__ import annotations

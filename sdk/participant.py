@@ -7,12 +7,12 @@ same pass, pre-commits, and hands back only a small :class:`~eosink.contract.Com
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
+import uuid6
 
 from eosink import faults
 from eosink.contract import BatchRef, Committable, Fingerprint, Sink, TaskRef
@@ -42,7 +42,7 @@ class WritePlan:
             self.batch,
             self.epoch,
             participant,
-            uuid.uuid4().hex[:16],
+            uuid6.uuid7().hex,  # unique and time-ordered: listings of in-doubt work sort by age
             self.upsert_keys,
             self.transactional,
             self.strategy,

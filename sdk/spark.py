@@ -38,14 +38,34 @@ _RESULT_SCHEMA = "eosink string"
 _DEFAULT_PARTICIPANTS = 4
 
 
+MIN_PYSPARK = (3, 5)
+"""The oldest PySpark eosink supports (``mapInArrow``, ``foreachBatch`` under Spark Connect)."""
+
+
 def _require_pyspark() -> None:
     try:
-        import pyspark  # noqa: F401
+        import pyspark
     except ImportError:
         raise ConfigurationError(
             "pyspark is not installed in this Python environment.",
             "pip install 'eosink[spark]' (or use the Spark your cluster provides).",
         ) from None
+    check_pyspark_version(str(getattr(pyspark, "__version__", "0")))
+
+
+def check_pyspark_version(version: str) -> None:
+    """Raise ConfigurationError for a PySpark older than :data:`MIN_PYSPARK`."""
+    parts = []
+    for piece in version.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    if tuple(parts) < MIN_PYSPARK:
+        raise ConfigurationError(
+            f"PySpark {version} is too old for eosink, which needs PySpark {'.'.join(map(str, MIN_PYSPARK))} or newer "
+            "(Spark 3.5: foreachBatch under Spark Connect, stable mapInArrow).",
+            "Upgrade to PySpark/Spark 3.5 or 4.x (pip install 'eosink[spark]'), or use a cluster runtime with Spark "
+            ">= 3.5.",
+        )
 
 
 def _partition_id() -> int:

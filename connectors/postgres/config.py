@@ -177,7 +177,7 @@ def _check_params(params: dict[str, Any]) -> None:
     """What libpq would only refuse at connect time, as a retried TransientError: refused here, at once."""
     ports = str(params.get("port") or "")
     for port in ports.split(",") if ports else ():
-        if not (port.strip().isdigit() and 0 < int(port) < 65536):
+        if port.strip() and not (port.strip().isdigit() and 0 < int(port) < 65536):  # empty: the default
             raise ConfigurationError(
                 f"The conninfo's port {port.strip()!r} is not a TCP port number.",
                 "Give a number between 1 and 65535 (e.g. 5432), or leave the port out for the default.",

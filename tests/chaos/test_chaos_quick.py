@@ -1,15 +1,17 @@
-"""The chaos harness's quick mode end to end (what ``make chaos-quick`` and ``make test`` run).
+"""The chaos harness end to end, against a private server of the sink and real Spark drivers.
 
-One schedule per strategy (two kills, a task failure, a lost COMMIT reply and a sink restart:
-five faults), the plain ``foreachBatch`` baseline under the same kills, and the
-non-deterministic mode, against a private PostgreSQL server and real Spark drivers. The harness
-runs once (module fixture); each test checks one part of its report.
+``make test`` runs one schedule per sink (2pc: two kills, a task failure, a lost COMMIT reply
+and a sink restart, five faults; ``make test-SINK`` runs its own). ``make test-full`` runs the
+harness's whole quick mode: one schedule per strategy, the plain ``foreachBatch`` baseline
+under the same kills, and the non-deterministic mode. Each harness run happens once (module
+fixtures); each test checks one part of its report.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,15 +23,14 @@ from eosink.chaos.runner import format_table, run_chaos
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 
 SEED = 7
+SINKS = ["postgres"]
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def _run(sink: str, work: Path, **kw: Any) -> dict[str, Any]:
     if shutil.which("java") is None:
         pytest.fail("Spark needs Java 17+ on PATH (make java)", pytrace=False)
-    work = tmp_path_factory.mktemp("chaos")
     result = run_chaos(
-        "postgres",
+        sink,
         seed=SEED,
         schedules=1,
         workload=Workload(files=8, rows=12, keys=4, seed=SEED),
@@ -37,16 +38,41 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         java_opts=spark_cds_options(),
         kills=2,
         say=lambda text: print(text, flush=True),
+        **kw,
     )
     (work / "report.json").write_text(json.dumps(result, indent=2, default=str))
     print(format_table(result))
     return result
 
 
+@pytest.mark.parametrize("sink", SINKS)
+def test_one_schedule_of_five_faults_is_exactly_once(tmp_path: Path, sink: str) -> None:
+    """One 2pc schedule (two kills, a task failure, a lost COMMIT reply, a sink restart) against ``sink``.
+
+    Pass: every fault injected, nothing lost or duplicated, the oracle's verdict exact, nothing
+    left in doubt, and the concurrent reader never saw part of a batch.
+    """
+    report = _run(sink, tmp_path, strategies=["2pc"], modes=["eosink"])
+    s = _schedule(report, "2pc", "eosink")
+    assert s["ok"], f"{s['failure']}\nreplay: eosink chaos --sink {sink} --seed {SEED} --strategy 2pc"
+    assert s["faults_injected"] >= 5 and s["crashes"] >= 2, [r["injected"] for r in s["runs"]]
+    assert s["lost"] == 0 and s["duplicated"] == 0
+    assert s["verdict"]["ok"] and s["verdict"]["found"] == s["verdict"]["expected"] > 0
+    assert not any(s["leftovers"].values()), s["leftovers"]
+    assert s["reader_polls"] > 0 and s["partial_reads"] == 0
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The harness's whole quick mode against PostgreSQL (make test-full)."""
+    return _run("postgres", tmp_path_factory.mktemp("chaos"))
+
+
 def _schedule(report: dict[str, Any], strategy: str, mode: str) -> dict[str, Any]:
     return next(s for s in report["schedules"] if s["strategy"] == strategy and s["mode"] == mode)
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("strategy", ["2pc", "txid-check", "idempotent"])
 def test_each_strategy_is_exactly_once_under_five_faults(report: dict[str, Any], strategy: str) -> None:
     s = _schedule(report, strategy, "eosink")
@@ -63,12 +89,14 @@ def test_each_strategy_is_exactly_once_under_five_faults(report: dict[str, Any],
     assert row["lost"] == row["duplicated"] == 0
 
 
+@pytest.mark.full
 def test_naive_baseline_shows_what_eosink_prevents(report: dict[str, Any]) -> None:
     naive = report["naive"]
     assert naive["schedules"] == 1 and naive["crashes"] >= 2
     assert naive["lost"] + naive["duplicated"] > 0, "the plain foreachBatch writer survived the kills unharmed"
 
 
+@pytest.mark.full
 def test_txid_check_stops_on_a_divergent_replay_naming_the_batch(report: dict[str, Any]) -> None:
     s = _schedule(report, "txid-check", "nondeterministic")
     assert s["ok"], s["failure"]
@@ -78,6 +106,7 @@ def test_txid_check_stops_on_a_divergent_replay_naming_the_batch(report: dict[st
     assert s["verdict"]["ok"], s["verdict"]
 
 
+@pytest.mark.full
 def test_2pc_stays_consistent_when_replays_differ(report: dict[str, Any]) -> None:
     s = _schedule(report, "2pc", "nondeterministic")
     assert s["ok"], s["failure"]
@@ -86,6 +115,7 @@ def test_2pc_stays_consistent_when_replays_differ(report: dict[str, Any]) -> Non
     assert s["partial_reads"] == 0
 
 
+@pytest.mark.full
 def test_report_shape(report: dict[str, Any]) -> None:
     assert report["sink"] == "postgres" and report["seed"] == SEED
     for row in report["results"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import sys
 from pathlib import Path
 
@@ -126,3 +127,15 @@ def test_start_sets_the_checkpoint_location_and_the_writer(tmp_path: Path) -> No
     assert calls == [("checkpointLocation", str(tmp_path / "chk")), ("foreachBatch", writer), ("start", None)]
     with writer as same:
         assert same is writer
+
+
+@pytest.mark.parametrize("version", ["3.4.4", "3.3.0", "2.4.8", "3.4.1.dev0"])
+def test_a_pyspark_older_than_3_5_is_a_clear_error(version: str) -> None:
+    """Pass: ConfigurationError naming the version found and the one needed; 3.5 and 4.x pass."""
+    from eosink.spark import check_pyspark_version
+
+    with pytest.raises(ConfigurationError, match=re.escape(f"PySpark {version} is too old")) as err:
+        check_pyspark_version(version)
+    assert "3.5" in str(err.value)
+    for good in ("3.5.0", "3.5.9", "4.0.5", "4.2.0", "4.3.0", "4.1.0.dev1"):
+        check_pyspark_version(good)

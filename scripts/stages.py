@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Run make targets as timed stages; print a table of their wall times; write it as JSON.
+
+``make test`` and ``make test-full`` are lists of stages. This runs each one
+(``make --no-print-directory STAGE``), goes on after a failure so that one run shows every
+broken stage, and ends with a table of each stage's wall time, its budget and its result,
+and the total. The same figures go to ``--out`` (``build/test-times.json``)::
+
+    scripts/stages.py --title "make test" --out build/test-times.json lint unit:120 spark:300
+
+A stage may carry its budget in seconds after a colon; a stage over its budget is marked,
+but only a failed stage fails the run (budgets are judged on a quiet machine, not here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _fmt(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m}:{s:02d}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--title", default="stages")
+    ap.add_argument("--out", type=Path, help="write the times as JSON here")
+    ap.add_argument("--fail-fast", action="store_true", help="stop at the first failed stage")
+    ap.add_argument("--budget", type=float, help="budget of the whole run, in seconds")
+    ap.add_argument("stages", nargs="+", help="make targets, each optionally TARGET:BUDGET_SECONDS")
+    args = ap.parse_args(argv)
+
+    make = os.environ.get("MAKE", "make")
+    rows: list[dict[str, object]] = []
+    started = time.monotonic()
+    failed = False
+    for item in args.stages:
+        name, _, budget = item.partition(":")
+        if failed and args.fail_fast:
+            rows.append({"stage": name, "seconds": 0.0, "budget_s": float(budget or 0) or None, "result": "not run"})
+            continue
+        print(f"\n=== {args.title}: stage {name} ===", flush=True)
+        t0 = time.monotonic()
+        code = subprocess.call([make, "--no-print-directory", name])
+        seconds = time.monotonic() - t0
+        failed = failed or code != 0
+        rows.append(
+            {
+                "stage": name,
+                "seconds": round(seconds, 1),
+                "budget_s": float(budget) if budget else None,
+                "result": "ok" if code == 0 else f"FAILED ({code})",
+            }
+        )
+    total = time.monotonic() - started
+
+    width = max(len(str(r["stage"])) for r in rows)
+    lines = [f"{args.title}: stage times", f"{'stage'.ljust(width)}  {'time':>7}  {'budget':>7}  result"]
+    for r in rows:
+        budget_s = r["budget_s"]
+        over = isinstance(budget_s, float) and float(r["seconds"]) > budget_s  # type: ignore[arg-type]
+        budget_txt = _fmt(budget_s) if isinstance(budget_s, float) else "-"
+        result = f"{r['result']}{'  (over budget)' if over else ''}"
+        lines.append(f"{str(r['stage']).ljust(width)}  {_fmt(float(r['seconds'])):>7}  {budget_txt:>7}  {result}")  # type: ignore[arg-type]
+    total_budget = f"  (budget {_fmt(args.budget)})" if args.budget else ""
+    lines.append(f"{'total'.ljust(width)}  {_fmt(total):>7}{total_budget}  {'FAILED' if failed else 'all green'}")
+    print("\n" + "\n".join(lines), flush=True)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        body = {"title": args.title, "stages": rows, "total_s": round(total, 1), "budget_s": args.budget}
+        body["result"] = "failed" if failed else "ok"
+        args.out.write_text(json.dumps(body, indent=2) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
