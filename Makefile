@@ -9,7 +9,7 @@ export NO_MKDOCS_2_WARNING := 1
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 PYTEST := $(PY) -m pytest -p no:cacheprovider
-SOURCES := $(shell find sdk connectors contracts -name '*.py' 2>/dev/null) pyproject.toml constraints.txt
+SOURCES := $(shell find sdk connectors contracts -name '*.py' 2>/dev/null) pyproject.toml setup.py constraints.txt
 STAMP := $(VENV)/.eosink-installed
 EOSINK := $(VENV)/bin/eosink
 # Runs a test command between `services up` + `services check` and `services down`, whatever its result.

@@ -15,8 +15,6 @@ The pieces mimic what Spark and :mod:`eosink.spark` do around
 from __future__ import annotations
 
 import json
-import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -27,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from eosink._rowhash import row_hashes
+from eosink._waiting import wait_until as _wait_until
 from eosink.checkpoint import SparkCheckpoint
 from eosink.contract import Committable, Fingerprint
 from eosink.contracts.harness import CONTRACT_SCHEMA
@@ -236,16 +235,9 @@ class NoWatcherCoordinator(Coordinator):
     deterministic (and fault points never fire in a thread). One test runs the real watcher.
     """
 
-    def _ensure_watcher(self) -> None:
-        return None
+    watch_in_background = False
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
     """Poll ``predicate`` until it holds or ``timeout_s`` passes (bounded; no fixed sleeps)."""
-    deadline = time.monotonic() + timeout_s
-    tick = threading.Event()
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        tick.wait(0.002)
-    return True
+    return _wait_until(predicate, timeout_s, interval_s=0.002, max_interval_s=0.05)

@@ -20,12 +20,29 @@ import json
 import os
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from eosink._rowhash import stable_u64
+from eosink.contract import Bundle, Committable
 from eosink.errors import ConfigurationError, TransientError
 
-__all__ = ["SparkCheckpoint"]
+__all__ = ["Manifest", "SparkCheckpoint"]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One batch's commit decision, kept beside Spark's checkpoint: its committables and its bundle."""
+
+    committables: tuple[Committable, ...]
+    bundle: Bundle
+
+    def to_json(self) -> dict[str, Any]:
+        return {"committables": [c.to_json() for c in self.committables], "bundle": self.bundle.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Manifest:
+        return cls(tuple(Committable.from_json(c) for c in data["committables"]), Bundle.from_json(data["bundle"]))
 
 
 def _app_dir_name(app_id: str) -> str:
@@ -245,24 +262,25 @@ class SparkCheckpoint:
     def _manifest_dir(self, app_id: str) -> str:
         return self._path("eosink", _app_dir_name(app_id))
 
-    def write_manifest(self, app_id: str, batch_id: int, manifest: dict[str, Any]) -> None:
+    def write_manifest(self, app_id: str, batch_id: int, manifest: Manifest) -> None:
         """Durably record a batch's commit decision (atomic replace)."""
         path = f"{self._manifest_dir(app_id)}/{batch_id}.json"
-        self._io("write a manifest", self._fs.write_atomic, path, json.dumps(manifest, sort_keys=True))
+        self._io("write a manifest", self._fs.write_atomic, path, json.dumps(manifest.to_json(), sort_keys=True))
 
-    def read_manifest(self, app_id: str, batch_id: int) -> dict[str, Any] | None:
+    def read_manifest(self, app_id: str, batch_id: int) -> Manifest | None:
+        """The manifest of ``batch_id``, None if there is none; ConfigurationError if it is damaged."""
         path = f"{self._manifest_dir(app_id)}/{batch_id}.json"
         text = self._io("read a manifest", self._fs.read_text, path)
         if not text:
             return None
         try:
-            manifest: dict[str, Any] = json.loads(text)
-        except ValueError:
-            raise ConfigurationError(
-                f"The eosink manifest {path!r} is damaged.",
-                "Restore the checkpoint from a backup; the manifest holds the batch's commit decision.",
-            ) from None
-        return manifest
+            return Manifest.from_json(json.loads(text))
+        except (ValueError, KeyError, TypeError):
+            pass
+        raise ConfigurationError(
+            f"The eosink manifest {path!r} is damaged.",
+            "Restore the checkpoint from a backup; the manifest holds the batch's commit decision.",
+        )
 
     def manifest_batches(self, app_id: str) -> list[int]:
         names = self._io("list manifests", self._fs.list_names, self._manifest_dir(app_id))

@@ -18,16 +18,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from eosink import faults
-from eosink.checkpoint import SparkCheckpoint
+from eosink._waiting import backoff_s
+from eosink._watcher import CommitLogWatcher
+from eosink.checkpoint import Manifest, SparkCheckpoint
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, Sink
 from eosink.errors import (
     AmbiguousCommitError,
     CheckpointMismatchError,
     CommitAbortedError,
-    EosinkError,
     FencedError,
     NonDeterministicReplayError,
     TransientError,
@@ -87,6 +88,9 @@ class Stats:
 class Coordinator:
     """Drives one (query, sink) pair, identified by ``app_id``, through the commit protocol."""
 
+    watch_in_background: ClassVar[bool] = True
+    """2PC: a thread commits each batch as soon as Spark's commit log holds it (see :mod:`eosink._watcher`)."""
+
     def __init__(
         self,
         sink: Sink[Any],
@@ -104,14 +108,18 @@ class Coordinator:
         self.epoch: int | None = None
         self._checkpoint_id: str | None = None
         self._last: Bundle | None = None
-        self._pending: dict[int, tuple[list[Committable], Bundle]] = {}
         self._lock = threading.RLock()
-        self._wake = threading.Condition(self._lock)
-        self._watcher: threading.Thread | None = None
+        self._watcher = CommitLogWatcher(
+            checkpoint,
+            self._commit_spark_committed,
+            lock=self._lock,
+            interval_s=self.policy.watch_interval_s,
+            name=f"eosink-commit-{app_id}",
+            threaded=self.watch_in_background,
+        )
         self._closed = False
         self._started = False
         self._fenced: FencedError | None = None
-        self._error: BaseException | None = None
         self.last_recovery: RecoveryPlan | None = None
         """What the last ``recover`` decided (also what ``eosink recover --dry-run`` prints)."""
 
@@ -132,7 +140,7 @@ class Coordinator:
             return
         self.sink.setup(self.app_id)
         self._checkpoint_id = self.checkpoint.query_id()
-        self._check_checkpoint(self.sink.fetch_last_bundle(self.app_id))
+        self._check_checkpoint(self.sink.fetch_last_bundle(self.app_id), self._checkpoint_id)
         try:
             self.epoch = self.sink.fence(self.app_id)
             self.recover()
@@ -150,8 +158,17 @@ class Coordinator:
             self._started = False
             self.epoch = None
             self._last = None
-            self._error = None
-            self._pending.clear()
+            self._watcher.error = None
+            self._watcher.take()
+
+    def recovery_plan(self) -> RecoveryPlan:
+        """What :meth:`start` would recover now, without fencing or changing anything (``eosink recover --dry-run``).
+
+        The same checkpoint check as :meth:`start` comes first: a checkpoint that does not match
+        the sink's bookkeeping raises CheckpointMismatchError here too.
+        """
+        self._check_checkpoint(self.sink.fetch_last_bundle(self.app_id), self.checkpoint.query_id())
+        return plan_recovery(self.sink, self.app_id, self.strategy, self.checkpoint)
 
     def recover(self) -> RecoveryPlan:
         """Roll forward the in-doubt batches the strategy must keep, abort the rest; returns the plan executed.
@@ -206,7 +223,7 @@ class Coordinator:
         if self._fenced is not None:
             raise self._fenced
         try:
-            self._raise_background_error()
+            self._watcher.raise_error()
             self._process(batch_id, data)
         except FencedError as exc:
             self._fenced = exc
@@ -250,15 +267,10 @@ class Coordinator:
         self._abort_orphans(batch, keep)
         fingerprint = sum((c.fingerprint for c in committables), Fingerprint())
         bundle = Bundle(batch, self._epoch(), fingerprint, tuple(sorted(keep)), self._checkpoint_id, self.strategy.name)
-        self.checkpoint.write_manifest(
-            self.app_id, batch_id, {"committables": [c.to_json() for c in committables], "bundle": bundle.to_json()}
-        )
+        self.checkpoint.write_manifest(self.app_id, batch_id, Manifest(tuple(committables), bundle))
         faults.hit(FaultPoint.F4, batch_id)
         if self.strategy.commits_after_spark:
-            with self._lock:
-                self._pending[batch_id] = (committables, bundle)
-                self._ensure_watcher()
-                self._wake.notify_all()
+            self._watcher.add(batch_id, committables, bundle)
         else:
             self._commit_and_finish(batch, committables, bundle)
 
@@ -266,7 +278,7 @@ class Coordinator:
         last = self._last
         if last is None:
             return
-        self._check_checkpoint(last)
+        self._check_checkpoint(last, self._checkpoint_id)
         if batch_id < last.batch.batch_id:
             raise CheckpointMismatchError(
                 f"app_id {self.app_id!r} has batch {last.batch.batch_id} committed, but Spark asks to write "
@@ -274,19 +286,19 @@ class Coordinator:
                 "Restart from the original checkpoint, or give this query a new app_id.",
             )
 
-    def _check_checkpoint(self, last: Bundle | None) -> None:
+    def _check_checkpoint(self, last: Bundle | None, checkpoint_id: str | None) -> None:
         if last is None:
             return
-        if last.checkpoint_id and self._checkpoint_id is None and not self.checkpoint.exists():
+        if last.checkpoint_id and checkpoint_id is None and not self.checkpoint.exists():
             raise CheckpointMismatchError(
                 f"app_id {self.app_id!r} has batches up to {last.batch.batch_id} committed from Spark checkpoint "
                 f"{last.checkpoint_id}, but the checkpoint location {self.checkpoint.location!r} is new.",
                 "Point checkpoint_location at the query's original checkpoint, or give this query a new app_id.",
             )
-        if last.checkpoint_id and self._checkpoint_id and last.checkpoint_id != self._checkpoint_id:
+        if last.checkpoint_id and checkpoint_id and last.checkpoint_id != checkpoint_id:
             raise CheckpointMismatchError(
                 f"app_id {self.app_id!r} has batches up to {last.batch.batch_id} committed from another Spark "
-                f"checkpoint (query id {last.checkpoint_id}); this query's checkpoint has id {self._checkpoint_id}.",
+                f"checkpoint (query id {last.checkpoint_id}); this query's checkpoint has id {checkpoint_id}.",
                 "Restart from the original checkpoint, or give this query a new app_id.",
             )
 
@@ -324,7 +336,7 @@ class Coordinator:
                 attempt += 1
                 if attempt > self.policy.transient_retries:
                     raise
-                time.sleep(min(self.policy.backoff_s * 2 ** (attempt - 1), self.policy.max_backoff_s))
+                time.sleep(backoff_s(attempt, self.policy.backoff_s, self.policy.max_backoff_s))
 
     # -- committing --------------------------------------------------------------------------------
 
@@ -371,7 +383,7 @@ class Coordinator:
                         exc.problem,
                         transient,
                     )
-                    time.sleep(min(policy.backoff_s * 2 ** (transient - 1), policy.max_backoff_s))
+                    time.sleep(backoff_s(transient, policy.backoff_s, policy.max_backoff_s))
                     continue
             try:
                 status = self.sink.commit_status(batch, committables)
@@ -404,24 +416,16 @@ class Coordinator:
 
     def commit_ready(self) -> int:
         """Commit every pending batch that Spark's commit log holds; returns how many."""
-        done = 0
-        with self._lock:
-            for batch_id in sorted(self._pending):
-                if not self.checkpoint.has_commit_file(batch_id):
-                    break
-                committables, bundle = self._pending[batch_id]
-                faults.hit(FaultPoint.F5, batch_id)
-                self._commit_and_finish(BatchRef(self.app_id, batch_id), committables, bundle)
-                del self._pending[batch_id]
-                done += 1
-        return done
+        return self._watcher.commit_ready()
+
+    def _commit_spark_committed(self, batch_id: int, committables: Sequence[Committable], bundle: Bundle) -> None:
+        self._commit_and_finish(BatchRef(self.app_id, batch_id), list(committables), bundle)
 
     def _settle_pending(self, batch_id: int) -> None:
         """Backstop before a batch writes anything: commit what Spark committed, drop replays."""
         with self._lock:
             self.commit_ready()
-            for pending_id in sorted(self._pending):
-                committables, _ = self._pending.pop(pending_id)
+            for pending_id, (committables, _) in sorted(self._watcher.take().items()):
                 if pending_id < batch_id:
                     raise CommitAbortedError(
                         f"Batch {pending_id} was never committed by Spark, yet Spark runs batch {batch_id}: "
@@ -433,39 +437,9 @@ class Coordinator:
                 self.sink.abort(committables)  # Spark replays this batch in this process
                 self.checkpoint.delete_manifest(self.app_id, pending_id)
 
-    def _ensure_watcher(self) -> None:
-        if self._watcher is None or not self._watcher.is_alive():
-            self._watcher = threading.Thread(target=self._watch, name=f"eosink-commit-{self.app_id}", daemon=True)
-            self._watcher.start()
-
-    def _watch(self) -> None:
-        while True:
-            with self._lock:
-                while not self._pending and not self._closed:
-                    self._wake.wait()
-                if self._closed:
-                    return
-                try:
-                    self.commit_ready()
-                except BaseException as exc:
-                    self._error = exc
-                    log.error("eosink %s: commit failed in the background: %s", self.app_id, exc)
-                    return
-                if self._pending:
-                    self._wake.wait(self.policy.watch_interval_s)
-
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait (bounded) until every pending batch is committed; True if none is left."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self._raise_background_error()
-            self.commit_ready()
-            with self._lock:
-                if not self._pending:
-                    return True
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(self.policy.watch_interval_s)
+        return self._watcher.flush(timeout_s)
 
     def close(self) -> None:
         """Commit what Spark has committed, stop the watcher, release the sink."""
@@ -473,14 +447,16 @@ class Coordinator:
             if self._closed:
                 return
             self._closed = True
-            self._wake.notify_all()
+            self._watcher.close()
         try:
-            if self.epoch is not None and self._error is None:
+            if self.epoch is not None and self._watcher.error is None:
                 self.commit_ready()
         finally:
             self.sink.close()
-        if self._pending:
-            log.warning("eosink %s: batches %s stay in doubt until the next start", self.app_id, sorted(self._pending))
+        if len(self._watcher):
+            log.warning(
+                "eosink %s: batches %s stay in doubt until the next start", self.app_id, self._watcher.batch_ids()
+            )
 
     def finish_spark_committed(self) -> None:
         """Commit the batches Spark's commit log holds but the sink does not, without fencing (2PC).
@@ -501,9 +477,8 @@ class Coordinator:
             manifest = self.checkpoint.read_manifest(self.app_id, batch_id)
             if manifest is None:
                 continue
-            committables = [Committable.from_json(c) for c in manifest["committables"]]
             try:
-                self._commit(BatchRef(self.app_id, batch_id), committables, Bundle.from_json(manifest["bundle"]))
+                self._commit(BatchRef(self.app_id, batch_id), manifest.committables, manifest.bundle)
             except FencedError:
                 log.info("eosink %s: a newer writer owns batch %d; leaving it to that writer", self.app_id, batch_id)
                 return
@@ -512,13 +487,6 @@ class Coordinator:
             log.warning("eosink %s: committed batch %d, which Spark had committed, at close", self.app_id, batch_id)
 
     # -- helpers -------------------------------------------------------------------------------------
-
-    def _raise_background_error(self) -> None:
-        if self._error is not None:
-            err = self._error
-            if isinstance(err, EosinkError):
-                raise err
-            raise RuntimeError(f"eosink background commit failed: {err!r}") from err
 
     def _epoch(self) -> int:
         assert self.epoch is not None, "start() not called"

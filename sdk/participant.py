@@ -20,7 +20,23 @@ from eosink.faults import FaultPoint
 from eosink.fingerprint import fingerprint_of
 from eosink.keys import KeyGenerator
 
-__all__ = ["WritePlan", "fingerprint_participant", "run_participant"]
+__all__ = ["WritePlan", "attempt_time", "fingerprint_participant", "new_attempt_id", "run_participant"]
+
+
+def new_attempt_id() -> str:
+    """A task attempt's id: a UUIDv7 in hex, unique and time-ordered, so listings of in-doubt work sort by age."""
+    return str(uuid6.uuid7().hex)
+
+
+def attempt_time(attempt: str) -> float | None:
+    """When attempt ``attempt`` began (Unix seconds), read off its UUIDv7; None for another kind of id."""
+    text = attempt.rsplit(":", 1)[-1].replace("-", "")
+    if len(text) != 32 or text[12] != "7":
+        return None
+    try:
+        return int(text[:12], 16) / 1000.0
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -42,7 +58,7 @@ class WritePlan:
             self.batch,
             self.epoch,
             participant,
-            uuid6.uuid7().hex,  # unique and time-ordered: listings of in-doubt work sort by age
+            new_attempt_id(),
             self.upsert_keys,
             self.transactional,
             self.strategy,

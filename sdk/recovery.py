@@ -153,8 +153,7 @@ def _plan_batch(
             candidates=work,
             in_doubt=listed,
         )
-    committables = tuple(Committable.from_json(c) for c in manifest["committables"])
-    bundle = Bundle.from_json(manifest["bundle"])
+    committables, bundle = manifest.committables, manifest.bundle
     candidates.update({c.id: c for c in committables})  # sinks that cannot list in-doubt work
     spark_committed = checkpoint.is_committed(batch_id)
     every = tuple(candidates.values())

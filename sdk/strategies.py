@@ -26,7 +26,7 @@ from eosink.contract import Capabilities
 from eosink.errors import ConfigurationError
 from eosink.keys import KEY_COLUMN
 
-__all__ = ["Idempotent", "Strategy", "TwoPhaseCommit", "TxidCheck", "resolve_strategy"]
+__all__ = ["STRATEGY_NAMES", "Idempotent", "Strategy", "TwoPhaseCommit", "TxidCheck", "resolve_strategy"]
 
 
 class Strategy(ABC):
@@ -112,6 +112,9 @@ class Idempotent(Strategy):
 
 
 _BY_NAME: dict[str, type[Strategy]] = {s.name: s for s in (TwoPhaseCommit, TxidCheck, Idempotent)}
+
+STRATEGY_NAMES: tuple[str, ...] = tuple(_BY_NAME)
+"""The strategies' names, in the order the docs and tools list them: ``2pc``, ``txid-check``, ``idempotent``."""
 
 
 def supported_strategies(capabilities: Capabilities) -> list[str]:

@@ -23,9 +23,10 @@ import psycopg
 from psycopg import sql
 
 from eosink.connectors.postgres._control import gid_prefix, parse_gid, short_hash
+from eosink.connectors.postgres._errors import translated
 from eosink.connectors.postgres.config import PostgresConfig
 from eosink.contract import Bundle
-from eosink.errors import ConfigurationError, TransientError
+from eosink.errors import ConfigurationError
 
 __all__ = ["AppStatus", "ControlStatus", "PreparedGid", "StagedTxn", "control_schema_exists", "read_status"]
 
@@ -149,20 +150,15 @@ class ControlStatus:
 
 
 def _connect(config: PostgresConfig) -> psycopg.Connection[tuple[Any, ...]]:
-    try:
+    with translated(config, f"connecting to {config.redacted_conninfo()}"):
         conn: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(config.conninfo, **config.connect_kwargs())
-    except psycopg.Error as exc:
-        raise TransientError(
-            f"Cannot connect to PostgreSQL ({config.redacted_conninfo()}): {config.scrub(str(exc).strip())}.",
-            "Check the conninfo, that the server is up, and the password (PGPASSWORD, ~/.pgpass or the conninfo).",
-        ) from None
     conn.read_only = True
     return conn
 
 
 def control_schema_exists(config: PostgresConfig) -> bool:
     """Whether the control schema's tables exist (a read-only check; nothing is created)."""
-    with _connect(config) as conn:
+    with _connect(config) as conn, translated(config, "reading the control schema"):
         return _exists(conn, config.control_schema)
 
 
@@ -177,14 +173,8 @@ def read_status(config: PostgresConfig, app_id: str | None = None) -> ControlSta
     Raises ConfigurationError when ``app_id`` is given but the control schema does not know it.
     """
     schema = config.control_schema
-    try:
-        with _connect(config) as conn:
-            return _read(conn, schema, app_id)
-    except psycopg.Error as exc:
-        raise TransientError(
-            f"Reading the status of control schema {schema!r} failed: {config.scrub(str(exc).strip())}.",
-            "Check that the user may read the control schema and pg_prepared_xacts.",
-        ) from None
+    with _connect(config) as conn, translated(config, f"reading the status of control schema {schema!r}"):
+        return _read(conn, schema, app_id)
 
 
 def _read(conn: psycopg.Connection[tuple[Any, ...]], schema: str, app_id: str | None) -> ControlStatus:

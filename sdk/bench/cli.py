@@ -23,11 +23,11 @@ from eosink.bench.datasets import DEFAULT_SEED, Dataset, ensure_dataset
 from eosink.bench.report import Report, machine, update_docs, write_results
 from eosink.bench.runner import Job, get_adapter, run_job
 from eosink.bench.runs import (
+    BenchAdapter,
     LatencyResult,
     RssResult,
     RunResult,
     RunSpec,
-    SinkAdapter,
     new_namespace,
     target_size,
 )
@@ -55,7 +55,8 @@ class BenchPlan:
     latency_s: float
     warmup_s: float
     rss_sizes: list[int]
-    modes: tuple[str, ...]
+    all_modes: bool
+    """Run each strategy in every commit mode the sink has (else in its default mode only)."""
     repeat: int
     """Rounds of throughput runs at the size the targets are judged on (the others run once)."""
     out: Path
@@ -68,12 +69,20 @@ def _ints(text: str) -> list[int]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from eosink.profiles import profile_names
+
     ap = argparse.ArgumentParser(
         prog="eosink bench",
         description="eosink's strategies against the same path without exactly-once, Spark's built-in writers "
         "and the server's bulk load, on the same generated data; writes results/bench-<sink>.json/.md/.png.",
     )
-    ap.add_argument("--sink", default="postgres", help="the sink to benchmark (postgres)")
+    sinks = profile_names("bench_adapter")
+    ap.add_argument(
+        "--sink",
+        default="postgres",
+        choices=sinks,
+        help=f"the sink to benchmark: {', '.join(sinks)} (default: postgres)",
+    )
     ap.add_argument("--rows", help="comma-separated data set sizes (default 1000000,5000000; quick 50000)")
     ap.add_argument("--quick", action="store_true", help="small sizes and short streaming runs (minutes, indicative)")
     ap.add_argument("--master", default="local[2]", help="Spark master of the throughput and latency runs")
@@ -124,7 +133,7 @@ def plan_from_args(argv: Sequence[str]) -> BenchPlan:
         latency_s=args.latency_seconds if args.latency_seconds is not None else (8.0 if quick else 30.0),
         warmup_s=3.0 if quick else 5.0,
         rss_sizes=[s for s in rss if s > 0],
-        modes=("atomic",) if quick else ("atomic", "per-participant"),
+        all_modes=not quick,
         repeat=max(1, args.repeat if args.repeat is not None else (1 if quick else 3)),
         out=Path(args.out),
         docs=docs,
@@ -133,7 +142,7 @@ def plan_from_args(argv: Sequence[str]) -> BenchPlan:
 
 
 class _Bench:
-    def __init__(self, plan: BenchPlan, adapter: SinkAdapter) -> None:
+    def __init__(self, plan: BenchPlan, adapter: BenchAdapter) -> None:
         self.plan = plan
         self.adapter = adapter
         self.started = time.monotonic()
@@ -308,9 +317,7 @@ def _ms(value: float | None) -> str:
 def run(plan: BenchPlan) -> Report:
     """Run ``plan``; the report (also written under ``plan.out``)."""
     adapter = get_adapter(plan.sink)
-    modes = getattr(adapter, "modes", None)
-    if modes is not None:
-        adapter.modes = plan.modes  # type: ignore[attr-defined]
+    adapter.modes = adapter.all_modes if plan.all_modes else adapter.all_modes[:1]
     bench = _Bench(plan, adapter)
     host = machine()
     bench.say(f"eosink bench --sink {plan.sink}: starting the server and fetching jars")
@@ -334,7 +341,7 @@ def run(plan: BenchPlan) -> Report:
             "participants": plan.participants,
             "seed": plan.seed,
             "quick": plan.quick,
-            "modes": list(plan.modes),
+            "modes": list(adapter.modes),
             "repeat": plan.repeat,
             "latency_seconds": plan.latency_s,
             "server": server,
@@ -342,6 +349,7 @@ def run(plan: BenchPlan) -> Report:
         throughput=throughput,
         latency=latency,
         rss=rss,
+        goals=adapter.goals(),
     )
     paths = write_results(report, plan.out)
     bench.say(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -10,15 +10,15 @@ import json
 import os
 import platform
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eosink.bench.runs import EO_STRATEGIES, LatencyResult, RssResult, RunResult, target_size
+from eosink.bench.runs import AT_LEAST_ONCE, BenchGoals, LatencyResult, RssResult, RunResult, target_size
 
 __all__ = [
+    "BenchTarget",
     "Report",
-    "Target",
     "compute_targets",
     "machine",
     "ratios",
@@ -27,17 +27,13 @@ __all__ = [
     "update_docs",
 ]
 
-JDBC_DEFAULT = "spark-jdbc-default"
-JDBC_REWRITE = "spark-jdbc-rewrite-batched"
-AT_LEAST_ONCE = "eosink-at-least-once"
-MIN_RATIO = {"2pc": 0.85, "txid-check": 0.85, "idempotent": 0.75}
 DOCS_START = "<!-- bench:{sink}:start -->"
 DOCS_END = "<!-- bench:{sink}:end -->"
 
 
 @dataclass
-class Target:
-    """One target of the issue, with what this run measured."""
+class BenchTarget:
+    """One goal of the sink's benchmark (:class:`~eosink.bench.runs.BenchGoals`), with what this run measured."""
 
     id: str
     text: str
@@ -62,6 +58,7 @@ class Report:
     throughput: dict[int, list[RunResult]]
     latency: list[LatencyResult]
     rss: list[RssResult]
+    goals: BenchGoals = field(default_factory=BenchGoals)
 
     def target_size(self) -> int | None:
         """The data set size the throughput targets are judged on: 1M rows if run, else the smallest."""
@@ -74,9 +71,10 @@ class Report:
             "machine": self.machine,
             "config": self.config,
             "runs": [r.to_json() | {"dataset_rows": size} for size, rs in self.throughput.items() for r in rs],
-            "ratios": {str(size): ratios(rs) for size, rs in self.throughput.items()},
+            "ratios": {str(size): ratios(rs, self.goals) for size, rs in self.throughput.items()},
             "latency": [r.to_json() for r in self.latency],
             "rss": [r.to_json() for r in self.rss],
+            "goals": self.goals.to_json(),
             "targets": [t.to_json() for t in compute_targets(self)],
         }
 
@@ -93,6 +91,7 @@ class Report:
             throughput,
             [LatencyResult.from_json(r) for r in body.get("latency", [])],
             [RssResult.from_json(r) for r in body.get("rss", [])],
+            BenchGoals.from_json(body["goals"]) if "goals" in body else BenchGoals(),
         )
 
 
@@ -131,13 +130,18 @@ def _ok(results: list[RunResult]) -> dict[str, RunResult]:
     return {r.name: r for r in results if r.ok}
 
 
-def ratios(results: list[RunResult]) -> dict[str, dict[str, float]]:
-    """Per run, its rows/s over each reference run's (JDBC default, JDBC rewrite, at-least-once) of the same size."""
+def _references(goals: BenchGoals) -> list[str]:
+    """The runs every other run is compared with: the sink's baselines, then eosink at-least-once."""
+    return [b.run for b in goals.baselines] + [AT_LEAST_ONCE]
+
+
+def ratios(results: list[RunResult], goals: BenchGoals) -> dict[str, dict[str, float]]:
+    """Per run, its rows/s over each reference run's (the sink's baselines, at-least-once) of the same size."""
     ok = _ok(results)
     out: dict[str, dict[str, float]] = {}
     for run in ok.values():
         entry = {}
-        for ref in (JDBC_DEFAULT, JDBC_REWRITE, AT_LEAST_ONCE):
+        for ref in _references(goals):
             base = ok.get(ref)
             if base is not None and base.rows_per_s > 0 and ref != run.name:
                 entry[ref] = round(run.rows_per_s / base.rows_per_s, 3)
@@ -156,12 +160,12 @@ def best_by_strategy(results: list[RunResult]) -> dict[str, RunResult]:
     return best
 
 
-def _ratio_target(tid: str, text: str, run: RunResult | None, base: RunResult | None, threshold: float) -> Target:
+def _ratio_target(tid: str, text: str, run: RunResult | None, base: RunResult | None, threshold: float) -> BenchTarget:
     if run is None or base is None or base.rows_per_s <= 0:
-        return Target(tid, text, None, threshold, None, "not measured")
+        return BenchTarget(tid, text, None, threshold, None, "not measured")
     value = round(run.rows_per_s / base.rows_per_s, 3)
     detail = f"{run.name} ({run.mode or '-'}) {run.rows_per_s:,.0f} rows/s vs {base.name} {base.rows_per_s:,.0f}"
-    return Target(tid, text, value, threshold, value >= threshold, detail)
+    return BenchTarget(tid, text, value, threshold, value >= threshold, detail)
 
 
 def _batch_overhead(report: Report, txid: LatencyResult) -> str:
@@ -173,7 +177,7 @@ def _batch_overhead(report: Report, txid: LatencyResult) -> str:
     return f"; foreachBatch p50 {txid.batch_p50_ms:.0f} ms vs {base.batch_p50_ms:.0f} ms at-least-once"
 
 
-def _latency_target(report: Report, strategy: str, field: str, tid: str, text: str, threshold: float) -> Target:
+def _latency_target(report: Report, strategy: str, field: str, tid: str, text: str, threshold: float) -> BenchTarget:
     """A latency target of ``strategy``: each commit mode judged at its worst input rate, the best mode
     reported (named), the batch-atomic mode in the detail when it is not the best."""
     worst: dict[str | None, LatencyResult] = {}
@@ -184,7 +188,7 @@ def _latency_target(report: Report, strategy: str, field: str, tid: str, text: s
             if current is None or value > getattr(current, field):
                 worst[lat.mode] = lat
     if not worst:
-        return Target(tid, text, None, threshold, None, "not measured")
+        return BenchTarget(tid, text, None, threshold, None, "not measured")
     best = min(worst.values(), key=lambda lat: float(getattr(lat, field)))
     value = float(getattr(best, field))
     detail = f"{best.mode or '-'} mode, at {best.rate:,} rows/s"
@@ -193,30 +197,24 @@ def _latency_target(report: Report, strategy: str, field: str, tid: str, text: s
     atomic = worst.get("atomic")
     if atomic is not None and atomic is not best:
         detail += f"; batch-atomic mode: {float(getattr(atomic, field)):.1f} ms at {atomic.rate:,} rows/s"
-    return Target(tid, text, value, threshold, value <= threshold, detail)
+    return BenchTarget(tid, text, value, threshold, value <= threshold, detail)
 
 
-def compute_targets(report: Report) -> list[Target]:
+def compute_targets(report: Report) -> list[BenchTarget]:
     """The issue's targets, judged on this report's own numbers."""
-    targets: list[Target] = []
+    targets: list[BenchTarget] = []
     size = report.target_size()
     results = report.throughput.get(size, []) if size is not None else []
     ok = _ok(results)
     best = best_by_strategy(results)
     champion = max(best.values(), key=lambda r: r.rows_per_s, default=None)
     at = f" ({size:,} rows)" if size else ""
-    targets.append(
-        _ratio_target(
-            "eo-vs-jdbc-rewrite", f"best exactly-once >= 1.3x {JDBC_REWRITE}{at}", champion, ok.get(JDBC_REWRITE), 1.3
-        )
-    )
-    targets.append(
-        _ratio_target(
-            "eo-vs-jdbc-default", f"best exactly-once >= 2.5x {JDBC_DEFAULT}{at}", champion, ok.get(JDBC_DEFAULT), 2.5
-        )
-    )
-    for strategy in EO_STRATEGIES:
-        threshold = MIN_RATIO[strategy]
+    goals = report.goals
+    for b in goals.baselines:
+        if b.min_ratio is not None:
+            text = f"best exactly-once >= {b.min_ratio:g}x {b.run}{at}"
+            targets.append(_ratio_target(f"eo-vs-{b.label}", text, champion, ok.get(b.run), b.min_ratio))
+    for strategy, threshold in goals.vs_at_least_once:
         target = _ratio_target(
             f"{strategy}-vs-at-least-once",
             f"eosink-{strategy} >= {threshold}x {AT_LEAST_ONCE}{at}",
@@ -230,46 +228,26 @@ def compute_targets(report: Report) -> list[Target]:
         if atomic is not None and fastest is not None and atomic is not fastest and base is not None:
             target.detail += f"; batch-atomic mode: {atomic.rows_per_s / base.rows_per_s:.3f}x"
         targets.append(target)
-    targets.append(
-        _latency_target(
-            report,
-            "txid-check",
-            "commit_p50_ms",
-            "txid-check-commit-p50",
-            "txid-check adds <= 10 ms p50 per batch (its commit, p50, worst input rate)",
-            10.0,
-        )
-    )
-    targets.append(
-        _latency_target(
-            report,
-            "2pc",
-            "visible_after_commit_log_p50_ms",
-            "2pc-visible-after-commit-log",
-            "2PC rows visible <= 100 ms p50 after Spark's commit log (worst input rate)",
-            100.0,
-        )
-    )
+    if goals.commit_p50_ms is not None:
+        ms = goals.commit_p50_ms
+        text = f"txid-check adds <= {ms:g} ms p50 per batch (its commit, p50, worst input rate)"
+        targets.append(_latency_target(report, "txid-check", "commit_p50_ms", "txid-check-commit-p50", text, ms))
+    if goals.visible_after_commit_log_p50_ms is not None:
+        ms = goals.visible_after_commit_log_p50_ms
+        text = f"2PC rows visible <= {ms:g} ms p50 after Spark's commit log (worst input rate)"
+        field_name, tid = "visible_after_commit_log_p50_ms", "2pc-visible-after-commit-log"
+        targets.append(_latency_target(report, "2pc", field_name, tid, text, ms))
+    limit = goals.rss_growth
+    text = f"driver peak RSS within {limit:.0%} between batch sizes"
     rss = [r for r in report.rss if r.error is None]
     if len(rss) >= 2:
         small, large = min(rss, key=lambda r: r.rows), max(rss, key=lambda r: r.rows)
         growth = round((large.total_mb - small.total_mb) / small.total_mb, 3)
-        targets.append(
-            Target(
-                "driver-rss-flat",
-                "driver peak RSS within 10% between batch sizes (growth from the smaller to the larger batch)",
-                growth,
-                0.10,
-                growth <= 0.10,
-                f"{small.rows:,} rows: {small.total_mb:.0f} MB, {large.rows:,} rows: {large.total_mb:.0f} MB",
-            )
-        )
+        detail = f"{small.rows:,} rows: {small.total_mb:.0f} MB, {large.rows:,} rows: {large.total_mb:.0f} MB"
+        text += " (growth from the smaller to the larger batch)"
+        targets.append(BenchTarget("driver-rss-flat", text, growth, limit, growth <= limit, detail))
     else:
-        targets.append(
-            Target(
-                "driver-rss-flat", "driver peak RSS within 10% between batch sizes", None, 0.10, None, "not measured"
-            )
-        )
+        targets.append(BenchTarget("driver-rss-flat", text, None, limit, None, "not measured"))
     return targets
 
 
@@ -314,19 +292,23 @@ def render_markdown(report: Report, chart: str | None = None, level: int = 1) ->
     if chart:
         lines += [f"![rows per second per run]({chart})", ""]
     for size, results in report.throughput.items():
-        rel = ratios(results)
+        rel = ratios(results, report.goals)
+        refs = [(b.run, b.label) for b in report.goals.baselines] + [(AT_LEAST_ONCE, "at-least-once")]
         lines += [
             f"{h}# Throughput, {_rows_label(size)} rows",
             "",
             *_rounds_note(results),
-            "| run | mode | seconds | rows/s | MB/s | x jdbc-default | x jdbc-rewrite | x at-least-once "
-            "| rows checked |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---|",
+            "| run | mode | seconds | rows/s | MB/s | "
+            + " | ".join(f"x {label}" for _, label in refs)
+            + " | rows checked |",
+            "|---|---|---:|---:|---:|" + "---:|" * len(refs) + "---|",
         ]
         for r in sorted(results, key=lambda r: -r.rows_per_s if r.ok else 0):
             if not r.ok:
                 lines.append(
-                    f"| {r.name} | {r.mode or '-'} | failed | | | | | | {(r.error or 'row count differs')[:120]} |"
+                    f"| {r.name} | {r.mode or '-'} | failed | | |"
+                    + " |" * len(refs)
+                    + f" {(r.error or 'row count differs')[:120]} |"
                 )
                 continue
             x = rel.get(r.name, {})
@@ -334,8 +316,8 @@ def render_markdown(report: Report, chart: str | None = None, level: int = 1) ->
             spread = f" ({min(r.round_seconds):.2f}-{max(r.round_seconds):.2f})" if len(r.round_seconds) > 1 else ""
             lines.append(
                 f"| {r.name} | {r.mode or '-'} | {r.seconds:.2f}{spread} | {r.rows_per_s:,.0f} | {r.mb_per_s:.1f} | "
-                f"{_fmt(x.get(JDBC_DEFAULT), 2)} | {_fmt(x.get(JDBC_REWRITE), 2)} | {_fmt(x.get(AT_LEAST_ONCE), 2)} | "
-                f"{checked} |"
+                + " | ".join(_fmt(x.get(run), 2) for run, _ in refs)
+                + f" | {checked} |"
             )
         lines.append("")
     if report.latency:

@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from eosink._procs import processes
-from eosink.bench.runs import BatchFunction, RunSpec, SinkAdapter
+from eosink.bench.runs import BatchFunction, BenchAdapter, RunSpec
 
 __all__ = ["Job", "floor_function", "get_adapter", "job_main", "peak_rss_mb", "run_job"]
 
@@ -36,15 +36,11 @@ SPARK_SCHEMA = "id BIGINT NOT NULL, name STRING, amount DECIMAL(12,2), at TIMEST
 RESULT_FILE = "result.json"
 
 
-def get_adapter(name: str) -> SinkAdapter:
-    """The adapter of sink ``name`` (only PostgreSQL so far)."""
-    if name == "postgres":
-        from eosink.bench.postgres import PostgresAdapter
+def get_adapter(name: str) -> BenchAdapter:
+    """The benchmark adapter of sink ``name``, from its profile."""
+    from eosink.profiles import get_profile
 
-        return PostgresAdapter()
-    from eosink.errors import ConfigurationError
-
-    raise ConfigurationError(f"The benchmark has no adapter for sink {name!r}.", "Use SINK=postgres.")
+    return get_profile(name, "bench_adapter").bench_adapter()
 
 
 @dataclass
@@ -128,7 +124,7 @@ class _Warm:
         yield from _discard(batches)
 
 
-def warm_up(spark: Any, adapter: SinkAdapter, participants: int, data: str | None) -> None:
+def warm_up(spark: Any, adapter: BenchAdapter, participants: int, data: str | None) -> None:
     """Start Spark's Python workers (one per concurrent task) with the sink's modules imported, and read the
     data once, so that no run's clock includes what a long-running streaming job pays only at its start."""
     modules = ("eosink.spark", *getattr(adapter, "worker_modules", ()))
@@ -183,7 +179,7 @@ def finish_writer(fn: BatchFunction, strict: bool = True) -> list[float]:
     return commit_ms
 
 
-def _throughput(job: Job, adapter: SinkAdapter, spark: Any) -> dict[str, Any]:
+def _throughput(job: Job, adapter: BenchAdapter, spark: Any) -> dict[str, Any]:
     checkpoint = str(Path(job.root) / "checkpoint")
     warm_up(spark, adapter, job.participants, job.data)
     fn = adapter.batch_function(job.spec, job.ns, checkpoint, job.participants)

@@ -3,7 +3,9 @@
 A run is named for what it measures (``eosink-2pc``, ``spark-jdbc-default``, ...). The generic
 runs (the eosink strategies, the at-least-once path, the Arrow floor) exist for every sink; each
 sink adapter adds its built-in Spark baselines and its server's raw ingest limit. Adding Kafka,
-S3 or HDFS means writing one :class:`SinkAdapter`; nothing else in the harness changes.
+S3 or HDFS means writing one :class:`BenchAdapter` in the connector's folder and handing it out
+through the sink's profile (:meth:`eosink.profiles.SinkProfile.bench_adapter`); nothing else in
+the harness changes.
 """
 
 from __future__ import annotations
@@ -14,15 +16,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
 from eosink.bench.datasets import Dataset
+from eosink.strategies import STRATEGY_NAMES
 
 __all__ = [
+    "AT_LEAST_ONCE",
     "EO_STRATEGIES",
+    "Baseline",
     "BatchFunction",
+    "BenchAdapter",
+    "BenchGoals",
     "LatencyResult",
     "RssResult",
     "RunResult",
     "RunSpec",
-    "SinkAdapter",
     "generic_runs",
     "new_namespace",
 ]
@@ -32,7 +38,7 @@ Kind = Literal["eosink", "at-least-once", "floor", "spark", "external"]
 bookkeeping; floor: Spark handing the data to Python and dropping it; spark: a Spark built-in
 writer in foreachBatch; external: a tool outside Spark (run by the parent, not a Spark job)."""
 
-EO_STRATEGIES = ("2pc", "txid-check", "idempotent")
+EO_STRATEGIES = STRATEGY_NAMES
 BatchFunction = Callable[[Any, int], None]
 """What ``writeStream.foreachBatch`` calls: ``(DataFrame, batch_id)``."""
 
@@ -54,6 +60,56 @@ class RunSpec:
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> RunSpec:
         return cls(**body)
+
+
+AT_LEAST_ONCE = "eosink-at-least-once"
+"""eosink's data path without its bookkeeping: what exactly-once costs is measured against it."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A run of the sink's own Spark writer (or its raw limit) the report compares everything with."""
+
+    run: str
+    """The run's name, e.g. ``spark-jdbc-default``."""
+    label: str
+    """Its short name in column headers and goal ids, e.g. ``jdbc-default``."""
+    min_ratio: float | None = None
+    """The ratio the best exactly-once run must reach over it (a goal), or None (shown only)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BenchGoals:
+    """What one sink's benchmark is judged on: its adapter's :meth:`BenchAdapter.goals`, kept in the report."""
+
+    baselines: tuple[Baseline, ...] = ()
+    vs_at_least_once: tuple[tuple[str, float], ...] = (("2pc", 0.85), ("txid-check", 0.85), ("idempotent", 0.75))
+    """Per strategy, the ratio its best run must reach over :data:`AT_LEAST_ONCE`."""
+    commit_p50_ms: float | None = 10.0
+    """txid-check's commit, p50, at the worst input rate (None: no goal)."""
+    visible_after_commit_log_p50_ms: float | None = 100.0
+    """2pc: rows visible this long after Spark's commit log, p50 (None: no goal)."""
+    rss_growth: float = 0.10
+    """The driver's peak RSS may grow at most this much between batch sizes."""
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["baselines"] = [b.to_json() for b in self.baselines]
+        body["vs_at_least_once"] = dict(self.vs_at_least_once)
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> BenchGoals:
+        return cls(
+            tuple(Baseline(**b) for b in body.get("baselines", ())),
+            tuple(body.get("vs_at_least_once", dict(cls.vs_at_least_once)).items()),
+            body.get("commit_p50_ms"),
+            body.get("visible_after_commit_log_p50_ms"),
+            float(body.get("rss_growth", 0.10)),
+        )
 
 
 TARGET_ROWS = 1_000_000
@@ -84,7 +140,7 @@ def generic_runs(modes: tuple[str, ...] = ("atomic",), moded: tuple[str, ...] = 
         for n, mode in enumerate(modes):
             suffix = "" if n == 0 else f"-{mode}"
             runs.append(RunSpec(f"eosink-{strategy}{suffix}", "eosink", strategy, {"commit_mode": mode}, n == 0))
-    runs.append(RunSpec("eosink-at-least-once", "at-least-once"))
+    runs.append(RunSpec(AT_LEAST_ONCE, "at-least-once"))
     runs.append(RunSpec("spark-arrow-floor", "floor"))
     return runs
 
@@ -209,7 +265,7 @@ class RssResult:
         return cls(**{k: v for k, v in body.items() if k in names})
 
 
-class SinkAdapter(Protocol):
+class BenchAdapter(Protocol):
     """What the harness needs from one kind of sink.
 
     The parent process calls :meth:`start`, :meth:`runs`, :meth:`prepare`, :meth:`verify`,
@@ -219,6 +275,10 @@ class SinkAdapter(Protocol):
     """
 
     name: str
+    all_modes: tuple[str, ...]
+    """The sink's commit modes (its own names, the default first); ``("default",)`` when it has one."""
+    modes: tuple[str, ...]
+    """The modes this run measures each strategy in (set by the harness from :attr:`all_modes`)."""
 
     def start(self) -> dict[str, Any]:
         """Make the server available (start it if needed); a description of it for the report."""
@@ -231,6 +291,9 @@ class SinkAdapter(Protocol):
 
     def runs(self) -> list[RunSpec]:
         """Every throughput run of this sink, generic ones included."""
+
+    def goals(self) -> BenchGoals:
+        """What this sink's report is judged on: its baselines and its thresholds."""
 
     def prepare(self, ns: str, *, keyed: bool = False) -> None:
         """Create an empty target for namespace ``ns`` (``keyed``: with a unique index on ``id``)."""

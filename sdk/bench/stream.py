@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eosink.bench.runner import Job, finish_writer, warm_up
-from eosink.bench.runs import SinkAdapter
+from eosink.bench.runs import BenchAdapter
 
 __all__ = ["latency_job", "percentile"]
 
@@ -59,7 +59,7 @@ def _p(values: list[float], q: float) -> float | None:
 class _Poller(threading.Thread):
     """Polls the target every ``poll_ms``: latency histogram of newly visible rows, first sight of each batch."""
 
-    def __init__(self, job: Job, adapter: SinkAdapter, warm_from_us: int) -> None:
+    def __init__(self, job: Job, adapter: BenchAdapter, warm_from_us: int) -> None:
         super().__init__(name="bench-poller", daemon=True)
         self.job, self.adapter, self.warm_from_us = job, adapter, warm_from_us
         self.hist: Counter[int] = Counter()
@@ -87,7 +87,7 @@ class _Poller(threading.Thread):
             self.error = exc
 
 
-def latency_job(job: Job, adapter: SinkAdapter, spark: Any) -> dict[str, Any]:
+def latency_job(job: Job, adapter: BenchAdapter, spark: Any) -> dict[str, Any]:
     checkpoint = Path(job.root) / "checkpoint"
     warm_up(spark, adapter, job.participants, None)
     fn = adapter.batch_function(job.spec, job.ns, str(checkpoint), job.participants)

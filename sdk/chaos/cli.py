@@ -25,9 +25,13 @@ MODES = ("eosink", "naive", "nondeterministic")
 
 def _parser() -> argparse.ArgumentParser:
     from eosink.chaos.runner import STRATEGIES
+    from eosink.profiles import profile_names
 
     ap = argparse.ArgumentParser(prog="eosink chaos", description=__doc__.split("\n\n")[1] if __doc__ else None)
-    ap.add_argument("--sink", default="postgres", help="the sink to test (default: postgres)")
+    sinks = profile_names("chaos_target")
+    ap.add_argument(
+        "--sink", default="postgres", choices=sinks, help=f"the sink to test: {', '.join(sinks)} (default: postgres)"
+    )
     ap.add_argument("--schedules", type=int, default=2, help="schedules per strategy (default: 2)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the first schedule (default: 1)")
     ap.add_argument(

@@ -13,7 +13,7 @@ did (all but the commits after its last batch).
 ``--nondeterministic`` shuffles each batch's tokens at random instead of ordering them by
 ``seq``: every replay of a batch computes different concatenations.
 
-Secrets come from the environment (see :mod:`eosink.chaos.targets`), never from argv. Exit
+Secrets come from the environment (see :mod:`eosink.chaos.target`), never from argv. Exit
 codes: 0 input exhausted; 3 an error, with ``EOSINK-ERROR <kind>: ...`` on stderr.
 """
 
@@ -29,6 +29,7 @@ from typing import Any
 
 from eosink._procs import save_json
 from eosink.chaos.oracle import advance
+from eosink.strategies import STRATEGY_NAMES
 
 __all__ = ["main"]
 
@@ -47,7 +48,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--table", required=True)
     ap.add_argument("--control-schema", required=True)
     ap.add_argument("--app-id", required=True)
-    ap.add_argument("--strategy", choices=["2pc", "txid-check", "idempotent", "naive"], required=True)
+    ap.add_argument("--strategy", choices=[*STRATEGY_NAMES, "naive"], required=True)
     ap.add_argument("--master", default="local[2,4]")
     ap.add_argument("--participants", type=int, default=2)
     ap.add_argument("--nondeterministic", action="store_true")
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     import eosink
-    from eosink.chaos.targets import get_target
+    from eosink.chaos.target import get_target
     from eosink.demo import job_session
 
     target = get_target(args.target)

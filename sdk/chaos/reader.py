@@ -1,6 +1,6 @@
 """The concurrent reader: polls the sink while the job runs and records every partial view of a batch.
 
-Each poll is one consistent snapshot (:meth:`~eosink.chaos.targets.Target.snapshotter`): the
+Each poll is one consistent snapshot (:meth:`~eosink.chaos.target.ChaosTarget.snapshotter`): the
 visible rows per batch_id and the batch_ids with a bundle. A view is partial when a batch shows
 some but not all of its rows (the oracle knows how many keys each batch touches), or rows
 without its bundle, or a bundle without its rows (data and bundle are one commit).
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from eosink.chaos.targets import Snapshot
+from eosink.chaos.target import Snapshot
 
 __all__ = ["Reader"]
 

@@ -45,12 +45,13 @@ from eosink.chaos.oracle import (
 )
 from eosink.chaos.reader import Reader
 from eosink.chaos.schedule import Fault, Schedule, make_schedule, naive_schedule, nondeterministic_schedule
-from eosink.chaos.targets import Names, Target
+from eosink.chaos.target import ChaosTarget, Names
 from eosink.checkpoint import SparkCheckpoint
+from eosink.strategies import STRATEGY_NAMES
 
 __all__ = ["Harness", "RunRecord", "ScheduleResult", "run_chaos"]
 
-STRATEGIES = ("2pc", "txid-check", "idempotent")
+STRATEGIES = STRATEGY_NAMES
 ND_STRATEGIES = ("txid-check", "2pc")
 MAX_EXTRA_RUNS = 4
 POLL_S = 0.05
@@ -170,13 +171,14 @@ def _error(stderr: str) -> tuple[str | None, str | None]:
 
 
 class Harness:
-    """Runs schedules against one started :class:`~eosink.chaos.targets.Target`."""
+    """Runs schedules against one started :class:`~eosink.chaos.target.ChaosTarget`."""
 
     def __init__(
         self,
-        target: Target,
+        target: ChaosTarget,
         workdir: Path,
         *,
+        commit_marker: bytes | None = None,
         master: str = "local[2,4]",
         java_opts: str = "",
         run_timeout_s: float = 600.0,
@@ -184,6 +186,8 @@ class Harness:
         say: Callable[[str], None] = print,
     ) -> None:
         self.target = target
+        self.commit_marker = commit_marker
+        """Bytes of the request that commits a batch (the profile's): the fault proxy cuts its reply."""
         self.workdir = workdir
         self.master = master
         self.java_opts = java_opts
@@ -379,8 +383,8 @@ class Harness:
                 if time.monotonic() < due[f]:
                     continue
                 pending.remove(f)
-                if f.kind == "commit-cut" and proxy is not None:
-                    proxy.cut_after_request(b"COMMIT\x00")
+                if f.kind == "commit-cut" and proxy is not None and self.commit_marker is not None:
+                    proxy.cut_after_request(self.commit_marker)
                     armed_cut = True
                 elif f.kind == "sink-restart":
                     self.target.restart(crash=f.crash)
@@ -489,7 +493,8 @@ def run_chaos(
     in ``workdir/journal``; with ``resume`` a schedule already there (same seed, workload and
     faults) is not run again, so a long run that was interrupted goes on where it stopped.
     """
-    from eosink.chaos.targets import get_target
+    from eosink.chaos.target import get_target
+    from eosink.profiles import get_profile
 
     base = workload or Workload()
     journal = workdir / "journal"
@@ -540,11 +545,21 @@ def run_chaos(
             say(f"  replay: {res.replay_command(sink, kills)}")
         return res
 
+    marker = get_profile(sink, "chaos_target").commit_request_marker
+
     def worker(slot: int) -> None:
         target = get_target(sink)
         target.start()
         try:
-            harness = Harness(target, workdir / f"w{slot}", master=master, java_opts=java_opts, keep=keep, say=say)
+            harness = Harness(
+                target,
+                workdir / f"w{slot}",
+                commit_marker=marker,
+                master=master,
+                java_opts=java_opts,
+                keep=keep,
+                say=say,
+            )
             while True:
                 with lock:
                     if not todo:

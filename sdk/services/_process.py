@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from eosink._waiting import wait_until as poll
 from eosink.errors import ServiceError
 
 __all__ = [
@@ -123,23 +124,22 @@ def wait_until(
     fix: str,
 ) -> None:
     """Poll ``ready`` until true; fail with the log's tail if the process dies or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.05
-    while True:
+
+    def done() -> bool:
         if ready():
-            return
+            return True
         if not proc.alive():
             raise ServiceError(
                 f"{what} exited while starting (pid {proc.pid}). Last lines of {log_path}:\n{log_tail(log_path)}", fix
             )
-        if time.monotonic() > deadline:
-            raise ServiceError(
-                f"{what} did not become ready within {timeout_s:.0f} s (pid {proc.pid}). "
-                f"Last lines of {log_path}:\n{log_tail(log_path)}",
-                fix,
-            )
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
+        return False
+
+    if not poll(done, timeout_s, interval_s=0.05, max_interval_s=0.5):
+        raise ServiceError(
+            f"{what} did not become ready within {timeout_s:.0f} s (pid {proc.pid}). "
+            f"Last lines of {log_path}:\n{log_tail(log_path)}",
+            fix,
+        )
 
 
 def stop(proc: Proc, *, what: str, timeout_s: float = 30.0, sig: signal.Signals = signal.SIGTERM) -> None:

@@ -7,16 +7,17 @@ import os
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from eosink.bench.cli import _Bench, plan_from_args
 from eosink.bench.datasets import Dataset
-from eosink.bench.postgres import PostgresAdapter
 from eosink.bench.report import Report, compute_targets, ratios, render_markdown, update_docs, write_results
 from eosink.bench.runner import peak_rss_mb, root_cause
 from eosink.bench.runs import LatencyResult, RssResult, RunResult, RunSpec, generic_runs, target_size
 from eosink.bench.stream import logged_at, percentile
+from eosink.profiles import get_profile
 
 ROWS = 1_000_000
 
@@ -73,7 +74,15 @@ def _report(**overrides: object) -> Report:
     ]
     body: dict[str, object] = {"throughput": {ROWS: runs}, "latency": latency, "rss": rss}
     body.update(overrides)
-    return Report("postgres", "now", {"cpu": "test"}, {"master": "local[2]", "quick": False}, **body)  # type: ignore[arg-type]
+    config = {"master": "local[2]", "quick": False}
+    return Report("postgres", "now", {"cpu": "test"}, config, goals=_adapter().goals(), **body)  # type: ignore[arg-type]
+
+
+def _adapter(modes: tuple[str, ...] = ("atomic",)) -> Any:
+    """PostgreSQL's benchmark adapter, from its profile (as the bench CLI finds it)."""
+    adapter = get_profile("postgres", "bench_adapter").bench_adapter()
+    adapter.modes = modes
+    return adapter
 
 
 def test_run_result_figures_and_validity() -> None:
@@ -90,7 +99,8 @@ def test_run_result_figures_and_validity() -> None:
 
 
 def test_ratios_are_computed_within_the_run() -> None:
-    rel = ratios(_report().throughput[ROWS])
+    report = _report()
+    rel = ratios(report.throughput[ROWS], report.goals)
     assert rel["eosink-2pc"]["spark-jdbc-default"] == 2.5
     assert rel["eosink-2pc"]["spark-jdbc-rewrite-batched"] == 1.25
     assert rel["eosink-2pc"]["eosink-at-least-once"] == round(3.5 / 4.0, 3)
@@ -157,7 +167,7 @@ def test_update_docs_replaces_only_the_generated_section(tmp_path: Path) -> None
 
 
 def test_run_names_are_the_issues() -> None:
-    names = [r.name for r in PostgresAdapter().runs()]
+    names = [r.name for r in _adapter().runs()]
     assert names == [
         "eosink-2pc",
         "eosink-txid-check",
@@ -174,16 +184,16 @@ def test_run_names_are_the_issues() -> None:
         "eosink-txid-check-per-participant",
         "eosink-idempotent-per-participant",
     ]
-    variants = [r.name for r in PostgresAdapter(("atomic", "per-participant")).runs() if not r.primary]
+    variants = [r.name for r in _adapter(("atomic", "per-participant")).runs() if not r.primary]
     assert variants == ["eosink-2pc-per-participant", "eosink-txid-check-per-participant"]
 
 
 def test_plans_for_quick_and_full_runs() -> None:
     quick = plan_from_args(["--quick"])
-    assert quick.sizes == [50_000] and quick.docs is None and quick.modes == ("atomic",) and quick.repeat == 1
+    assert quick.sizes == [50_000] and quick.docs is None and not quick.all_modes and quick.repeat == 1
     full = plan_from_args(["--sink", "postgres"])
     assert full.sizes == [1_000_000, 5_000_000] and full.rates == [5_000, 50_000] and full.repeat == 3
-    assert full.docs == Path("docs/benchmarks.md") and "per-participant" in full.modes
+    assert full.docs == Path("docs/benchmarks.md") and full.all_modes
     custom = plan_from_args(["--rows", "2_000,3e4", "--rates", "0", "--rss-rows", "0", "--no-docs"])
     assert custom.sizes == [2_000, 30_000] and custom.rates == [] and custom.rss_sizes == [] and custom.docs is None
 
@@ -216,8 +226,8 @@ def test_root_cause_puts_the_eosink_error_first() -> None:
 def test_repeated_runs_count_their_median_and_any_failed_round_fails(tmp_path: Path) -> None:
     """Pass: of rounds of 5, 3 and 4 s the 4 s one counts, with every round's seconds kept and shown; a round
     that found too few rows makes the run fail."""
-    bench = _Bench(plan_from_args(["--no-docs", "--cache", str(tmp_path)]), PostgresAdapter())
-    spec = next(s for s in PostgresAdapter().runs() if s.name == "eosink-2pc")
+    bench = _Bench(plan_from_args(["--no-docs", "--cache", str(tmp_path)]), _adapter())
+    spec = next(s for s in _adapter().runs() if s.name == "eosink-2pc")
     data = Dataset(ROWS, 1, tmp_path, 100 * ROWS)
     result = bench._result(spec, data, [{"seconds": t, "verified_rows": ROWS} for t in (5.0, 3.0, 4.0)])
     assert result.ok and result.seconds == 4.0 and result.round_seconds == [5.0, 3.0, 4.0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,8 @@ from eosink.chaos.oracle import (
 from eosink.chaos.reader import Reader
 from eosink.chaos.runner import _error, _fired, format_table
 from eosink.chaos.schedule import KILL_POINTS, make_schedule, naive_schedule, nondeterministic_schedule
-from eosink.chaos.targets import Snapshot
+from eosink.chaos.target import Snapshot
+from eosink.profiles import SinkProfile, profiles
 
 W = Workload(files=8, rows=12, keys=3, seed=5)
 
@@ -294,6 +296,21 @@ class _FakeTarget:
         return strategy != "idempotent"
 
 
+class _FakeProfile(SinkProfile):
+    name = "fake"
+    title = "fake"
+    summary = "a chaos target that counts its servers"
+
+    def add_arguments(self, parser: Any) -> None:
+        return None
+
+    def admin(self, args: Any) -> Any:
+        raise NotImplementedError
+
+    def chaos_target(self, root: Path | None = None) -> Any:
+        return _FakeTarget()
+
+
 def _fake_run(calls: list[tuple[str, str, int]]) -> object:
     from eosink.chaos.runner import ScheduleResult
 
@@ -312,10 +329,9 @@ def _fake_run(calls: list[tuple[str, str, int]]) -> object:
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_run_chaos_in_parallel_and_resumed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int) -> None:
-    import eosink.chaos.targets as targets
     from eosink.chaos import runner
 
-    monkeypatch.setitem(targets.TARGETS, "fake", _FakeTarget)
+    monkeypatch.setitem(profiles(), "fake", _FakeProfile())
     calls: list[tuple[str, str, int]] = []
     monkeypatch.setattr(runner.Harness, "run", _fake_run(calls))
     _FakeTarget.started = []

@@ -15,7 +15,7 @@ CONTROL = "test_empty_batch_commits_its_bundle"
 
 MODULE = """
 from eosink.contracts import contract_tests
-from tests.contracts.harnesses import ReferenceHarness
+from eosink.connectors.reference.testing import ReferenceHarness
 from tests.contracts.mutants import {name}
 
 TestMutantContract = contract_tests(ReferenceHarness(sink_class={name}), "TestMutantContract")

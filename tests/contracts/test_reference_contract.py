@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from eosink.connectors.reference.testing import ReferenceHarness
 from eosink.contracts import contract_tests
-from tests.contracts.harnesses import ReferenceHarness
 
 TestReferenceContract = contract_tests(ReferenceHarness())
 TestReferenceNonAtomicContract = contract_tests(ReferenceHarness(atomic=False), "TestReferenceNonAtomicContract")

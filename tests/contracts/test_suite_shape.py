@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from eosink.connectors.reference.testing import ReferenceHarness
 from eosink.contracts import SinkContract, contract_tests
-from tests.contracts.harnesses import ReferenceHarness
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "contract-suite.md"
 

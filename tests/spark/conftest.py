@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from eosink._procs import kill_session, session_members, spark_cds_options
+from eosink._waiting import wait_until
 from eosink.chaos.oracle import file_batch_ends
 from eosink.checkpoint import SparkCheckpoint
 from eosink.connectors.reference import ReferenceSink
@@ -27,11 +27,8 @@ DRIVER_TIMEOUT_S = float(os.environ.get("EOSINK_TEST_DRIVER_TIMEOUT", "300"))
 
 def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
     """Poll ``predicate`` until true; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    if not wait_until(predicate, timeout_s, max_interval_s=0.05):
+        raise AssertionError(f"timed out waiting for {what}")
 
 
 @dataclass
@@ -189,10 +186,8 @@ class Pipeline:
 
 def _session_left(sid: int, timeout_s: float) -> list[int]:
     """Processes of session ``sid`` still alive after waiting up to ``timeout_s`` (polled, not reaped)."""
-    deadline = time.monotonic() + timeout_s
-    while (left := session_members(sid)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
+    wait_until(lambda: not session_members(sid), timeout_s, max_interval_s=0.05)
+    return session_members(sid)
 
 
 def assert_clean(run: Run) -> None:

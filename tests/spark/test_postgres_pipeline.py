@@ -31,9 +31,9 @@ from psycopg import sql
 from eosink._procs import kill_session
 from eosink.chaos.oracle import batch_of_file
 from eosink.connectors.postgres._control import gid_prefix
+from eosink.connectors.postgres.testing import PostgresHarness
 from eosink.errors import ServiceError
 from eosink.services import get_service
-from tests.connectors.postgres.harness import PostgresHarness
 
 from .conftest import Pipeline, Run, assert_clean, assert_killed, wait_for
 

@@ -86,8 +86,8 @@ def test_2pc_batch_spark_committed_rolls_forward(tmp_path: Path) -> None:
     (b,) = plan.batches
     assert (b.batch_id, b.action, b.spark_committed, b.has_manifest) == (1, Action.ROLL_FORWARD, True, True)
     assert "commit log holds batch 1" in b.reason
-    assert [c.to_json() for c in b.commit] == manifest["committables"]
-    assert b.bundle is not None and b.bundle.to_json() == manifest["bundle"]
+    assert manifest is not None and b.commit == manifest.committables
+    assert b.bundle == manifest.bundle
     assert b.abort == () and {c.id for c in b.candidates} == {c.id for c in b.commit}
     assert plan.last_batch_id == 0
     execute_matches(ms, plan)

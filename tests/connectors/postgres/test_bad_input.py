@@ -29,6 +29,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from eosink.connectors.postgres import PostgresConfig
+from eosink.connectors.postgres.testing import PostgresHarness
 from eosink.contracts._mini import SCHEMA, VARIANTS, MemoryBatch, Variant, make_rows
 from eosink.errors import BadRecordError, ConfigurationError, EosinkError, SchemaError, TransientError
 from eosink.services._process import free_port
@@ -42,7 +43,6 @@ from tests.connectors.postgres._badinput import (
     assert_refused,
     canon,
 )
-from tests.connectors.postgres.harness import PostgresHarness
 
 HARNESS = PostgresHarness()
 COLUMNS = SCHEMA.names

@@ -27,9 +27,9 @@ from eosink.connectors.postgres import PostgresConfig, PostgresSink, _copy
 from eosink.connectors.postgres._control import SEQ_COLUMN, TXN_COLUMN
 from eosink.connectors.postgres._copy import binary_plan, copy_batch, copy_rows
 from eosink.connectors.postgres._schema import Column, reflect
+from eosink.connectors.postgres.testing import PostgresHarness
 from eosink.contract import BatchRef, TaskRef
 from eosink.errors import BadRecordError
-from tests.connectors.postgres.harness import PostgresHarness
 
 HARNESS = PostgresHarness()
 TXN = "eo1:test:app:1:1:0:a"

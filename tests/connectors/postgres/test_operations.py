@@ -3,11 +3,14 @@
 Every test builds the same situation with the driver's own code: a 2PC coordinator writes batch 0
 (committed, Spark's ``commits/0`` written) and batch 1 up to its manifest, then the driver is
 dropped without committing: batch 1 is three prepared transactions and a manifest in a Spark-like
-checkpoint directory. The CLI then runs as a subprocess (``eosink ...``), as an operator runs it.
+checkpoint directory. The CLI then runs on it: in this process (``eosink.cli.main``), and as a
+subprocess (``eosink ...``) where the exit status and the output streams are what is tested.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -24,14 +27,15 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from eosink.checkpoint import Manifest
 from eosink.connectors.postgres import PostgresConfig, PostgresSink
 from eosink.connectors.postgres._control import gid_prefix
-from eosink.contract import BatchRef, TaskRef
+from eosink.connectors.postgres.testing import PostgresHarness
+from eosink.contract import BatchRef, Bundle, Fingerprint, TaskRef
 from eosink.contracts._mini import FAST, FakeCheckpoint, MemoryBatch, NoWatcherCoordinator, canon, make_rows
 from eosink.errors import FencedError
 from eosink.services.postgres import PostgresEndpoint
 from eosink.strategies import TwoPhaseCommit
-from tests.connectors.postgres.harness import PostgresHarness
 
 APP = "ops-app"
 HARNESS = PostgresHarness()
@@ -50,9 +54,16 @@ class Scene:
     password: str
     bare_conninfo: str  # the conninfo without its password
 
-    def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        """``eosink ARGS --sink postgres --table T --control-schema S``, the password only in PGPASSWORD."""
-        full_env = {**os.environ, "PGPASSWORD": self.password, **(env or {})}
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, subprocess_: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """``eosink ARGS --sink postgres --table T --control-schema S``, the password only in PGPASSWORD.
+
+        In this process (``eosink.cli.main``, output captured), or with ``subprocess_`` as an
+        operator runs it: a Python start costs a second or two, so only the tests of what
+        differs between the two (the exit status, output streams) pay it.
+        """
+        full_env = {"PGPASSWORD": self.password, **(env or {})}
         common = [
             "--sink",
             "postgres",
@@ -63,9 +74,17 @@ class Scene:
         ]
         if "--conninfo" not in args and "--conninfo-env" not in args:
             common += ["--conninfo", self.bare_conninfo]
-        proc = subprocess.run(
-            [EOSINK, *args, *common], capture_output=True, text=True, env=full_env, timeout=120, check=False
-        )
+        if subprocess_:
+            proc = subprocess.run(
+                [EOSINK, *args, *common],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **full_env},
+                timeout=120,
+                check=False,
+            )
+        else:
+            proc = _in_process([*args, *common], full_env)
         assert self.password not in proc.stdout + proc.stderr
         return proc
 
@@ -105,6 +124,25 @@ class Scene:
         return canon([r for b in self.batches[:upto] for r in b.rows])
 
 
+def _in_process(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``eosink.cli.main(argv)`` with ``env`` set (libpq reads PGPASSWORD from it) and its output captured."""
+    from eosink.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        os.environ.update(env)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return subprocess.CompletedProcess(["eosink", *argv], code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def scene(tmp_path: Path, postgres_endpoint: PostgresEndpoint) -> Iterator[Scene]:
     tag = uuid.uuid4().hex[:10]
@@ -142,11 +180,12 @@ def test_status_lists_in_doubt_work_with_its_age(scene: Scene) -> None:
     assert app["last_bundle"]["batch_id"] == 0
     assert app["last_bundle"]["rows"] == len(scene.batches[0].rows)
     assert app["last_bundle"]["strategy"] == "2pc"
-    assert sorted(p["participant"] for p in app["prepared"]) == [0, 1, 2]
-    assert {p["batch_id"] for p in app["prepared"]} == {1}
-    assert all(p["age_s"] >= 0 and p["database"] == scene.endpoint.dbname for p in app["prepared"])
-    assert all(p["owner"] == scene.endpoint.user for p in app["prepared"])
-    assert app["in_doubt"] == 3 and doc["orphans"] == []
+    prepared = [w for w in app["in_doubt"] if w["kind"] == "prepared"]
+    assert sorted(p["participant"] for p in prepared) == [0, 1, 2]
+    assert {p["batch_id"] for p in prepared} == {1}
+    assert all(p["age_s"] >= 0 and p["details"]["database"] == scene.endpoint.dbname for p in prepared)
+    assert all(p["details"]["owner"] == scene.endpoint.user for p in prepared)
+    assert len(app["in_doubt"]) == 3 and doc["orphans"] == [] and doc["in_doubt"] == 3
 
     table = scene.run("status", "--app-id", APP)
     assert table.returncode == 1
@@ -174,9 +213,10 @@ def test_status_shows_staged_work_and_orphans(scene: Scene) -> None:
         ghost.close()
     doc = json.loads(scene.run("status", "--json").stdout)
     (app,) = doc["apps"]
-    assert [s["id"] for s in app["staged"]] == [gid] and app["staged"][0]["rows"] > 0
-    assert len(app["prepared"]) == 2
-    assert [o["gid"] for o in doc["orphans"]] == [orphan.id]
+    staged = [w for w in app["in_doubt"] if w["kind"] == "staged"]
+    assert [s["id"] for s in staged] == [gid] and staged[0]["rows"] > 0
+    assert len([w for w in app["in_doubt"] if w["kind"] == "prepared"]) == 2
+    assert [o["id"] for o in doc["orphans"]] == [orphan.id]
     assert doc["orphans"][0]["batch_id"] == 7
     assert doc["in_doubt"] == 4
     text = scene.run("status").stdout
@@ -280,11 +320,11 @@ def test_conninfo_from_an_environment_variable(scene: Scene) -> None:
 
 def test_password_in_the_conninfo_is_never_printed(scene: Scene) -> None:
     """Even given on the command line, and even in an error, the password stays out of the output."""
-    ok = scene.run("status", "--conninfo", scene.endpoint.url, "--json")
+    ok = scene.run("status", "--conninfo", scene.endpoint.url, "--json", subprocess_=True)
     assert ok.returncode == 1
     params = conninfo_to_dict(scene.endpoint.url)
     wrong = make_conninfo("", **{**params, "password": "not-" + scene.password})
-    bad = scene.run("status", "--conninfo", wrong, env={"PGPASSWORD": ""})
+    bad = scene.run("status", "--conninfo", wrong, env={"PGPASSWORD": ""}, subprocess_=True)
     assert bad.returncode == 1 and "error" in bad.stderr
     assert "not-" + scene.password not in bad.stdout + bad.stderr
 
@@ -310,7 +350,10 @@ def test_usage_errors_exit_2(scene: Scene) -> None:
     proc = subprocess.run([EOSINK, "status", "--sink", "postgres"], capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "--table" in proc.stderr
     helped = subprocess.run([EOSINK, "recover", "--help"], capture_output=True, text=True, check=False)
-    assert helped.returncode == 0 and "zombie" in helped.stdout and "PGPASSWORD" in helped.stdout
+    assert helped.returncode == 0 and "zombie" in helped.stdout and "--sink NAME --help" in helped.stdout
+    assert "postgres: rows COPYed" in " ".join(helped.stdout.split())
+    sink_help = subprocess.run([EOSINK, "recover", "--sink", "postgres", "--help"], capture_output=True, text=True)
+    assert sink_help.returncode == 0 and "PGPASSWORD" in sink_help.stdout and "--conninfo-env" in sink_help.stdout
 
 
 def test_recover_refuses_another_querys_checkpoint(scene: Scene) -> None:
@@ -327,7 +370,7 @@ def test_recover_refuses_another_querys_checkpoint(scene: Scene) -> None:
 
 def test_strategy_comes_from_the_manifests_or_the_last_bundle(tmp_path: Path) -> None:
     """No manifest and no bundle: --strategy is required; a recorded but unknown name is refused."""
-    from eosink.cli import _strategy
+    from eosink.cli.recover import recorded_strategy as _strategy
     from eosink.errors import ConfigurationError
 
     ckpt = FakeCheckpoint(tmp_path / "chk").spark()
@@ -337,5 +380,5 @@ def test_strategy_comes_from_the_manifests_or_the_last_bundle(tmp_path: Path) ->
         _strategy(ckpt, APP, None, None)
     with pytest.raises(ConfigurationError, match="unknown to this eosink"):
         _strategy(ckpt, APP, None, "3pc")
-    ckpt.write_manifest(APP, 5, {"committables": [], "bundle": {"strategy": "2pc"}})
+    ckpt.write_manifest(APP, 5, Manifest((), Bundle(BatchRef(APP, 5), 1, Fingerprint(), strategy="2pc")))
     assert _strategy(ckpt, APP, None, "txid-check").name == "2pc"  # the manifest wins over an older bundle

@@ -17,6 +17,7 @@ from eosink.connectors.postgres import PostgresConfig, PostgresSink
 from eosink.connectors.postgres import sink as sink_module
 from eosink.connectors.postgres._control import gid_for, parse_gid
 from eosink.connectors.postgres.config import parse_table_name
+from eosink.connectors.postgres.testing import PostgresHarness
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, TaskRef
 from eosink.contracts.secrets import assert_secret_free
 from eosink.errors import (
@@ -30,7 +31,6 @@ from eosink.errors import (
 from eosink.keys import KEY_COLUMN
 from eosink.services.postgres import PostgresEndpoint
 from eosink.services.proxy import FaultProxy
-from tests.connectors.postgres.harness import PostgresHarness
 
 APP = "app_direct"
 HARNESS = PostgresHarness()

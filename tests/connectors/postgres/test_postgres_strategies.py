@@ -17,12 +17,13 @@ from psycopg import sql
 from eosink.connectors.postgres import PostgresConfig, PostgresSink
 from eosink.connectors.postgres import sink as sink_module
 from eosink.connectors.postgres._control import SCHEMA_VERSION, TXN_COLUMN, ensure_control_schema
+from eosink.connectors.postgres._errors import pgbouncer_problem
+from eosink.connectors.postgres.testing import PostgresHarness
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, TaskRef
 from eosink.contracts._mini import wait_until
 from eosink.errors import AmbiguousCommitError, ConfigurationError
 from eosink.services.postgres import PostgresEndpoint
 from eosink.services.proxy import FaultProxy
-from tests.connectors.postgres.harness import PostgresHarness
 
 APP = "app_strategies"
 HARNESS = PostgresHarness()
@@ -290,10 +291,10 @@ def test_too_few_prepared_slots_names_the_setting_and_the_number_needed(
 
 
 def test_pgbouncer_refusals_are_explained() -> None:
-    problem = sink_module._pgbouncer_problem("FATAL: unsupported startup parameter: options")
+    problem = pgbouncer_problem("FATAL: unsupported startup parameter: options")
     assert problem is not None and "PgBouncer" in problem[0] and "ignore_startup_parameters" in problem[1]
-    assert sink_module._pgbouncer_problem('prepared statement "_pg3_0" does not exist') is not None
-    assert sink_module._pgbouncer_problem("relation does not exist") is None
+    assert pgbouncer_problem('prepared statement "_pg3_0" does not exist') is not None
+    assert pgbouncer_problem("relation does not exist") is None
 
 
 # -- least privilege ---------------------------------------------------------------------------------------------

@@ -25,10 +25,10 @@ from eosink.connectors.postgres._schema import (
     ddl_type,
     reflect,
 )
+from eosink.connectors.postgres.testing import PostgresHarness
 from eosink.contract import BatchRef, Bundle, Committable, Fingerprint, TaskRef
 from eosink.errors import ConfigurationError, SchemaError
 from eosink.services.postgres import PostgresEndpoint
-from tests.connectors.postgres.harness import PostgresHarness
 
 APP = "app_schema_sa"
 HARNESS = PostgresHarness()

@@ -1,16 +1,10 @@
-"""Sinks the chaos harness can drive: a small protocol, and its PostgreSQL implementation.
+"""The chaos harness's PostgreSQL target (:class:`~eosink.chaos.target.ChaosTarget`).
 
-A :class:`Target` is both sides of one sink for the harness:
-
-* the runner's side: a private server it may restart or crash (never the shared one), the
-  address the fault proxy forwards to, the job's environment (the connection string, through
-  the proxy, in an environment variable: never in argv), what the sink holds, whether batches
-  are atomic for a strategy (``Capabilities.atomic_batch_visibility`` of the sink, and only for
-  transactional strategies: the table in ``docs/design.md``), snapshots for the reader, and
-  leftovers (in-doubt work) after a schedule;
-* the job's side (in the Spark driver): the eosink sink, and the plain baseline writer.
-
-A new sink gets a class here and an entry in :data:`TARGETS`.
+A private :class:`~eosink.services.postgres.PostgresServer` that the harness restarts and
+crashes on purpose, :class:`~eosink.connectors.postgres.PostgresSink` with
+``commit_mode="atomic"``, Spark's JDBC writer as the plain baseline, and the reads the oracle
+and the concurrent reader need. Secrets reach the Spark job through environment variables,
+never argv.
 """
 
 from __future__ import annotations
@@ -19,57 +13,21 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from eosink.chaos.oracle import Row
+from eosink.chaos.target import Names, Snapshot
+from eosink.connectors.postgres._control import gid_prefix
 
-__all__ = ["TARGETS", "Names", "PostgresTarget", "Snapshot", "Target", "get_target"]
+__all__ = ["PostgresChaosTarget"]
 
 URL_VAR = "EOSINK_CHAOS_PG_URL"
 DIRECT_URL_VAR = "EOSINK_CHAOS_PG_DIRECT_URL"
 JARS_VAR = "EOSINK_CHAOS_JARS"
 
 
-@dataclass(frozen=True)
-class Names:
-    """Where one schedule writes: its table, control schema and app_id."""
-
-    table: str
-    control_schema: str
-    app_id: str
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One consistent read: visible rows per batch_id and the batch_ids with a bundle."""
-
-    rows_per_batch: dict[int, int]
-    bundles: frozenset[int]
-
-
-class Target(Protocol):
-    """One sink, as the harness drives it (see the module docstring)."""
-
-    name: str
-
-    def start(self) -> None: ...
-    def close(self) -> None: ...
-    def restart(self, *, crash: bool) -> None: ...
-    def address(self) -> tuple[str, int]: ...
-    def job_env(self, proxy_port: int | None) -> dict[str, str]: ...
-    def atomic(self, strategy: str) -> bool: ...
-    def read_rows(self, names: Names) -> list[Row]: ...
-    def snapshotter(self, names: Names) -> Callable[[], Snapshot | None]: ...
-    def leftovers(self, names: Names) -> dict[str, int]: ...
-    def drop(self, names: Names) -> None: ...
-    def scrub(self, text: str) -> str: ...
-    def job_sink(self, table: str, control_schema: str) -> Any: ...
-    def job_naive_writer(self, table: str) -> Callable[[Any, int], None]: ...
-
-
-class PostgresTarget:
+class PostgresChaosTarget:
     """PostgreSQL: a private :class:`~eosink.services.postgres.PostgresServer` (restarted and crashed on
     purpose), :class:`~eosink.connectors.postgres.PostgresSink` with ``commit_mode="atomic"``, and Spark's
     JDBC writer as the baseline."""
@@ -188,8 +146,6 @@ class PostgresTarget:
         import psycopg
         from psycopg import sql
 
-        from eosink.connectors.postgres._control import gid_prefix
-
         out = {"prepared": 0, "staged": 0, "txns_prepared": 0}
         prefix = gid_prefix(names.control_schema)
         with self._connect() as conn:
@@ -221,7 +177,7 @@ class PostgresTarget:
         from psycopg import sql
 
         with self._connect() as conn:
-            prefix = _gid_prefix(names.control_schema)
+            prefix = gid_prefix(names.control_schema)
             for (gid,) in conn.execute(
                 "SELECT gid FROM pg_prepared_xacts WHERE left(gid, %s) = %s", (len(prefix), prefix)
             ).fetchall():
@@ -272,22 +228,3 @@ class PostgresTarget:
             faults.hit(FaultPoint.F8, batch_id)
 
         return write
-
-
-def _gid_prefix(control_schema: str) -> str:
-    from eosink.connectors.postgres._control import gid_prefix
-
-    return gid_prefix(control_schema)
-
-
-TARGETS: dict[str, Callable[[], Target]] = {"postgres": PostgresTarget}
-
-
-def get_target(name: str) -> Target:
-    """A target by name (the ``--sink`` of ``eosink chaos``)."""
-    try:
-        return TARGETS[name]()
-    except KeyError:
-        from eosink.errors import ConfigurationError
-
-        raise ConfigurationError(f"No chaos target for sink {name!r}.", f"Use one of {sorted(TARGETS)}.") from None

@@ -25,7 +25,7 @@ import pyarrow as pa
 from psycopg import sql
 
 from eosink.bench.datasets import COLUMNS, Dataset
-from eosink.bench.runs import BatchFunction, RunSpec, generic_runs
+from eosink.bench.runs import Baseline, BatchFunction, BenchGoals, RunSpec, generic_runs
 from eosink.errors import ConfigurationError
 
 __all__ = ["PostgresAdapter"]
@@ -80,10 +80,12 @@ class _DirectCopy:
 
 
 class PostgresAdapter:
-    """:class:`~eosink.bench.runs.SinkAdapter` for PostgreSQL."""
+    """:class:`~eosink.bench.runs.BenchAdapter` for PostgreSQL."""
 
     name = "postgres"
     worker_modules = ("eosink.connectors.postgres", "psycopg")
+
+    all_modes: tuple[str, ...] = _COMMIT_MODES
 
     def __init__(self, modes: tuple[str, ...] = ("atomic",)) -> None:
         self.modes = modes
@@ -131,6 +133,16 @@ class PostgresAdapter:
 
     def child_env(self) -> dict[str, str]:
         return {URL_ENV: self._require_url()}
+
+    def goals(self) -> BenchGoals:
+        """Spark's JDBC writer (best exactly-once >= 1.3x the batched one, >= 2.5x the default) and raw COPY."""
+        return BenchGoals(
+            baselines=(
+                Baseline("spark-jdbc-default", "jdbc-default", 2.5),
+                Baseline("spark-jdbc-rewrite-batched", "jdbc-rewrite", 1.3),
+                Baseline("raw-copy", "raw-copy"),  # the server's single-stream ingest limit, shown only
+            )
+        )
 
     def runs(self) -> list[RunSpec]:
         return [

@@ -1,4 +1,4 @@
-"""The reference sink's harness for the contract suite (also used by the mutant tests)."""
+"""The reference sink's harness for the contract suite (also what the mutant sinks of eosink's own tests run under)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,72 @@
+"""What the chaos harness needs from a sink: the :class:`ChaosTarget` protocol.
+
+Each connector implements it in its own folder and hands it out through its sink profile
+(:meth:`eosink.profiles.SinkProfile.chaos_target`). A target is both sides of one sink for the
+harness:
+
+* the runner's side: a private server it may restart or crash (never the shared one), the
+  address the fault proxy forwards to, the job's environment (the connection string, through
+  the proxy, in an environment variable: never in argv), what the sink holds, whether batches
+  are atomic for a strategy (``Capabilities.atomic_batch_visibility`` of the sink, and only for
+  transactional strategies: the table in ``docs/design.md``), snapshots for the reader, and
+  leftovers (in-doubt work) after a schedule;
+* the job's side (in the Spark driver): the eosink sink, and the plain baseline writer.
+
+The commit-request marker the harness's fault proxy cuts on is the profile's
+(:attr:`eosink.profiles.SinkProfile.commit_request_marker`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from eosink.chaos.oracle import Row
+
+__all__ = ["ChaosTarget", "Names", "Snapshot", "get_target"]
+
+
+@dataclass(frozen=True)
+class Names:
+    """Where one schedule writes: its table, control schema and app_id."""
+
+    table: str
+    control_schema: str
+    app_id: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent read: visible rows per batch_id and the batch_ids with a bundle."""
+
+    rows_per_batch: dict[int, int]
+    bundles: frozenset[int]
+
+
+class ChaosTarget(Protocol):
+    """One sink, as the harness drives it (see the module docstring)."""
+
+    name: str
+
+    def start(self) -> None: ...
+    def close(self) -> None: ...
+    def restart(self, *, crash: bool) -> None: ...
+    def address(self) -> tuple[str, int]: ...
+    def job_env(self, proxy_port: int | None) -> dict[str, str]: ...
+    def atomic(self, strategy: str) -> bool: ...
+    def read_rows(self, names: Names) -> list[Row]: ...
+    def snapshotter(self, names: Names) -> Callable[[], Snapshot | None]: ...
+    def leftovers(self, names: Names) -> dict[str, int]: ...
+    def drop(self, names: Names) -> None: ...
+    def scrub(self, text: str) -> str: ...
+    def job_sink(self, table: str, control_schema: str) -> Any: ...
+    def job_naive_writer(self, table: str) -> Callable[[Any, int], None]: ...
+
+
+def get_target(name: str, root: Path | None = None) -> ChaosTarget:
+    """The chaos target of sink ``name`` (the ``--sink`` of ``eosink chaos``), from its profile."""
+    from eosink.profiles import get_profile
+
+    return get_profile(name, "chaos_target").chaos_target(root)

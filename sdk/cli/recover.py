@@ -1,0 +1,176 @@
+"""``eosink recover --sink NAME ... --app-id A --checkpoint DIR``: resolve in-doubt work as the driver would at start.
+
+It rolls forward what the strategy keeps (2pc: what Spark's commit log holds) and aborts the rest,
+with the rules of :mod:`eosink.recovery`; ``--dry-run`` prints the plan and changes nothing.
+Exit status: 0 done (or dry run), 1 an error or in-doubt work remains, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from eosink.admin import SinkAdmin
+from eosink.checkpoint import SparkCheckpoint
+from eosink.cli._common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, command, opt, table
+from eosink.errors import ConfigurationError
+from eosink.recovery import RecoveryPlan
+from eosink.strategies import STRATEGY_NAMES, Strategy, resolve_strategy
+
+__all__ = ["FENCE_NOTE", "main", "recorded_strategy"]
+
+FENCE_NOTE = (
+    "recover FENCES the app_id: it takes a new writer epoch, so a driver of this app_id that is still "
+    "running becomes a zombie and fails at its next commit (restart it from its checkpoint afterwards). "
+    "It asks for --yes unless --dry-run."
+)
+
+
+def main(argv: Sequence[str]) -> int:
+    return command(
+        "recover",
+        "Resolve the in-doubt work of one app_id as its driver would at start: roll forward what the strategy "
+        "keeps (2pc: what Spark's commit log holds), abort the rest. Exit status: 0 done (or dry run), 1 an "
+        "error or in-doubt work remains, 2 usage.",
+        FENCE_NOTE,
+        argv,
+        _options,
+        _recover,
+    )
+
+
+def _options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--checkpoint", required=True, metavar="DIR", help="the query's Spark checkpoint location")
+    ap.add_argument("--app-id", required=True, help="the app_id given to eosink.foreach_batch")
+    ap.add_argument(
+        "--strategy",
+        choices=STRATEGY_NAMES,
+        help="default: the strategy recorded in the checkpoint's eosink manifests (or the last bundle)",
+    )
+    ap.add_argument("--dry-run", action="store_true", help="print what recover would do; change nothing")
+    ap.add_argument("--yes", action="store_true", help="confirm fencing the app_id and resolving its work")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _recover(args: argparse.Namespace, admin: SinkAdmin) -> int:
+    from eosink.coordinator import Coordinator
+
+    checkpoint = SparkCheckpoint(args.checkpoint)
+    if not checkpoint.exists():
+        raise ConfigurationError(
+            f"{args.checkpoint!r} is not a Spark checkpoint (no metadata, no commits/).",
+            "Pass the query's checkpointLocation, the same as foreach_batch(checkpoint_location=...).",
+        )
+    app_id: str = args.app_id
+    before = admin.status(app_id)  # also: the sink and the app_id exist (read-only)
+    if not before.exists:
+        raise ConfigurationError(f"Nothing exists at {before.where}.", "Check the sink's options.")
+    app = before.apps[0]
+    epoch, in_doubt = app.epoch or 0, len(app.in_doubt)
+    strategy = recorded_strategy(checkpoint, app_id, args.strategy, app.last_strategy)
+    sink = admin.make_sink()
+    strategy.check(sink.capabilities, type(sink).__name__)
+    coordinator = Coordinator(sink, app_id, strategy, checkpoint)
+    try:
+        if args.dry_run or not args.yes:
+            plan = coordinator.recovery_plan()
+            if args.json:
+                print(json.dumps({"dry_run": True, "epoch": epoch, "plan": plan.to_json()}, indent=2))
+            else:
+                print(render_plan(plan, epoch, in_doubt, dry_run=True))
+            if args.dry_run:
+                return EXIT_OK
+            print(f"\nNothing was done. {FENCE_NOTE} Run again with --yes to do it.", file=sys.stderr)
+            return EXIT_USAGE
+        coordinator.start()
+        executed = coordinator.last_recovery
+        assert executed is not None, "start() recovers"
+        stats = coordinator.stats
+        new_epoch = coordinator.epoch
+    finally:
+        coordinator.close()
+    after = len(admin.status(app_id).apps[0].in_doubt)
+    if args.json:
+        doc = {"dry_run": False, "epoch": new_epoch, "plan": executed.to_json(), "stats": stats.to_json()}
+        print(json.dumps({**doc, "in_doubt_after": after}, indent=2))
+    else:
+        print(render_plan(executed, epoch, in_doubt, dry_run=False, new_epoch=new_epoch))
+        print(
+            f"\ndone: {stats.recovered_forward} batch(es) rolled forward, {stats.recovered_aborted} aborted, "
+            f"{stats.orphans_aborted} committable(s) aborted; {after} in doubt now"
+        )
+    return EXIT_FAIL if after else EXIT_OK
+
+
+def recorded_strategy(checkpoint: SparkCheckpoint, app_id: str, given: str | None, last: str | None) -> Strategy:
+    """The strategy the app_id runs with: its manifests say it; else its last bundle; else ``given``."""
+    names: set[str] = set()
+    for batch_id in checkpoint.manifest_batches(app_id):
+        manifest = checkpoint.read_manifest(app_id, batch_id)
+        if manifest is not None and manifest.bundle.strategy:
+            names.add(manifest.bundle.strategy)
+    recorded = sorted(names) or ([last] if last else [])
+    if len(recorded) > 1:
+        raise ConfigurationError(
+            f"The manifests of app_id {app_id!r} name several strategies: {', '.join(recorded)}.",
+            "Restore the checkpoint of this query; manifests of one query share one strategy.",
+        )
+    if given and recorded and recorded[0] != given:
+        raise ConfigurationError(
+            f"--strategy {given} contradicts the strategy {recorded[0]!r} app_id {app_id!r} writes with.",
+            f"Drop --strategy (the recorded {recorded[0]!r} is used) or check --app-id and --checkpoint.",
+        )
+    name = given or (recorded[0] if recorded else None)
+    if name is None:
+        raise ConfigurationError(
+            f"Cannot tell the strategy of app_id {app_id!r}: no manifest in the checkpoint names one and no "
+            "batch was committed yet.",
+            "Pass --strategy as given to eosink.foreach_batch (2pc, txid-check or idempotent).",
+        )
+    if name not in STRATEGY_NAMES:
+        raise ConfigurationError(
+            f"The strategy {name!r} recorded for app_id {app_id!r} is unknown to this eosink.",
+            "Upgrade eosink to the version the query runs with, or pass --strategy.",
+        )
+    return resolve_strategy(name)
+
+
+def render_plan(plan: RecoveryPlan, epoch: int, in_doubt: int, *, dry_run: bool, new_epoch: int | None = None) -> str:
+    """The plan as a table, with what fencing does to a driver still running."""
+    verb = "would" if dry_run else "did"
+    head = f"app_id {plan.app_id!r}, strategy {plan.strategy}, last committed batch {opt(plan.last_batch_id)}, "
+    head += f"{in_doubt} committable(s) in doubt"
+    out = [head]
+    if dry_run:
+        out.append(
+            f"dry run: nothing changed. recover would fence app_id {plan.app_id!r} (epoch {epoch} -> "
+            f"{epoch + 1}): a driver still running with it becomes a zombie and stops."
+        )
+    else:
+        out.append(
+            f"fenced app_id {plan.app_id!r}: epoch {epoch} -> {new_epoch}; an older driver still running "
+            "is a zombie now and stops at its next commit."
+        )
+    if plan.empty:
+        out.append(f"recovery {verb} nothing: no in-doubt batch and no manifest left")
+        return "\n".join(out)
+    rows = [
+        [
+            str(b.batch_id),
+            b.action.value,
+            opt(b.spark_committed),
+            str(len(b.commit)),
+            str(len(b.abort)),
+            str(b.rows),
+            b.reason,
+        ]
+        for b in plan.batches
+    ]
+    out += [
+        "",
+        f"recovery {verb}:",
+        table(["BATCH", "ACTION", "SPARK COMMITTED", "COMMIT", "ABORT", "ROWS", "WHY"], rows),
+    ]
+    return "\n".join(out)
