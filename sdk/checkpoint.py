@@ -86,6 +86,10 @@ class _LocalFS:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
 
+    def move(self, src: str, dst: str) -> None:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.rename(src, dst)
+
 
 class _ArrowFS:
     """Remote checkpoints through pyarrow.fs (S3, HDFS via libhdfs, GCS)."""
@@ -131,6 +135,10 @@ class _ArrowFS:
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._fs.delete_file(path)
+
+    def move(self, src: str, dst: str) -> None:
+        self._fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+        self._fs.move(src, dst)
 
 
 class SparkCheckpoint:
@@ -288,3 +296,44 @@ class SparkCheckpoint:
 
     def delete_manifest(self, app_id: str, batch_id: int) -> None:
         self._io("delete a manifest", self._fs.delete, f"{self._manifest_dir(app_id)}/{batch_id}.json")
+
+    # -- the lease: which driver runs this app_id on this checkpoint ---------------------------------
+
+    def write_lease(self, app_id: str, lease: dict[str, Any]) -> None:
+        """Record the driver that runs ``app_id`` now (:func:`eosink.rewind` refuses while it lives)."""
+        path = f"{self._manifest_dir(app_id)}/lease.json"
+        self._io("write the lease", self._fs.write_atomic, path, json.dumps(lease, sort_keys=True))
+
+    def read_lease(self, app_id: str) -> dict[str, Any] | None:
+        text = self._io("read the lease", self._fs.read_text, f"{self._manifest_dir(app_id)}/lease.json")
+        try:
+            found = json.loads(text) if text else None
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None
+
+    def delete_lease(self, app_id: str) -> None:
+        self._io("delete the lease", self._fs.delete, f"{self._manifest_dir(app_id)}/lease.json")
+
+    # -- files, for the rewind ---------------------------------------------------------------------
+
+    def names(self, *parts: str) -> list[str]:
+        """The names in a folder of the checkpoint (``names("commits")``), sorted."""
+        return sorted(self._io("list the checkpoint", self._fs.list_names, self._path(*parts)))
+
+    def read(self, *parts: str) -> str | None:
+        """A file of the checkpoint as text, None if it does not exist."""
+        text: str | None = self._io("read the checkpoint", self._fs.read_text, self._path(*parts))
+        return text
+
+    def move(self, src: tuple[str, ...], dst: tuple[str, ...]) -> None:
+        """Move a file of the checkpoint to another place in it (a rename where the file system has one)."""
+        self._io("move a file of the checkpoint", self._fs.move, self._path(*src), self._path(*dst))
+
+    def write(self, parts: tuple[str, ...], text: str) -> None:
+        """Write a file of the checkpoint atomically."""
+        self._io("write to the checkpoint", self._fs.write_atomic, self._path(*parts), text)
+
+    def eosink_dir(self, app_id: str) -> tuple[str, ...]:
+        """Where eosink keeps ``app_id``'s files in this checkpoint, as path parts."""
+        return ("eosink", _app_dir_name(app_id))

@@ -262,6 +262,9 @@ class Sink(ABC, Generic[TxnT]):
     capabilities: Capabilities = Capabilities()
     """Declared per class, or per instance when options change what the sink can do."""
 
+    lost_work_hint: str = "the sink discarded prepared work of the batch before eosink committed it."
+    """What, in this sink, most likely makes prepared work vanish (``PreparedWorkLostError`` says it)."""
+
     def setup(self, app_id: str) -> None:
         """Prepare the sink for ``app_id`` on the driver (DDL, control tables). Default: nothing."""
 

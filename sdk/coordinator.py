@@ -14,6 +14,7 @@ never guessed and never blindly retried.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,13 +30,16 @@ from eosink.errors import (
     AmbiguousCommitError,
     CheckpointMismatchError,
     CommitAbortedError,
+    EosinkError,
     FencedError,
     NonDeterministicReplayError,
+    PreparedWorkLostError,
     TransientError,
 )
 from eosink.faults import FaultPoint
 from eosink.participant import WritePlan
 from eosink.recovery import Action, BatchPlan, RecoveryPlan, plan_recovery
+from eosink.rewind import new_lease
 from eosink.strategies import Strategy
 
 __all__ = ["BatchInput", "CommitPolicy", "Coordinator", "Stats"]
@@ -143,6 +147,7 @@ class Coordinator:
         self._check_checkpoint(self.sink.fetch_last_bundle(self.app_id), self._checkpoint_id)
         try:
             self.epoch = self.sink.fence(self.app_id)
+            self.checkpoint.write_lease(self.app_id, new_lease(self.epoch))  # eosink recover --rewind checks it
             self.recover()
             self._last = self.sink.fetch_last_bundle(self.app_id)
         except BaseException:
@@ -153,7 +158,10 @@ class Coordinator:
 
     def _reset(self) -> None:
         """Forget per-run state after a failure: the next batch fences and recovers again
-        (a query restarted in the same driver process is a new writer)."""
+        (a query restarted in the same driver process is a new writer). The failed query no longer
+        runs, so its lease goes too (a notebook's kernel outlives its query)."""
+        if self.epoch is not None:
+            self._release_lease()
         with self._lock:
             self._started = False
             self.epoch = None
@@ -187,12 +195,17 @@ class Coordinator:
     def _recover_batch(self, plan: BatchPlan) -> None:
         batch_id = plan.batch_id
         abort = list(plan.abort)
+        if plan.action is Action.LOST:
+            raise self._lost(batch_id, plan.commit, plan.reason)
         if plan.action is Action.ROLL_FORWARD:
             assert plan.bundle is not None
             log.warning("eosink %s: rolling forward in-doubt batch %d", self.app_id, batch_id)
             try:
                 self._commit(
-                    BatchRef(self.app_id, batch_id), list(plan.commit), replace(plan.bundle, epoch=self._epoch())
+                    BatchRef(self.app_id, batch_id),
+                    list(plan.commit),
+                    replace(plan.bundle, epoch=self._epoch()),
+                    spark_committed=bool(plan.spark_committed),
                 )
                 self.stats.recovered_forward += 1
             except CommitAbortedError:
@@ -340,17 +353,51 @@ class Coordinator:
 
     # -- committing --------------------------------------------------------------------------------
 
-    def _commit_and_finish(self, batch: BatchRef, committables: list[Committable], bundle: Bundle) -> None:
+    def _commit_and_finish(
+        self, batch: BatchRef, committables: list[Committable], bundle: Bundle, *, spark_committed: bool = False
+    ) -> None:
         started = time.monotonic()
-        self._commit(batch, committables, bundle)
+        self._commit(batch, committables, bundle, spark_committed=spark_committed)
         self.stats.commit_latency_ms.append((time.monotonic() - started) * 1000)
         faults.hit(FaultPoint.F8, batch.batch_id)
         self.stats.batches_committed += 1
         self._last = bundle
         self.checkpoint.delete_manifest(self.app_id, batch.batch_id)
 
-    def _commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
-        """Commit, retrying transient failures and resolving lost replies through commit_status."""
+    def _commit(
+        self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle, *, spark_committed: bool = False
+    ) -> None:
+        """Commit, retrying transient failures and resolving lost replies through commit_status.
+
+        ``spark_committed``: Spark's commit log holds the batch, so Spark never replays it; work the
+        sink no longer has is then lost, and raised as :class:`PreparedWorkLostError`.
+        """
+        try:
+            self._commit_resolved(batch, committables, bundle)
+        except CommitAbortedError as exc:
+            if spark_committed and not isinstance(exc, PreparedWorkLostError):
+                raise self._lost(batch.batch_id, committables, exc.problem) from None
+            raise
+
+    def _lost(self, batch_id: int, committables: Sequence[Committable], why: str) -> PreparedWorkLostError:
+        """The loud stop when Spark's commit log holds ``batch_id`` and the sink no longer has its work."""
+        ids = tuple(c.id for c in committables)
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        return PreparedWorkLostError(
+            f"Batch {batch_id} of app_id {self.app_id!r} is lost: Spark's commit log holds it, so Spark will never run "
+            f"it again, but the sink no longer has its work ({why.rstrip('.')})"
+            + (f"; committables {shown}" if ids else "")
+            + f". Likely cause: {self.sink.lost_work_hint}",
+            f"Stop the query. Rewind the checkpoint to batch {batch_id}: eosink recover --rewind --sink <sink options> "
+            f"--checkpoint {self.checkpoint.location} --app-id {self.app_id} prints the plan, and with --yes removes "
+            f"Spark's commit-log entries from batch {batch_id} on (offsets and state stay). The next start runs batch "
+            f"{batch_id} again from the same offsets, and it lands once. See docs/operations.md, lost prepared work.",
+            app_id=self.app_id,
+            batch_id=batch_id,
+            committables=ids,
+        )
+
+    def _commit_resolved(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
         policy = self.policy
         deadline: float | None = None
         delay = policy.backoff_s
@@ -419,7 +466,7 @@ class Coordinator:
         return self._watcher.commit_ready()
 
     def _commit_spark_committed(self, batch_id: int, committables: Sequence[Committable], bundle: Bundle) -> None:
-        self._commit_and_finish(BatchRef(self.app_id, batch_id), list(committables), bundle)
+        self._commit_and_finish(BatchRef(self.app_id, batch_id), list(committables), bundle, spark_committed=True)
 
     def _settle_pending(self, batch_id: int) -> None:
         """Backstop before a batch writes anything: commit what Spark committed, drop replays."""
@@ -453,6 +500,8 @@ class Coordinator:
                 self.commit_ready()
         finally:
             self.sink.close()
+            if self.epoch is not None:
+                self._release_lease()
         if len(self._watcher):
             log.warning(
                 "eosink %s: batches %s stay in doubt until the next start", self.app_id, self._watcher.batch_ids()
@@ -466,9 +515,16 @@ class Coordinator:
         finds no new input (``availableNow``), never calls ``foreachBatch``, so start-time
         recovery never runs. Only the outcome Spark already
         decided is carried out, under the manifest's own epoch: a newer writer fences it
-        (nothing is done), and nothing is aborted here.
+        (nothing is done), and nothing is aborted here. First, under every strategy, the check
+        recovery makes at start: a batch Spark committed whose work the sink no longer has raises
+        :class:`PreparedWorkLostError`.
         """
-        if self.epoch is not None or self._fenced is not None or not self.strategy.commits_after_spark:
+        if self.epoch is not None or self._fenced is not None:
+            return
+        lost = self.recovery_plan().lost  # read-only: the same check as recovery at start
+        if lost:
+            raise self._lost(lost[0].batch_id, lost[0].commit, lost[0].reason)
+        if not self.strategy.commits_after_spark:
             return
         last = self.sink.fetch_last_bundle(self.app_id)
         for batch_id in sorted(self.checkpoint.manifest_batches(self.app_id)):
@@ -478,7 +534,9 @@ class Coordinator:
             if manifest is None:
                 continue
             try:
-                self._commit(BatchRef(self.app_id, batch_id), manifest.committables, manifest.bundle)
+                self._commit(
+                    BatchRef(self.app_id, batch_id), manifest.committables, manifest.bundle, spark_committed=True
+                )
             except FencedError:
                 log.info("eosink %s: a newer writer owns batch %d; leaving it to that writer", self.app_id, batch_id)
                 return
@@ -487,6 +545,15 @@ class Coordinator:
             log.warning("eosink %s: committed batch %d, which Spark had committed, at close", self.app_id, batch_id)
 
     # -- helpers -------------------------------------------------------------------------------------
+
+    def _release_lease(self) -> None:
+        """Remove this process's lease (never a newer driver's)."""
+        try:
+            lease = self.checkpoint.read_lease(self.app_id)
+            if lease is not None and lease.get("pid") == os.getpid() and lease.get("epoch") == self.epoch:
+                self.checkpoint.delete_lease(self.app_id)
+        except EosinkError as exc:  # a checkpoint unreachable at close: a stale lease is only a refusal to rewind
+            log.warning("eosink %s: could not remove the driver's lease: %s", self.app_id, exc.problem)
 
     def _epoch(self) -> int:
         assert self.epoch is not None, "start() not called"

@@ -11,6 +11,7 @@ strategies how to react::
      ├── TransientError                safe to retry (bounded backoff); the outcome may be either
      ├── AmbiguousCommitError          the outcome of a commit is unknown: resolve with commit_status
      ├── CommitAbortedError            prepared work vanished before it could be committed
+     │    └── PreparedWorkLostError    ... of a batch Spark's commit log holds: rewind the checkpoint
      ├── FencedError                   a newer writer owns the app_id: this one must stop
      ├── NonDeterministicReplayError   a replayed batch differs from the one already committed
      ├── InjectedFault                 raised by an enabled fault point (tests only)
@@ -34,6 +35,7 @@ __all__ = [
     "FencedError",
     "InjectedFault",
     "NonDeterministicReplayError",
+    "PreparedWorkLostError",
     "SchemaError",
     "ServiceError",
     "TransientError",
@@ -85,6 +87,31 @@ class AmbiguousCommitError(EosinkError):
 
 class CommitAbortedError(EosinkError):
     """Prepared work of a batch was aborted or lost before it could be committed."""
+
+
+class PreparedWorkLostError(CommitAbortedError):
+    """Spark's commit log holds a batch whose work the sink no longer has: Spark will never replay it.
+
+    A 2PC batch's prepared work vanished before eosink committed it (a transaction timeout, a
+    lifecycle rule, ``ROLLBACK PREPARED`` by hand, a deleted temporary directory), or the sink
+    lost a batch it had committed (its bundle is gone). Continuing would lose the batch's rows
+    silently, so the query stops before it writes anything of a later batch. The fix is to rewind
+    the checkpoint to the lost batch (``eosink recover --rewind``), so that Spark runs it again.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        fix: str | None = None,
+        *,
+        app_id: str | None = None,
+        batch_id: int | None = None,
+        committables: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(problem, fix)
+        self.app_id = app_id
+        self.batch_id = batch_id
+        self.committables = committables
 
 
 class FencedError(EosinkError):

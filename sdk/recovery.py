@@ -10,7 +10,15 @@ eosink's manifests with Spark's commit log, and decides per batch (:class:`Actio
   replays it, so all its work is aborted;
 * ``abort-leftovers``: no manifest (the batch never reached its commit decision; Spark replays
   it) or its bundle is already present: the in-doubt attempts are aborted;
-* ``nothing``: only a stale manifest of a committed batch is removed.
+* ``nothing``: only a stale manifest of a committed batch is removed;
+* ``lost``: Spark's commit log holds the batch, so Spark will never replay it, but the sink no
+  longer has its work: its prepared work is gone (``commit_status`` answers ABORTED), or the
+  sink's newest bundle is of an older batch and no manifest covers the gap (the sink lost
+  committed batches). Recovery stops with :class:`~eosink.errors.PreparedWorkLostError`; the way
+  back is to rewind the checkpoint (:mod:`eosink.rewind`).
+
+A sink that lost every bundle of an app_id cannot be told from an app_id that is new to an
+existing checkpoint, so that loss is not detected; nor is a table emptied under its bundles.
 
 :meth:`eosink.coordinator.Coordinator.recover` executes such a plan; ``eosink recover
 --dry-run`` prints it. Planning never writes: with a sink whose ``recover`` and
@@ -24,10 +32,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from eosink.checkpoint import SparkCheckpoint
-from eosink.contract import Bundle, Committable, Sink
-from eosink.strategies import Strategy
+from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Sink
+from eosink.errors import ConfigurationError
+from eosink.strategies import STRATEGY_NAMES, Strategy, resolve_strategy
 
-__all__ = ["Action", "BatchPlan", "RecoveryPlan", "plan_recovery"]
+__all__ = ["Action", "BatchPlan", "RecoveryPlan", "plan_recovery", "recorded_strategy"]
 
 
 class Action(enum.Enum):
@@ -37,6 +46,7 @@ class Action(enum.Enum):
     ABORT = "abort"
     ABORT_LEFTOVERS = "abort-leftovers"
     NOTHING = "nothing"
+    LOST = "lost"
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,11 @@ class RecoveryPlan:
         """True when recovery has nothing to commit, abort or remove."""
         return not self.batches
 
+    @property
+    def lost(self) -> tuple[BatchPlan, ...]:
+        """The batches Spark committed whose work the sink no longer has (oldest first)."""
+        return tuple(b for b in self.batches if b.action is Action.LOST)
+
     def count(self, action: Action) -> int:
         return sum(1 for b in self.batches if b.action is action)
 
@@ -115,12 +130,42 @@ def plan_recovery(sink: Sink[Any], app_id: str, strategy: Strategy, checkpoint: 
         for c in sink.recover(app_id):
             in_doubt.setdefault(c.batch.batch_id, []).append(c)
     last = sink.fetch_last_bundle(app_id)
-    batch_ids = sorted(set(in_doubt) | set(checkpoint.manifest_batches(app_id)))
-    plans = tuple(_plan_batch(app_id, b, in_doubt.get(b, []), last, strategy, checkpoint) for b in batch_ids)
-    return RecoveryPlan(app_id, strategy.name, None if last is None else last.batch.batch_id, plans)
+    manifests = checkpoint.manifest_batches(app_id)
+    batch_ids = sorted(set(in_doubt) | set(manifests))
+    plans = [_plan_batch(sink, app_id, b, in_doubt.get(b, []), last, strategy, checkpoint) for b in batch_ids]
+    gap = _sink_behind_spark(app_id, last, set(manifests), checkpoint)
+    if gap is not None and gap.batch_id not in batch_ids:
+        plans.append(gap)
+    plans.sort(key=lambda b: b.batch_id)
+    return RecoveryPlan(app_id, strategy.name, None if last is None else last.batch.batch_id, tuple(plans))
+
+
+def _sink_behind_spark(
+    app_id: str, last: Bundle | None, manifests: set[int], checkpoint: SparkCheckpoint
+) -> BatchPlan | None:
+    """The first batch Spark committed after the sink's newest bundle that no manifest covers, if any.
+
+    Every strategy writes a batch's bundle before Spark's commit log holds it, or (2PC) keeps its
+    manifest until it does: a commit-log entry beyond the newest bundle with no manifest means the
+    sink lost committed work. Without any bundle nothing can be told (a new app_id looks the same).
+    """
+    if last is None:
+        return None
+    spark_last = checkpoint.last_committed()
+    if spark_last is None or spark_last <= last.batch.batch_id:
+        return None
+    for batch_id in range(last.batch.batch_id + 1, spark_last + 1):
+        if batch_id not in manifests:
+            reason = (
+                f"its newest bundle of app_id {app_id!r} is of batch {last.batch.batch_id}, and no manifest covers "
+                f"batch {batch_id}: the sink lost committed work"
+            )
+            return BatchPlan(batch_id, Action.LOST, reason, False, True)
+    return None
 
 
 def _plan_batch(
+    sink: Sink[Any],
     app_id: str,
     batch_id: int,
     in_doubt: list[Committable],
@@ -157,6 +202,18 @@ def _plan_batch(
     candidates.update({c.id: c for c in committables})  # sinks that cannot list in-doubt work
     spark_committed = checkpoint.is_committed(batch_id)
     every = tuple(candidates.values())
+    if spark_committed and sink.commit_status(BatchRef(app_id, batch_id), committables) is CommitStatus.ABORTED:
+        return BatchPlan(
+            batch_id,
+            Action.LOST,
+            "commit_status answers aborted: its prepared work is gone",
+            True,
+            True,
+            commit=committables,
+            bundle=bundle,
+            candidates=every,
+            in_doubt=listed,
+        )
     if strategy.rolls_forward(spark_committed):
         keep = {c.id for c in committables}
         if strategy.commits_after_spark:
@@ -185,3 +242,36 @@ def _plan_batch(
         candidates=every,
         in_doubt=listed,
     )
+
+
+def recorded_strategy(checkpoint: SparkCheckpoint, app_id: str, given: str | None, last: str | None) -> Strategy:
+    """The strategy the app_id runs with: its manifests say it; else its last bundle; else ``given``."""
+    names: set[str] = set()
+    for batch_id in checkpoint.manifest_batches(app_id):
+        manifest = checkpoint.read_manifest(app_id, batch_id)
+        if manifest is not None and manifest.bundle.strategy:
+            names.add(manifest.bundle.strategy)
+    recorded = sorted(names) or ([last] if last else [])
+    if len(recorded) > 1:
+        raise ConfigurationError(
+            f"The manifests of app_id {app_id!r} name several strategies: {', '.join(recorded)}.",
+            "Restore the checkpoint of this query; manifests of one query share one strategy.",
+        )
+    if given and recorded and recorded[0] != given:
+        raise ConfigurationError(
+            f"--strategy {given} contradicts the strategy {recorded[0]!r} app_id {app_id!r} writes with.",
+            f"Drop --strategy (the recorded {recorded[0]!r} is used) or check --app-id and --checkpoint.",
+        )
+    name = given or (recorded[0] if recorded else None)
+    if name is None:
+        raise ConfigurationError(
+            f"Cannot tell the strategy of app_id {app_id!r}: no manifest in the checkpoint names one and no "
+            "batch was committed yet.",
+            "Pass --strategy as given to eosink.foreach_batch (2pc, txid-check or idempotent).",
+        )
+    if name not in STRATEGY_NAMES:
+        raise ConfigurationError(
+            f"The strategy {name!r} recorded for app_id {app_id!r} is unknown to this eosink.",
+            "Upgrade eosink to the version the query runs with, or pass --strategy.",
+        )
+    return resolve_strategy(name)

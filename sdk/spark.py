@@ -248,10 +248,12 @@ class BatchWriter:
         """Commit what Spark has committed and release resources; call after the query stops.
 
         Also when no batch ran in this process (a restart that found no new input): batches
-        Spark's commit log holds but the sink does not are committed then (2PC).
+        Spark's commit log holds but the sink does not are committed then (2PC), and a batch
+        Spark committed whose work the sink no longer has raises
+        :class:`~eosink.errors.PreparedWorkLostError` (every strategy).
         """
-        if self._coordinator is None and self.strategy.commits_after_spark and self.checkpoint.exists():
-            _ = self.coordinator  # a writer that processed no batch
+        if self._coordinator is None and self.checkpoint.exists():
+            _ = self.coordinator  # a writer that processed no batch: commit what Spark committed, check for loss
         if self._coordinator is not None:
             try:
                 self._coordinator.finish_spark_committed()

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import ReflectedColumn
     from sqlalchemy.types import TypeEngine
 
-__all__ = ["Column", "Target", "check_batch", "create_table_sql", "reflect"]
+__all__ = ["Column", "TargetTable", "check_batch", "create_table_sql", "reflect"]
 
 _INTS = {"int2", "int4", "int8"}
 _FLOATS = {"float4", "float8"}
@@ -78,7 +78,7 @@ class Column:
 
 
 @dataclass(frozen=True)
-class Target:
+class TargetTable:
     """The reflected target table."""
 
     schema: str
@@ -205,7 +205,7 @@ def _borrowing(conn: Connection[Any]) -> Iterator[Any]:
         _LENT.reset(token)
 
 
-def reflect(conn: Connection[Any], schema: str | None, table: str) -> Target | None:
+def reflect(conn: Connection[Any], schema: str | None, table: str) -> TargetTable | None:
     """The target table, or None if it does not exist.
 
     ``conn`` is left as it was: in autocommit, or inside the caller's transaction (which goes on);
@@ -220,14 +220,14 @@ def reflect(conn: Connection[Any], schema: str | None, table: str) -> Target | N
                 conn.rollback()
 
 
-def _reflect(conn: Connection[Any], schema: str | None, table: str) -> Target | None:
+def _reflect(conn: Connection[Any], schema: str | None, table: str) -> TargetTable | None:
     name = sql.Identifier(table) if schema is None else sql.Identifier(schema, table)
     row = conn.cursor(row_factory=tuple_row).execute(_RELATION, (name.as_string(conn),)).fetchone()
     if row is None:
         return None
     nsp, rel, kind, oid = str(row[0]), str(row[1]), str(row[2]), int(row[3])
     if kind not in _WITH_COLUMNS:
-        return Target(nsp, rel, kind, (), ())  # a sequence, an index, a composite type: refused by the sink
+        return TargetTable(nsp, rel, kind, (), ())  # a sequence, an index, a composite type: refused by the sink
     _require_sqlalchemy()
     from sqlalchemy import exc, inspect
 
@@ -252,7 +252,7 @@ def _reflect(conn: Connection[Any], schema: str | None, table: str) -> Target | 
         usable = not (index.get("expressions") or options.get("postgresql_where") or options.get("postgresql_invalid"))
         if index["unique"] and usable:
             unique.append(frozenset(c for c in index["column_names"] if c is not None))
-    return Target(nsp, rel, kind, columns, tuple(dict.fromkeys(unique)))
+    return TargetTable(nsp, rel, kind, columns, tuple(dict.fromkeys(unique)))
 
 
 def _columns(conn: Connection[Any], oid: int, reflected: list[ReflectedColumn]) -> tuple[Column, ...]:
@@ -488,7 +488,7 @@ def _q(name: str) -> str:
     return sql.Identifier(name).as_string(None)
 
 
-def check_batch(target: Target, batch: pa.RecordBatch, keys: Sequence[str], where: str) -> None:
+def check_batch(target: TargetTable, batch: pa.RecordBatch, keys: Sequence[str], where: str) -> None:
     """Raise SchemaError / BadRecordError unless every row of ``batch`` can go into ``target``."""
     names = batch.schema.names
     if len(set(names)) != len(names):

@@ -54,7 +54,7 @@ from eosink.connectors.postgres._control import (
 )
 from eosink.connectors.postgres._copy import copy_rows
 from eosink.connectors.postgres._pool import Conn
-from eosink.connectors.postgres._schema import Column, Target, check_batch, create_table_sql, reflect
+from eosink.connectors.postgres._schema import Column, TargetTable, check_batch, create_table_sql, reflect
 from eosink.contract import Committable, TaskRef
 from eosink.errors import CommitAbortedError, ConfigurationError, SchemaError
 
@@ -72,7 +72,7 @@ class _Txn:
     keys: tuple[str, ...]
     conn: Conn | None
     pid: int
-    target: Target | None = None
+    target: TargetTable | None = None
     staging: str | None = None
     columns: tuple[str, ...] = ()
     rows: int = 0
@@ -250,7 +250,7 @@ class _WriteSide(_SinkBase):
         else:
             self._stage_own(txn, target, unlogged=False)
 
-    def _stage_own(self, txn: _Txn, target: Target, *, unlogged: bool) -> None:
+    def _stage_own(self, txn: _Txn, target: TargetTable, *, unlogged: bool) -> None:
         """Create the attempt's own staging table, in its transaction (UNLOGGED when the rows leave it
         before the transaction ends: nothing in it has to survive a crash)."""
         ctl = self._ctl()
@@ -299,7 +299,7 @@ class _WriteSide(_SinkBase):
             conn.execute("RELEASE SAVEPOINT eosink_segment")
             txn.segment, txn.segment_bytes = [], 0
 
-    def _ensure_staging(self, ctl: Conn, target: Target, staging: str) -> None:
+    def _ensure_staging(self, ctl: Conn, target: TargetTable, staging: str) -> None:
         """Create the (empty) staging template of the target's shape, once, whoever races for it.
 
         The re-check under the advisory lock can miss a table another session just created (the

@@ -79,6 +79,12 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
     (commit, abort, commit_status, recover, fetch_last_bundle) from ``_CommitSide``.
     """
 
+    lost_work_hint = (
+        "someone ran ROLLBACK PREPARED on the batch's prepared transactions (to free their locks, or by a "
+        "cleanup script), or dropped the control schema's staging tables, while the batch was in doubt. Only "
+        "eosink should end transactions whose gid starts with 'eo1.'."
+    )
+
     def __init__(self, config: PostgresConfig | str, /, table: str | tuple[str, str] | None = None, **options: Any):
         if isinstance(config, str):
             if table is None:

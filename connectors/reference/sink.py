@@ -148,6 +148,8 @@ class ReferenceSink(Sink[_Txn]):
     only the path and options, and opens one connection per thread and process lazily.
     """
 
+    lost_work_hint = "the SQLite file's txns or staged rows were changed or deleted by hand, or the file replaced."
+
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -91,7 +91,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[known.command][0](rest)
     parser.print_help()
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

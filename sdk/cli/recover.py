@@ -2,7 +2,9 @@
 
 It rolls forward what the strategy keeps (2pc: what Spark's commit log holds) and aborts the rest,
 with the rules of :mod:`eosink.recovery`; ``--dry-run`` prints the plan and changes nothing.
-Exit status: 0 done (or dry run), 1 an error or in-doubt work remains, 2 usage.
+``--rewind`` instead rewinds the checkpoint to a batch whose work the sink lost
+(:mod:`eosink.rewind`): a dry run unless ``--yes``. Exit status: 0 done (or dry run), 1 an error
+or in-doubt work remains, 2 usage.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from collections.abc import Sequence
 from eosink.admin import SinkAdmin
 from eosink.checkpoint import SparkCheckpoint
 from eosink.cli._common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, command, opt, table
+from eosink.coordinator import Coordinator
 from eosink.errors import ConfigurationError
-from eosink.recovery import RecoveryPlan
-from eosink.strategies import STRATEGY_NAMES, Strategy, resolve_strategy
+from eosink.recovery import RecoveryPlan, recorded_strategy
+from eosink.rewind import lease_holder, plan_rewind, rewind
+from eosink.strategies import STRATEGY_NAMES
 
-__all__ = ["FENCE_NOTE", "main", "recorded_strategy"]
+__all__ = ["FENCE_NOTE", "main", "render_plan"]
 
 FENCE_NOTE = (
     "recover FENCES the app_id: it takes a new writer epoch, so a driver of this app_id that is still "
@@ -50,13 +54,17 @@ def _options(ap: argparse.ArgumentParser) -> None:
         help="default: the strategy recorded in the checkpoint's eosink manifests (or the last bundle)",
     )
     ap.add_argument("--dry-run", action="store_true", help="print what recover would do; change nothing")
+    ap.add_argument(
+        "--rewind",
+        action="store_true",
+        help="rewind the checkpoint to the first batch Spark committed whose work the sink lost "
+        "(PreparedWorkLostError), so that the next start runs it again; a dry run unless --yes",
+    )
     ap.add_argument("--yes", action="store_true", help="confirm fencing the app_id and resolving its work")
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
 def _recover(args: argparse.Namespace, admin: SinkAdmin) -> int:
-    from eosink.coordinator import Coordinator
-
     checkpoint = SparkCheckpoint(args.checkpoint)
     if not checkpoint.exists():
         raise ConfigurationError(
@@ -73,6 +81,11 @@ def _recover(args: argparse.Namespace, admin: SinkAdmin) -> int:
     sink = admin.make_sink()
     strategy.check(sink.capabilities, type(sink).__name__)
     coordinator = Coordinator(sink, app_id, strategy, checkpoint)
+    if args.rewind:
+        try:
+            return _rewind(args, checkpoint, coordinator)
+        finally:
+            sink.close()
     try:
         if args.dry_run or not args.yes:
             plan = coordinator.recovery_plan()
@@ -104,37 +117,41 @@ def _recover(args: argparse.Namespace, admin: SinkAdmin) -> int:
     return EXIT_FAIL if after else EXIT_OK
 
 
-def recorded_strategy(checkpoint: SparkCheckpoint, app_id: str, given: str | None, last: str | None) -> Strategy:
-    """The strategy the app_id runs with: its manifests say it; else its last bundle; else ``given``."""
-    names: set[str] = set()
-    for batch_id in checkpoint.manifest_batches(app_id):
-        manifest = checkpoint.read_manifest(app_id, batch_id)
-        if manifest is not None and manifest.bundle.strategy:
-            names.add(manifest.bundle.strategy)
-    recorded = sorted(names) or ([last] if last else [])
-    if len(recorded) > 1:
-        raise ConfigurationError(
-            f"The manifests of app_id {app_id!r} name several strategies: {', '.join(recorded)}.",
-            "Restore the checkpoint of this query; manifests of one query share one strategy.",
-        )
-    if given and recorded and recorded[0] != given:
-        raise ConfigurationError(
-            f"--strategy {given} contradicts the strategy {recorded[0]!r} app_id {app_id!r} writes with.",
-            f"Drop --strategy (the recorded {recorded[0]!r} is used) or check --app-id and --checkpoint.",
-        )
-    name = given or (recorded[0] if recorded else None)
-    if name is None:
-        raise ConfigurationError(
-            f"Cannot tell the strategy of app_id {app_id!r}: no manifest in the checkpoint names one and no "
-            "batch was committed yet.",
-            "Pass --strategy as given to eosink.foreach_batch (2pc, txid-check or idempotent).",
-        )
-    if name not in STRATEGY_NAMES:
-        raise ConfigurationError(
-            f"The strategy {name!r} recorded for app_id {app_id!r} is unknown to this eosink.",
-            "Upgrade eosink to the version the query runs with, or pass --strategy.",
-        )
-    return resolve_strategy(name)
+def _rewind(args: argparse.Namespace, checkpoint: SparkCheckpoint, coordinator: Coordinator) -> int:
+    """Plan the rewind (refused when unsafe), print it; with --yes (and not --dry-run) carry it out."""
+    last = coordinator.sink.fetch_last_bundle(coordinator.app_id)
+    plan = plan_rewind(checkpoint, coordinator.recovery_plan(), None if last is None else last.batch.batch_id)
+    act = args.yes and not args.dry_run
+    record = rewind(checkpoint, plan) if act else None
+    if args.json:
+        print(json.dumps({"dry_run": not act, "rewind": plan.to_json(), "record": "/".join(record or ())}, indent=2))
+        return EXIT_OK
+    verb = "moved" if act else "would move"
+    out = [
+        f"app_id {plan.app_id!r}: batch {plan.batch_id} is lost ({plan.reason}).",
+        f"rewind to batch {plan.batch_id}: {verb} these files into {checkpoint.location}/{'/'.join(plan.backup)}:",
+        f"  Spark's commit log: {_ids(plan.commits)} (Spark runs these batches again)",
+        f"  Spark's offsets log: {_ids(plan.offsets)} (planned, never committed; planned anew)",
+        f"  eosink's manifests: {_ids(plan.manifests)}",
+        f"  kept: offsets/{plan.batch_id} and everything before it, and the state: batch {plan.batch_id} runs "
+        "again from the same offsets and state",
+    ]
+    if plan.lease is not None:
+        out.append(f"  the stale lease of a dead driver ({lease_holder(plan.lease)}) is removed")
+    if act:
+        out += [
+            "",
+            f"done; what was moved and why is in {checkpoint.location}/{'/'.join(record or ())}.",
+            f"Start the query again: it runs batch {plan.batch_id} again, and it lands once.",
+        ]
+    else:
+        out += ["", "dry run: nothing changed. Run again with --yes to rewind."]
+    print("\n".join(out))
+    return EXIT_OK
+
+
+def _ids(ids: tuple[int, ...]) -> str:
+    return ", ".join(str(i) for i in ids) if ids else "none"
 
 
 def render_plan(plan: RecoveryPlan, epoch: int, in_doubt: int, *, dry_run: bool, new_epoch: int | None = None) -> str:

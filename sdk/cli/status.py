@@ -1,6 +1,10 @@
 """``eosink status --sink NAME ...``: per app_id, the writer epoch, the last committed batch, what is in doubt.
 
-Read-only. Exit status: 0 nothing in doubt, 1 in-doubt work remains or an error, 2 usage.
+With ``--checkpoint DIR --app-id A`` it also judges the app_id against its Spark checkpoint, as
+recovery at start would: a batch Spark's commit log holds whose work the sink no longer has is
+shown as **lost** (:class:`~eosink.errors.PreparedWorkLostError`), with the rewind that brings it
+back. Read-only. Exit status: 0 nothing in doubt and nothing lost, 1 in-doubt work remains, a
+batch is lost, or an error, 2 usage.
 """
 
 from __future__ import annotations
@@ -10,7 +14,11 @@ import json
 from collections.abc import Sequence
 
 from eosink.admin import AppStatus, InDoubtWork, SinkAdmin, SinkStatus
-from eosink.cli._common import EXIT_FAIL, EXIT_OK, age, command, opt, table
+from eosink.checkpoint import SparkCheckpoint
+from eosink.cli._common import EXIT_FAIL, EXIT_OK, Usage, age, command, opt, table
+from eosink.errors import ConfigurationError
+from eosink.recovery import BatchPlan, recorded_strategy
+from eosink.strategies import TwoPhaseCommit
 
 __all__ = ["main", "render"]
 
@@ -29,16 +37,50 @@ def main(argv: Sequence[str]) -> int:
 
 def _options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--app-id", help="show this app_id only (default: every app_id the sink knows)")
+    ap.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="the app_id's Spark checkpoint (with --app-id): also show batches Spark committed that the sink lost",
+    )
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
 def _status(args: argparse.Namespace, admin: SinkAdmin) -> int:
+    if args.checkpoint is not None and args.app_id is None:
+        raise Usage("--checkpoint needs --app-id: a checkpoint belongs to one app_id")
     status = admin.status(args.app_id)
+    lost = () if args.checkpoint is None else _lost(args, admin, status)
     if args.json:
-        print(json.dumps({"server": admin.describe(), **status.to_json()}, indent=2))
+        doc = {"server": admin.describe(), **status.to_json()}
+        if args.checkpoint is not None:
+            doc["lost"] = [b.to_json() for b in lost]
+        print(json.dumps(doc, indent=2))
     else:
         print(render(status))
-    return EXIT_FAIL if status.in_doubt else EXIT_OK
+        for b in lost:
+            print(
+                f"\nLOST: batch {b.batch_id} of app_id {args.app_id!r}: Spark's commit log holds it, but the sink no "
+                f"longer has its work ({b.reason}). Rewind: eosink recover --rewind --sink {args.sink} ... "
+                f"--checkpoint {args.checkpoint} --app-id {args.app_id} (a dry run; then --yes)"
+            )
+    return EXIT_FAIL if status.in_doubt or lost else EXIT_OK
+
+
+def _lost(args: argparse.Namespace, admin: SinkAdmin, status: SinkStatus) -> tuple[BatchPlan, ...]:
+    """The batches recovery at start would stop on as lost (read-only)."""
+    from eosink.coordinator import Coordinator
+
+    checkpoint = SparkCheckpoint(args.checkpoint)
+    app = status.app(args.app_id)
+    try:
+        strategy = recorded_strategy(checkpoint, args.app_id, None, None if app is None else app.last_strategy)
+    except ConfigurationError:  # nothing recorded yet: which batches are lost does not depend on it
+        strategy = TwoPhaseCommit()
+    sink = admin.make_sink()
+    try:
+        return Coordinator(sink, args.app_id, strategy, checkpoint).recovery_plan().lost
+    finally:
+        sink.close()
 
 
 def render(status: SinkStatus) -> str:

@@ -13,8 +13,11 @@ schema, dropped afterwards.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -30,7 +33,8 @@ from psycopg import sql
 
 from eosink._procs import kill_session
 from eosink.chaos.oracle import batch_of_file
-from eosink.connectors.postgres._control import gid_prefix
+from eosink.connectors.postgres import PostgresConfig
+from eosink.connectors.postgres.admin import PostgresAdmin
 from eosink.connectors.postgres.testing import PostgresHarness
 from eosink.errors import ServiceError
 from eosink.services import get_service
@@ -139,10 +143,11 @@ class PgPipeline(Pipeline):
         return [int(b) for (b,) in self._query(statement, (self.app_id,))]
 
     def prepared(self) -> list[str]:
-        """Prepared transactions of this control schema (any app) still in pg_prepared_xacts."""
-        prefix = gid_prefix(self.control_schema)
-        rows = self._query(sql.SQL("SELECT gid FROM pg_prepared_xacts WHERE left(gid, %s) = %s"), (len(prefix), prefix))
-        return [g for (g,) in rows]
+        """Prepared transactions of this control schema (any app) in pg_prepared_xacts, as its admin lists them."""
+        config = PostgresConfig(self.url, self.table, control_schema=self.control_schema)
+        found = PostgresAdmin(config).status()
+        work = [w for a in found.apps for w in a.in_doubt] + list(found.orphans)
+        return [w.id for w in work if w.kind == "prepared"]
 
     def staged(self) -> int:
         """Rows left in the control schema's staging tables: templates ``s_<hash>``, attempts' own ``t_<hash>``
@@ -382,5 +387,44 @@ def test_upsert_running_balances_after_kill_and_restart(pg_pipeline: PgPipeline,
     p.variant = variant
     p.query = "balance"
     assert_killed(p.run(f"{point}@1:kill"), point)
+    assert_clean(p.run())
+    p.assert_balances()
+
+
+# -- 4: prepared work lost after Spark's commit log, and the rewind ---------------------------------------
+
+
+@pytest.mark.full
+def test_prepared_work_rolled_back_by_hand_stops_the_query_and_a_rewind_lands_it_once(pg_pipeline: PgPipeline) -> None:
+    """A running sum per account under 2pc, SIGKILLed at F5 of batch 1 (Spark committed it, the sink did not);
+    then an operator runs ROLLBACK PREPARED on batch 1's prepared transactions.
+
+    Pass: the restart stops with PreparedWorkLostError (exit 3) naming batch 1 and the rewind;
+    ``eosink recover --rewind`` prints its plan and changes nothing, ``--yes`` carries it out; the next
+    restart completes, and every account's balance is the sum of its input amounts, with one bundle
+    per batch and nothing prepared or staged left.
+    """
+    p = pg_pipeline
+    p.variant, p.query = "2pc", "balance"
+    assert_killed(p.run("F5@1:kill"), "F5")
+    lost = p.prepared()
+    assert lost, "batch 1 should be prepared after a kill at F5"
+    for gid in lost:
+        p.admin().execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+    stopped = p.run()
+    assert stopped.returncode == 3 and stopped.error_kind == "PreparedWorkLostError", stopped.stderr[-3000:]
+    assert "Batch 1 of app_id" in stopped.stderr and "--rewind" in stopped.stderr
+    cli = [
+        *("recover", "--sink", "postgres", "--conninfo-env", "EOSINK_TEST_PG_URL", "--table", p.table),
+        *("--control-schema", p.control_schema, "--app-id", p.app_id, "--checkpoint", str(p.checkpoint), "--rewind"),
+    ]
+    env = {**os.environ, "EOSINK_TEST_PG_URL": p.url}
+    eosink = [sys.executable, "-m", "eosink.cli"]
+    dry = subprocess.run([*eosink, *cli], capture_output=True, text=True, env=env, timeout=120)
+    assert dry.returncode == 0 and "dry run: nothing changed" in dry.stdout, dry.stdout + dry.stderr
+    assert (p.checkpoint / "commits" / "1").exists()
+    done = subprocess.run([*eosink, *cli, "--yes"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "Start the query again" in done.stdout, done.stdout + done.stderr
+    assert not (p.checkpoint / "commits" / "1").exists() and (p.checkpoint / "offsets" / "1").exists()
     assert_clean(p.run())
     p.assert_balances()

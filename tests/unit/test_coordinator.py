@@ -48,6 +48,7 @@ from eosink.errors import (
     ConfigurationError,
     FencedError,
     NonDeterministicReplayError,
+    PreparedWorkLostError,
     TransientError,
 )
 from eosink.keys import KEY_COLUMN
@@ -929,15 +930,16 @@ def test_2pc_batch_committed_by_spark_whose_prepared_work_vanished_fails_loudly(
     """Crash at F5 of batch 1 (Spark committed it), then the sink loses its prepared work.
 
     Spark will never replay batch 1, so its rows are lost: that must never pass silently.
-    Pass: the restarted driver raises CommitAbortedError naming batch 1 and does not go on.
+    Pass: the restarted driver raises PreparedWorkLostError naming app and batch 1 and does not go on.
     """
     ms = mini(tmp_path, VARIANTS[0])
     faults.configure("F5@1:raise")
     ms.crash()
     assert _vanish_prepared_work(ms) >= 1
     ms.restart()
-    with pytest.raises(CommitAbortedError, match="payments#1"):
+    with pytest.raises(PreparedWorkLostError, match="Batch 1 of app_id 'payments' is lost") as err:
         ms.run()
+    assert (err.value.app_id, err.value.batch_id) == ("payments", 1)
     assert ms.processed == [0, 1, 2]
     assert ms.visible() == ms.expected(upto=1)
 

@@ -273,7 +273,7 @@ def test_error_tree_shape() -> None:
 
     Pass: the subclass relations hold, and the module exports all twelve classes.
     """
-    assert len(ERROR_CLASSES) == 12
+    assert len(ERROR_CLASSES) == 13
     assert all(issubclass(cls, EosinkError) for cls in ERROR_CLASSES)
     assert issubclass(CheckpointMismatchError, ConfigurationError)
     assert issubclass(EosinkError, Exception)

@@ -4,7 +4,7 @@
   2PC commit) through :class:`~eosink.contracts._mini.NoWatcherCoordinator`; ``restart`` is a
   new driver process: a new sink from configuration and a new Coordinator on the same
   :class:`~eosink.contracts._mini.FakeCheckpoint` and app_id.
-* :class:`Target` reads what a reader and the sink's bookkeeping hold, with an admin connection.
+* :class:`SinkState` reads what a reader and the sink's bookkeeping hold, with an admin connection.
 * :func:`assert_refused` checks an error's class, that it names the problem and the fix, and
   that no secret appears anywhere in it (message, repr, traceback).
 * :class:`ArrowBatch` is a :class:`~eosink.contracts._mini.MemoryBatch` with a schema of its own.
@@ -38,7 +38,7 @@ from eosink.coordinator import Coordinator
 from eosink.errors import EosinkError
 from eosink.services.postgres import PostgresServer
 
-__all__ = ["APP", "ArrowBatch", "Driver", "PrivatePostgres", "Target", "assert_refused", "canon"]
+__all__ = ["APP", "ArrowBatch", "Driver", "PrivatePostgres", "SinkState", "assert_refused", "canon"]
 
 APP = "app_bad"
 
@@ -122,7 +122,7 @@ class Driver:
             self.coordinator.sink.close()
 
 
-class Target:
+class SinkState:
     """What a reader sees in the target, and what the sink keeps for APP in its control schema."""
 
     def __init__(self, url: str, table: tuple[str, str], control_schema: str) -> None:

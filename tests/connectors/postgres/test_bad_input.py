@@ -39,7 +39,7 @@ from tests.connectors.postgres._badinput import (
     ArrowBatch,
     Driver,
     PrivatePostgres,
-    Target,
+    SinkState,
     assert_refused,
     canon,
 )
@@ -61,8 +61,8 @@ class Case:
     ctl: str
 
     @property
-    def target(self) -> Target:
-        return Target(self.url, self.table, self.ctl)
+    def target(self) -> SinkState:
+        return SinkState(self.url, self.table, self.ctl)
 
     def config(self, conninfo: str | None = None, **options: Any) -> PostgresConfig:
         return PostgresConfig(conninfo or self.url, table=self.table, control_schema=self.ctl, **options)

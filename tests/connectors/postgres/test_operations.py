@@ -310,6 +310,48 @@ def test_recover_completes_a_half_committed_batch(scene: Scene) -> None:
     assert json.loads(scene.run("status", "--json").stdout)["in_doubt"] == 0
 
 
+def test_a_batch_whose_prepared_work_was_rolled_back_by_hand_is_lost_and_a_rewind_brings_it_back(
+    scene: Scene,
+) -> None:
+    """Spark committed batch 1 (commits/1), then an operator ran ROLLBACK PREPARED on its gids.
+
+    Pass: ``status --checkpoint`` shows batch 1 as LOST (exit 1); ``recover --yes`` refuses to go on
+    with PreparedWorkLostError naming the rewind; ``recover --rewind`` is a dry run that changes
+    nothing; ``--rewind --yes`` moves commits/1 and the manifest aside (offsets/1 stays) and records
+    it; a driver that then runs batch 1 again from the same checkpoint lands it exactly once.
+    """
+    scene.ckpt.write_commit(1)
+    with scene.admin() as conn:
+        for gid in scene.state()["gids"]:
+            conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+    where = ["--app-id", APP, "--checkpoint", str(scene.ckpt.root)]
+    status = scene.run("status", *where)
+    assert status.returncode == 1 and "LOST: batch 1 of app_id" in status.stdout, status.stdout + status.stderr
+    lost = json.loads(scene.run("status", *where, "--json").stdout)["lost"]
+    assert [(b["batch_id"], b["action"]) for b in lost] == [(1, "lost")]
+    refused = scene.recover("--yes")
+    assert refused.returncode == 1 and "is lost" in refused.stderr and "--rewind" in refused.stderr
+    before = scene.state()
+    dry = scene.recover("--rewind")
+    assert dry.returncode == 0 and "dry run: nothing changed" in dry.stdout and "commit log: 1" in dry.stdout
+    assert scene.state() == before and scene.ckpt.has_commit(1)
+    done = scene.recover("--rewind", "--yes", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["dry_run"] is False and doc["rewind"]["commits"] == [1] and doc["rewind"]["manifests"] == [1]
+    assert not scene.ckpt.has_commit(1) and (scene.ckpt.root / "offsets" / "1").exists()
+    assert (scene.ckpt.root / doc["record"]).is_file()
+    driver = NoWatcherCoordinator(PostgresSink(scene.config), APP, TwoPhaseCommit(), scene.ckpt.spark(), FAST)
+    try:
+        driver.process(1, scene.batches[1])  # Spark runs batch 1 again, from offsets/1
+        scene.ckpt.write_commit(1)
+        assert driver.commit_ready() == 1
+    finally:
+        driver.close()
+    assert scene.visible() == scene.expected(upto=2)
+    assert scene.run("status", *where).returncode == 0
+
+
 def test_conninfo_from_an_environment_variable(scene: Scene) -> None:
     """--conninfo-env reads the whole conninfo (password included) from the environment; never printed."""
     proc = scene.run("status", "--conninfo-env", "OPS_PG", env={"OPS_PG": scene.endpoint.url, "PGPASSWORD": ""})
@@ -370,8 +412,8 @@ def test_recover_refuses_another_querys_checkpoint(scene: Scene) -> None:
 
 def test_strategy_comes_from_the_manifests_or_the_last_bundle(tmp_path: Path) -> None:
     """No manifest and no bundle: --strategy is required; a recorded but unknown name is refused."""
-    from eosink.cli.recover import recorded_strategy as _strategy
     from eosink.errors import ConfigurationError
+    from eosink.recovery import recorded_strategy as _strategy
 
     ckpt = FakeCheckpoint(tmp_path / "chk").spark()
     assert _strategy(ckpt, APP, None, "txid-check").name == "txid-check"

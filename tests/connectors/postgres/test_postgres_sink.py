@@ -5,7 +5,6 @@ from __future__ import annotations
 import pickle
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -34,15 +33,6 @@ from eosink.services.proxy import FaultProxy
 
 APP = "app_direct"
 HARNESS = PostgresHarness()
-
-
-@pytest.fixture
-def names() -> Iterator[dict[str, str]]:
-    """A fresh table and control schema name; both dropped afterwards."""
-    tag = uuid.uuid4().hex[:10]
-    made = {"table": f"pgt_{tag}", "ctl": f"pgt_{tag}_ctl"}
-    yield made
-    HARNESS.drop(made["ctl"], [sql.Identifier(made["table"])])
 
 
 def _config(endpoint: PostgresEndpoint, names: dict[str, str], **options: Any) -> PostgresConfig:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -32,14 +31,6 @@ SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 def _batch(start: int, n: int = 3) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([{"id": i, "name": f"n{i}"} for i in range(start, start + n)], schema=SCHEMA)
-
-
-@pytest.fixture
-def names() -> Iterator[dict[str, str]]:
-    tag = uuid.uuid4().hex[:10]
-    made = {"table": f"pgs_{tag}", "ctl": f"pgs_{tag}_ctl"}
-    yield made
-    HARNESS.drop(made["ctl"], [sql.Identifier(made["table"])])
 
 
 def _sink(endpoint: PostgresEndpoint, names: dict[str, str], **options: Any) -> PostgresSink:

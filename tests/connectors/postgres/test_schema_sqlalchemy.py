@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 
 from eosink.connectors.postgres import PostgresConfig, PostgresSink
 from eosink.connectors.postgres._schema import (
-    Target,
+    TargetTable,
     _borrowing,
     check_batch,
     create_table_sql,
@@ -55,7 +55,7 @@ def _exec(conn: psycopg.Connection[Any], schema: str, statement: str) -> None:
     conn.execute(sql.SQL(statement).format(S=sql.Identifier(schema)))
 
 
-def _reflect(conn: psycopg.Connection[Any], schema: str | None, table: str) -> Target:
+def _reflect(conn: psycopg.Connection[Any], schema: str | None, table: str) -> TargetTable:
     target = reflect(conn, schema, table)
     assert target is not None
     return target
@@ -148,7 +148,7 @@ TYPES = [
 
 
 @pytest.fixture
-def typed(admin: psycopg.Connection[tuple[Any, ...]], schema: str) -> Target:
+def typed(admin: psycopg.Connection[tuple[Any, ...]], schema: str) -> TargetTable:
     """A table with one column ``c<i>`` per entry of TYPES."""
     _exec(admin, schema, "CREATE DOMAIN {S}.posint AS bigint CHECK (VALUE > 0)")
     _exec(admin, schema, "CREATE DOMAIN {S}.lsn AS pg_lsn")
@@ -159,7 +159,7 @@ def typed(admin: psycopg.Connection[tuple[Any, ...]], schema: str) -> Target:
     return _reflect(admin, schema, "typed")
 
 
-def test_every_type_reflects_its_base_and_category(typed: Target) -> None:
+def test_every_type_reflects_its_base_and_category(typed: TargetTable) -> None:
     assert len(typed.columns) == len(TYPES)
     for i, (ddl, base, category) in enumerate(TYPES):
         col = typed.columns[i]
@@ -170,7 +170,7 @@ def test_every_type_reflects_its_base_and_category(typed: Target) -> None:
     assert 'COLLATE "C"' in typed.columns[9].type_sql
 
 
-def test_compatibility_follows_the_base_type(typed: Target) -> None:
+def test_compatibility_follows_the_base_type(typed: TargetTable) -> None:
     """Arrow types are checked against domains', enums' and arrays' base types; unknown types take text."""
     by_ddl = {ddl: f"c{i}" for i, (ddl, _, _) in enumerate(TYPES)}
 
