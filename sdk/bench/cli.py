@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from eosink.bench.datasets import DEFAULT_SEED, Dataset, ensure_dataset
+from eosink.bench.job import Job
 from eosink.bench.report import Report, machine, update_docs, write_results
-from eosink.bench.runner import Job, get_adapter, run_job
+from eosink.bench.runner import get_adapter, run_job
 from eosink.bench.runs import (
     BenchAdapter,
     LatencyResult,

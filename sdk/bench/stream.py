@@ -16,8 +16,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from eosink.bench.runner import Job, finish_writer, warm_up
+from eosink.bench.job import Job
 from eosink.bench.runs import BenchAdapter
+from eosink.bench.session import finish_writer, warm_up
 
 __all__ = ["latency_job", "percentile"]
 

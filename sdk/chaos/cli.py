@@ -90,7 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from eosink._procs import spark_cds_options
     from eosink.chaos.oracle import Workload
-    from eosink.chaos.runner import STRATEGIES, format_table, run_chaos
+    from eosink.chaos.report import format_table
+    from eosink.chaos.runner import STRATEGIES, run_chaos
 
     def say(text: str) -> None:
         print(text, flush=True)

@@ -7,8 +7,8 @@ the ``seq``-ordered concatenation of ``token`` (:func:`eosink.chaos.oracle.advan
 persists that output, appends what this attempt computed to the oracle log (one JSON line per
 attempt, fsynced before anything is written to the sink), and writes it through eosink into the
 target (``--strategy``), or with the target's plain writer (``--strategy naive``, the baseline).
-Before and after each batch the writer's stats are saved, so a killed run still reports what it
-did (all but the commits after its last batch).
+The writer's stats are saved to ``--stats-out`` whenever they change (2PC's commits too, which
+come after Spark's commit log), so a killed run still reports what it did.
 
 ``--nondeterministic`` shuffles each batch's tokens at random instead of ordering them by
 ``seq``: every replay of a batch computes different concatenations.
@@ -27,8 +27,11 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from eosink._procs import save_json
+from eosink._procs import error_line
+from eosink._saved_stats import keep_stats
 from eosink.chaos.oracle import advance
+from eosink.chaos.target import get_target
+from eosink.demo.session import job_session
 from eosink.strategies import STRATEGY_NAMES
 
 __all__ = ["main"]
@@ -95,8 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     import eosink
-    from eosink.chaos.target import get_target
-    from eosink.demo import job_session
 
     target = get_target(args.target)
     jars = os.environ.get("EOSINK_CHAOS_JARS", "")
@@ -119,18 +120,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             checkpoint_location=args.checkpoint,
             participants=args.participants,
         )
+        keep_stats(writer, args.stats_out)
     attempt = f"{os.getpid()}-{os.urandom(4).hex()}"
 
     def process(df: Any, batch_id: int) -> None:
-        if writer is not None:  # 2PC commits after Spark's commit log: what happened since the last batch
-            save_json(args.stats_out, writer.stats.to_json())
         out = df.select(F.lit(batch_id).cast("long").alias("batch_id"), *OUTPUT_COLUMNS[1:]).persist()
         try:
             rows = [[r["key"], r["running_sum"], r["concat"], r["n_tokens"]] for r in out.collect()]
             _append_line(args.oracle_log, {"attempt": attempt, "batch": batch_id, "rows": rows})
             if writer is not None:
                 writer(out, batch_id)
-                save_json(args.stats_out, writer.stats.to_json())
             elif naive_write is not None:
                 naive_write(out, batch_id)
         finally:
@@ -141,10 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         query.foreachBatch(process).trigger(availableNow=True).start().awaitTermination()
         if writer is not None:
             writer.close()
-            save_json(args.stats_out, writer.stats.to_json())
     except Exception as exc:
-        from eosink._procs import error_line
-
         print(error_line(exc, target.scrub), file=sys.stderr, flush=True)
         spark.stop()
         return EXIT_ERROR

@@ -85,6 +85,11 @@ class Schedule:
     def planned(self) -> int:
         return sum(len(r) for r in self.runs)
 
+    @property
+    def mode(self) -> str:
+        """Which part of the harness the schedule belongs to: ``eosink``, ``naive`` or ``nondeterministic``."""
+        return "naive" if self.naive else "nondeterministic" if self.nondeterministic else "eosink"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "seed": self.seed,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eosink.chaos.oracle import Row
+from eosink.profiles import get_profile
 
 __all__ = ["ChaosTarget", "Names", "Snapshot", "get_target"]
 
@@ -67,6 +68,4 @@ class ChaosTarget(Protocol):
 
 def get_target(name: str, root: Path | None = None) -> ChaosTarget:
     """The chaos target of sink ``name`` (the ``--sink`` of ``eosink chaos``), from its profile."""
-    from eosink.profiles import get_profile
-
     return get_profile(name, "chaos_target").chaos_target(root)

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import sys
 
+from eosink.demo import demo_main, job_main
+from eosink.demo.pipeline import main as pipeline_main
+
 
 def main() -> int:
     argv = sys.argv[1:]
     if argv[:1] == ["job"]:
-        from eosink.demo._testjob import job_main
-
         return job_main(argv[1:])
     if argv[:1] == ["pipeline"]:
-        from eosink.demo.pipeline import main as pipeline_main
-
         return pipeline_main(argv[1:])
-    from eosink.demo import demo_main
-
     return demo_main(argv[1:] if argv[:1] == ["demo"] else argv)
 
 

@@ -3,7 +3,7 @@
 :func:`job_main` is one Spark streaming driver: payments read from JSON files, one file per
 micro-batch (``trigger(availableNow=True)``), written into a :class:`ReferenceSink` through
 eosink or through a plain at-least-once ``foreachBatch``. Fault points come from
-``EOSINK_FAULTS``. :func:`job_session` is the SparkSession every test, demo and chaos driver uses.
+``EOSINK_FAULTS``. Its SparkSession is :func:`eosink.demo.session.job_session`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["JAVA_OPTS", "SCHEMA", "job_main", "job_session"]
+from eosink._procs import error_line
+from eosink.demo.session import JAVA_OPTS, SCHEMA, job_session
 
-JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-"""Quick JVM start for short runs: C1 compiler only, serial GC."""
-SCHEMA = "id LONG, account STRING, amount LONG"
+__all__ = ["JAVA_OPTS", "SCHEMA", "job_main", "job_session"]  # the session's names: where they used to live
+
 EXIT_EOSINK_ERROR = 3
 
 
@@ -68,39 +68,6 @@ def _job_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def job_session(master: str, app_name: str) -> Any:
-    """A SparkSession for a test or demo job: no UI, small files split into several participants,
-    fault points armed on executors from ``EOSINK_FAULTS`` (a ``kill`` there crashes the whole driver,
-    see :func:`eosink.faults.export_crash_scope`), and ``spark.driver.maxResultSize=1m`` so that a
-    driver collecting rows would fail."""
-    from pyspark.sql import SparkSession
-
-    from eosink.faults import CRASH_SCOPE_VARS, export_crash_scope
-
-    if not any(os.environ.get(v) for v in CRASH_SCOPE_VARS):
-        export_crash_scope()
-    java_opts = f"{JAVA_OPTS} {os.environ.get('EOSINK_DRIVER_JAVA_OPTS', '')}".strip()
-    builder = SparkSession.builder
-    for var in CRASH_SCOPE_VARS:
-        builder = builder.config(f"spark.executorEnv.{var}", os.environ.get(var, ""))
-    spark = (
-        builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.extraJavaOptions", java_opts)
-        .config("spark.executor.extraJavaOptions", JAVA_OPTS)
-        .config("spark.driver.maxResultSize", "1m")  # the driver collects committables, never rows
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.files.maxPartitionBytes", "2048")  # several participants per small file
-        .config("spark.sql.files.openCostInBytes", "0")
-        .config("spark.executorEnv.EOSINK_FAULTS", os.environ.get("EOSINK_FAULTS", ""))
-        .config("spark.executorEnv.EOSINK_FAULT_LOG", os.environ.get("EOSINK_FAULT_LOG", ""))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def job_main(argv: Sequence[str] | None = None) -> int:
     """Run the streaming job to the end of its input; 0 when done, 3 on an eosink error."""
     args = _job_args(argv)
@@ -112,7 +79,6 @@ def job_main(argv: Sequence[str] | None = None) -> int:
 
     import eosink
     from eosink import faults
-    from eosink._procs import error_line
     from eosink.connectors.reference import ReferenceSink
     from eosink.faults import FaultPoint
 

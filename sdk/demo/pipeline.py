@@ -9,9 +9,10 @@ micro-batch goes into one sink twice, through the sink's :class:`~eosink.demo.ta
 
 The plain write runs first, so a crash anywhere in eosink's protocol is also a crash after the
 plain write. Each writer reaches the server through its own fault proxy, whose address is in the
-environment (never in argv: it may hold a password). The writer's counters are saved after every
-batch to ``--stats-out``, so a killed run still reports what it did. Exit codes: 0 input
-exhausted; 3 an error, with ``EOSINK-ERROR <kind>: ...`` on stderr.
+environment (never in argv: it may hold a password). The writer's counters are saved to
+``--stats-out`` whenever they change (2PC's commits too, which come after Spark's commit log), so
+a killed run still reports what it did. Exit codes: 0 input exhausted; 3 an error, with
+``EOSINK-ERROR <kind>: ...`` on stderr.
 """
 
 from __future__ import annotations
@@ -21,8 +22,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from eosink._procs import save_json
-from eosink.demo._testjob import SCHEMA
+import eosink
+from eosink._procs import error_line
+from eosink._saved_stats import keep_stats
+from eosink.demo.session import SCHEMA, job_session
+from eosink.faults import export_crash_scope
+from eosink.profiles import get_profile
 from eosink.strategies import STRATEGY_NAMES
 
 __all__ = ["APP_ID", "SCHEMA", "main"]
@@ -46,13 +51,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the query to the end of its input; 0 when done, 3 on an error."""
     args = _args(argv)
-    from eosink.faults import export_crash_scope
-
     export_crash_scope()  # a fault point that fires in an executor crashes this whole driver
-    import eosink
-    from eosink.demo import job_session
-    from eosink.profiles import get_profile
-
     target = get_profile(args.sink, "demo_target").demo_target()
     writer = eosink.foreach_batch(
         target.job_sink(APP_ID),
@@ -61,27 +60,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint_location=args.checkpoint,
         participants=args.participants,
     )
+    keep_stats(writer, args.stats_out)
     plain = target.job_plain_writer()
     spark = job_session(args.master, f"eosink-demo-{args.strategy}")
     payments = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
 
-    def save_stats() -> None:
-        save_json(args.stats_out, writer.stats.to_json())
-
     def process(df: Any, batch_id: int) -> None:
-        save_stats()  # what happened since the last batch (2PC commits after Spark's commit log)
         df.mapInArrow(plain, "rows long").collect()  # the plain writer: one tiny result row per task
         writer(df, batch_id)
-        save_stats()
 
     query = payments.writeStream.trigger(availableNow=True)
     try:
         query.option("checkpointLocation", args.checkpoint).foreachBatch(process).start().awaitTermination()
         writer.close()
-        save_stats()
     except Exception as exc:
-        from eosink._procs import error_line
-
         print(error_line(exc, target.scrub), file=sys.stderr, flush=True)
         spark.stop()
         return EXIT_ERROR

@@ -13,22 +13,21 @@ is not (or the pipeline failed), 2 a usage error or a missing Java.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eosink._driver import DriverRun
+from eosink._procs import driver_env, spark_cds_options
 from eosink.checkpoint import SparkCheckpoint
 from eosink.demo.scenario import Run, Scenario, describe_point, make_scenario
 from eosink.demo.target import SIDES, DemoTarget, Payment
@@ -186,9 +185,6 @@ class _Demo:
         done = _committed(self.checkpoint)
         fault_log = self.work / f"faults-{number}.log"
         stats_path = self.work / f"stats-{number}.json"
-        stderr_path = self.work / f"run-{number}.stderr"
-        from eosink._procs import driver_env, kill_session
-
         spec = f"{run.kill_point}@{done + run.kill_offset}:kill" if run.kill_point else None
         urls = self.target.job_env({side: self.proxies[side].port for side in SIDES})
         env = driver_env(fault_log, self.args.java_opts, spec, **urls)
@@ -199,13 +195,8 @@ class _Demo:
         self.view.event(f"run {number}: Spark driver started; planned: {run.describe(self.scenario.strategy)}")
         cuts_before = {n: len(p.stats.requests_cut) for n, p in self.proxies.items()}
         initial = dict(cuts_before)
-        with open(stderr_path, "w") as err:
-            proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
-            try:
-                killed = self._watch(proc, number, run, done, cuts_before)
-            finally:
-                kill_session(proc.pid)  # a crash ends the whole driver: its JVM and Python workers too
-                proc.wait()
+        with DriverRun(cmd, env, self.work / f"run-{number}.stderr", timeout_s=RUN_TIMEOUT_S) as driver:
+            driver.watch(self._faults(number, run, done, cuts_before), POLL_S)
         for proxy in self.proxies.values():
             proxy.passthrough()  # disarm a cut that did not happen
         self._note_cuts(cuts_before)
@@ -213,23 +204,22 @@ class _Demo:
         if stats_path.exists():
             self.tally.stats.append(json.loads(stats_path.read_text()))
         self.refresh(number)
-        fired = fault_log.read_text().split() if fault_log.exists() else []
-        if killed == "timeout":
+        outcome = driver.outcome()
+        if outcome.status == "timeout":
             return "error", f"run {number} did not finish within {RUN_TIMEOUT_S:.0f} s", False
-        if proc.returncode == 0:
+        if outcome.status == "done":
             self.view.event(f"run {number}: input exhausted, the query stopped cleanly")
             return "done", None, cut
-        if proc.returncode == -signal.SIGKILL and (killed or fired):
+        if outcome.status == "killed":
             self.tally.crashes += 1
-            if fired:
-                point, batch = fired[0], fired[1]
+            if fired := driver.faults_fired():
+                point, batch = fired[0].point, fired[0].batch
                 where = describe_point(point, self.scenario.strategy)
                 self.view.event(f"run {number}: SIGKILL of the driver's session at {point} of batch {batch} ({where})")
             return "killed", None, cut
-        text = stderr_path.read_text(errors="replace")
-        line = next((ln for ln in text.splitlines() if ln.startswith("EOSINK-ERROR ")), text.strip()[-800:])
-        self.view.event(f"run {number}: the query stopped: {line.removeprefix('EOSINK-ERROR ')[:300]}")
-        return "error", line or f"exit code {proc.returncode}", cut
+        error = outcome.error or f"exit code {outcome.returncode}"
+        self.view.event(f"run {number}: the query stopped: {error[:300]}")
+        return "error", error, cut
 
     def _note_cuts(self, before: dict[str, int]) -> None:
         for name, proxy in self.proxies.items():
@@ -240,15 +230,15 @@ class _Demo:
                 whose = "eosink's" if name == "eosink" else "the plain writer's"
                 self.view.event(f"COMMIT sent on {whose} connection, reply lost (connection cut)")
 
-    def _watch(
-        self, proc: subprocess.Popen[bytes], number: int, run: Run, base: int, cuts: dict[str, int]
-    ) -> str | None:
-        """Arm the run's cuts and its random kill as batches commit; 'random', 'timeout' or None."""
+    def _faults(self, number: int, run: Run, base: int, cuts: dict[str, int]) -> Callable[[], bool]:
+        """What to do at each poll of a run: arm its cuts and its random kill as batches commit, note the
+        cuts, refresh the view; True when the random kill is due."""
         armed = {"eosink": run.cut_eosink_after, "plain": run.cut_plain_after}
         kill_at: float | None = None
-        deadline = time.monotonic() + RUN_TIMEOUT_S
         last_refresh = 0.0
-        while proc.poll() is None:
+
+        def step() -> bool:
+            nonlocal kill_at, last_refresh
             progress = _committed(self.checkpoint) - base
             for name, after in list(armed.items()):
                 if after is not None and progress >= after:
@@ -259,22 +249,14 @@ class _Demo:
             if run.random_kill_after is not None and kill_at is None and progress >= run.random_kill_after:
                 kill_at = time.monotonic() + run.random_kill_delay_s
             if kill_at is not None and time.monotonic() >= kill_at:
-                from eosink._procs import kill_session
-
-                kill_session(proc.pid)
                 self.view.event(f"run {number}: SIGKILL of the driver's session at a random moment")
-                return "random"
-            if time.monotonic() > deadline:
-                from eosink._procs import kill_session
-
-                kill_session(proc.pid)
-                return "timeout"
+                return True
             if time.monotonic() - last_refresh > 0.5:
                 self.refresh(number)
                 last_refresh = time.monotonic()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(POLL_S)
-        return None
+            return False
+
+        return step
 
 
 # -- the verdict ----------------------------------------------------------------------------------
@@ -311,7 +293,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from rich.console import Console
 
-    from eosink._procs import spark_cds_options
     from eosink.demo.view import View, final_table
     from eosink.errors import EosinkError
 

@@ -2,7 +2,7 @@
 
 A server is started in a session of its own, so stopping it signals its whole process group
 (by the recorded PID, never by name). The PID is recorded with the process's start time, so
-a recycled PID is never signalled.
+a recycled PID is never signalled. The process table itself is :mod:`eosink._procs`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from eosink._procs import children, group_members, kill_pids, start_time, stat
 from eosink._waiting import wait_until as poll
 from eosink.errors import ServiceError
 
@@ -46,16 +47,8 @@ class Proc:
 
     def alive(self) -> bool:
         """Whether this very process (not a recycled PID) still runs and is not a zombie."""
-        stat = _stat(self.pid)
-        return stat is not None and stat[0] != "Z" and int(stat[19]) == self.start_time
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return raw[raw.rfind(")") + 2 :].split()
+        fields = stat(self.pid)  # one read: the state and the start time of the same process
+        return fields is not None and fields[0] != "Z" and int(fields[19]) == self.start_time
 
 
 def free_port() -> int:
@@ -99,10 +92,9 @@ def spawn(
             group=user[1] if user else None,
             extra_groups=[] if user else None,
         )
-    stat = _stat(child.pid)
     # The Popen object is dropped on purpose: the server outlives this process. Python reaps
     # nothing it does not wait for, so a server that exits early stays a zombie until we exit.
-    return Proc(child.pid, int(stat[19]) if stat else 0)
+    return Proc(child.pid, start_time(child.pid) or 0)
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
@@ -159,40 +151,11 @@ def stop(proc: Proc, *, what: str, timeout_s: float = 30.0, sig: signal.Signals 
     raise ServiceError(f"{what} (pid {proc.pid}) is still running after SIGKILL.", f"inspect it: ps -g {proc.pid}")
 
 
-def _live(field: int, value: int) -> list[int]:
-    """Live (non-zombie) processes whose ``/proc/<pid>/stat`` field (after the name) equals ``value``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _stat(int(entry))
-            if stat is not None and stat[0] != "Z" and int(stat[field]) == value:
-                found.append(int(entry))
-    return found
-
-
-def children(pid: int) -> list[int]:
-    """Live (non-zombie) processes whose parent is ``pid``."""
-    return _live(1, pid)
-
-
 def kill_all(pids: Sequence[int], *, what: str, timeout_s: float = 10.0) -> None:
     """SIGKILL each of ``pids`` and wait until none is alive (zombies count as gone)."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        alive = [pid for pid in pids if (stat := _stat(pid)) is not None and stat[0] != "Z"]
-        if not alive:
-            return
-        if time.monotonic() > deadline:
-            raise ServiceError(f"{what}: processes {alive} still run after SIGKILL.", f"inspect them: ps -p {alive[0]}")
-        time.sleep(0.05)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group ``pgid``."""
-    return _live(2, pgid)
+    alive = kill_pids(pids, timeout_s)
+    if alive:
+        raise ServiceError(f"{what}: processes {alive} still run after SIGKILL.", f"inspect them: ps -p {alive[0]}")
 
 
 def _reap(pid: int, timeout_s: float = 10.0) -> None:

@@ -18,7 +18,8 @@ import pytest
 
 from eosink._procs import spark_cds_options
 from eosink.chaos.oracle import Workload
-from eosink.chaos.runner import format_table, run_chaos
+from eosink.chaos.report import format_table
+from eosink.chaos.runner import run_chaos
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from eosink._driver import fired_faults
+from eosink._procs import parse_error_line
 from eosink.chaos.oracle import (
     Row,
     Workload,
@@ -21,7 +23,7 @@ from eosink.chaos.oracle import (
     write_input,
 )
 from eosink.chaos.reader import Reader
-from eosink.chaos.runner import _error, _fired, format_table
+from eosink.chaos.report import format_table
 from eosink.chaos.schedule import KILL_POINTS, make_schedule, naive_schedule, nondeterministic_schedule
 from eosink.chaos.target import Snapshot
 from eosink.profiles import SinkProfile, profiles
@@ -203,13 +205,16 @@ def test_reader_counts_partial_views_in_a_thread() -> None:
 
 
 def test_error_and_fault_log_parsing(tmp_path: Path) -> None:
-    kind, text = _error("noise\nEOSINK-ERROR NonDeterministicReplayError: Batch 3 of app_id 'x' was replayed\n")
-    assert kind == "NonDeterministicReplayError" and text and "Batch 3" in text
-    assert _error("")[0] is None
+    stderr = "noise\nEOSINK-ERROR NonDeterministicReplayError: Batch 3 of app_id 'x' was replayed\n"
+    kind, text = parse_error_line(stderr)
+    assert kind == "NonDeterministicReplayError" and text and text.startswith("NonDeterministicReplayError: Batch 3")
+    assert parse_error_line("") == (None, None)
+    assert parse_error_line("x" * 2000 + "the end") == (None, ("x" * 2000 + "the end")[-1500:])
     log = tmp_path / "faults.log"
     log.write_text("F8 3 kill 123\nF2 4 raise 456\n")
-    assert _fired(log) == ["F8@3:kill", "F2@4:raise"]
-    assert _fired(tmp_path / "none.log") == []
+    assert [str(f) for f in fired_faults(log)] == ["F8@3:kill", "F2@4:raise"]
+    assert fired_faults(log)[0].point == "F8" and fired_faults(log)[1].action == "raise"
+    assert fired_faults(tmp_path / "none.log") == []
 
 
 def test_format_table() -> None:
@@ -312,7 +317,7 @@ class _FakeProfile(SinkProfile):
 
 
 def _fake_run(calls: list[tuple[str, str, int]]) -> object:
-    from eosink.chaos.runner import ScheduleResult
+    from eosink.chaos.results import ScheduleResult
 
     def run(self: object, schedule: object) -> ScheduleResult:
         s = schedule  # a Schedule
@@ -333,7 +338,7 @@ def test_run_chaos_in_parallel_and_resumed(tmp_path: Path, monkeypatch: pytest.M
 
     monkeypatch.setitem(profiles(), "fake", _FakeProfile())
     calls: list[tuple[str, str, int]] = []
-    monkeypatch.setattr(runner.Harness, "run", _fake_run(calls))
+    monkeypatch.setattr(runner.ScheduleRunner, "run", _fake_run(calls))
     _FakeTarget.started = []
     kw = dict(seed=3, schedules=2, workload=W, workdir=tmp_path, jobs=jobs, say=lambda _: None)
     report = runner.run_chaos("fake", **kw)  # type: ignore[arg-type]
@@ -363,7 +368,7 @@ def test_run_chaos_in_parallel_and_resumed(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_schedule_result_round_trips_through_json() -> None:
-    from eosink.chaos.runner import RunRecord, ScheduleResult
+    from eosink.chaos.results import RunRecord, ScheduleResult
 
     res = ScheduleResult("2pc", 7, "eosink", {"seed": 7}, crashes=2, verdict={"lost": 0, "duplicated": 1})
     res.runs.append(RunRecord(0, ["kill at F3 (+1 batches)"], "F3@1:kill", outcome="killed", injected=["F3@1:kill"]))

@@ -30,7 +30,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def _java_options() -> str:
     """A quicker JVM start for these short runs (C1 only, serial GC, Spark's class-data archive)."""
     from eosink._procs import spark_cds_options
-    from eosink.demo import JAVA_OPTS
+    from eosink.demo.session import JAVA_OPTS
 
     return f"{JAVA_OPTS} {spark_cds_options()}".strip()
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from eosink._procs import kill_session, session_members, spark_cds_options
+from eosink._procs import driver_env, kill_session, parse_error_line, session_members, spark_cds_options
 from eosink._waiting import wait_until
 from eosink.chaos.oracle import file_batch_ends
 from eosink.checkpoint import SparkCheckpoint
@@ -40,10 +40,7 @@ class Run:
 
     @property
     def error_kind(self) -> str | None:
-        for line in self.stderr.splitlines():
-            if line.startswith("EOSINK-ERROR "):
-                return line.split()[1].rstrip(":")
-        return None
+        return parse_error_line(self.stderr)[0]
 
 
 @dataclass
@@ -92,9 +89,8 @@ class Pipeline:
         args: list[str] | None = None,
         master: str | None = None,
     ) -> subprocess.Popen[str]:
-        """Start the driver in a session of its own, with fault points ``faults`` armed."""
+        """Start the driver in a session of its own, with fault points ``faults`` armed (only those)."""
         env = self.environment()
-        env.pop("EOSINK_FAULTS", None)
         if faults:
             env["EOSINK_FAULTS"] = faults
         (self.root / "stats.json").unlink(missing_ok=True)
@@ -104,17 +100,8 @@ class Pipeline:
         )
 
     def environment(self) -> dict[str, str]:
-        """The driver's environment (Spark on loopback, the virtualenv's Python, the fault log)."""
-        env = dict(os.environ)
-        env.update(
-            SPARK_LOCAL_IP="127.0.0.1",
-            PYSPARK_PYTHON=sys.executable,
-            PYSPARK_DRIVER_PYTHON=sys.executable,
-            EOSINK_FAULT_LOG=str(self.fault_log),
-            PYTHONUNBUFFERED="1",
-            EOSINK_DRIVER_JAVA_OPTS=self.java_opts,
-        )
-        return env
+        """The driver's environment (Spark on loopback, the virtualenv's Python, the fault log, no fault armed)."""
+        return driver_env(self.fault_log, self.java_opts)
 
     def command(self, mode: str, master: str) -> list[str]:
         """The driver script and its arguments."""

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from eosink._procs import kill_session
+from eosink._driver import DriverRun
 
 from .conftest import DRIVER_TIMEOUT_S, Pipeline
 
@@ -28,12 +27,8 @@ def test_exactly_once_through_spark_connect(pipeline: Pipeline, strategy: str) -
     pipeline.app_id = "connect-app"
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
     cmd = [sys.executable, str(JOB), str(pipeline.input), str(pipeline.checkpoint), str(pipeline.sink_path), strategy]
-    proc = subprocess.Popen(
-        cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        _, stderr = proc.communicate(timeout=DRIVER_TIMEOUT_S)
-    finally:
-        kill_session(proc.pid)
-    assert proc.returncode == 0, stderr[-4000:]
+    log = pipeline.root / "connect.stderr"
+    with DriverRun(cmd, env, log, timeout_s=DRIVER_TIMEOUT_S) as driver:
+        driver.watch()
+    assert driver.outcome().status == "done", log.read_text(errors="replace")[-4000:]
     pipeline.assert_exact()

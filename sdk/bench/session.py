@@ -1,0 +1,97 @@
+"""A benchmark driver's SparkSession and what every run does with it, throughput and latency runs alike.
+
+Before a run's clock starts, :func:`warm_up` starts Spark's Python workers with the sink's
+modules imported and reads the data once, as a long-running streaming job did long ago; after
+the query, :func:`finish_writer` flushes and closes an eosink writer (2PC commits after Spark's
+commit log, and that commit is counted). :func:`floor_function` is the Arrow floor's contender.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from eosink._procs import spark_cds_options
+from eosink.bench.job import Job
+from eosink.bench.runs import BatchFunction, BenchAdapter
+from eosink.spark import BatchWriter
+
+__all__ = ["SPARK_SCHEMA", "finish_writer", "floor_function", "spark_session", "warm_up"]
+
+SPARK_SCHEMA = "id BIGINT NOT NULL, name STRING, amount DECIMAL(12,2), at TIMESTAMP, note STRING"
+
+
+def spark_session(job: Job, conf: dict[str, str]) -> Any:
+    """The session of ``job``'s driver: its master, no UI, UTC, one shuffle partition per participant,
+    Spark's class-data archive, and the adapter's ``conf``."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(job.master)
+        .appName(f"eosink-bench-{job.spec.name}")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(job.participants))
+        .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        .config("spark.driver.extraJavaOptions", spark_cds_options())
+    )
+    if job.master.startswith("local-cluster"):
+        builder = builder.config("spark.executor.memory", "1g")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _discard(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    rows = 0
+    for batch in batches:
+        rows += batch.num_rows
+    yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+
+class _Warm:
+    """A ``mapInArrow`` function that only imports ``modules`` (warm-up: workers started, imports done)."""
+
+    def __init__(self, modules: tuple[str, ...]) -> None:
+        self.modules = modules
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import importlib
+
+        for module in self.modules:
+            importlib.import_module(module)
+        yield from _discard(batches)
+
+
+def warm_up(spark: Any, adapter: BenchAdapter, participants: int, data: str | None) -> None:
+    """Start Spark's Python workers (one per concurrent task) with the sink's modules imported, and read the
+    data once, so that no run's clock includes what a long-running streaming job pays only at its start."""
+    modules = ("eosink.spark", *getattr(adapter, "worker_modules", ()))
+    spark.range(0, participants * 100, 1, participants).mapInArrow(_Warm(modules), "rows long").collect()
+    if data:
+        spark.read.schema(SPARK_SCHEMA).parquet(data).write.format("noop").mode("overwrite").save()
+
+
+def floor_function(participants: int) -> BatchFunction:
+    """foreachBatch of spark-arrow-floor: the batch handed to Python as Arrow, counted, dropped."""
+
+    def floor(df: Any, batch_id: int) -> None:
+        df.coalesce(participants).mapInArrow(_discard, "rows long").collect()
+
+    return floor
+
+
+def finish_writer(fn: BatchFunction, strict: bool = True) -> list[float]:
+    """Flush and close an eosink writer; its per-batch commit times (ms). Not ``strict``: a batch that a
+    stopped query never logged stays prepared (the run's cleanup rolls it back) instead of failing the run."""
+    if not isinstance(fn, BatchWriter):
+        return []
+    if not fn.flush(600 if strict else 10) and strict:
+        raise RuntimeError("eosink did not commit every batch within 600 s")
+    commit_ms = list(fn.stats.commit_latency_ms)
+    fn.close()
+    return commit_ms

@@ -1,0 +1,172 @@
+"""The chaos harness's report (``results/chaos-<sink>.json``) and its text table.
+
+Per strategy the schedules' counts add up (the non-deterministic mode's detections join its
+strategy's row); the plain baseline and each non-deterministic schedule get rows of their own;
+every failed schedule comes with the command that replays it alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from eosink.chaos.oracle import Workload
+from eosink.chaos.results import ScheduleResult
+
+__all__ = ["build_report", "format_table"]
+
+
+def _aggregate(results: Sequence[ScheduleResult]) -> dict[str, Any]:
+    return {
+        "schedules": len(results),
+        "crashes": sum(r.crashes for r in results),
+        "faults_injected": sum(r.faults_injected for r in results),
+        "ambiguous_commits": sum(r.ambiguous_commits for r in results),
+        "replays_skipped": sum(r.replays_skipped for r in results),
+        "lost": sum(r.lost for r in results),
+        "duplicated": sum(r.duplicated for r in results),
+        "partial_reads": sum(r.partial_reads for r in results),
+        "partial_views": sum(r.partial_views for r in results),
+        "divergent_replays_detected": sum(r.divergent_replays_detected for r in results),
+        "failed": sum(not r.ok for r in results),
+        "duration_s": round(sum(r.duration_s for r in results), 1),
+    }
+
+
+def _strategy_rows(
+    eosink: Sequence[ScheduleResult],
+    nondet: Sequence[ScheduleResult],
+    strategies: Sequence[str],
+    atomic: Callable[[str], bool],
+) -> list[dict[str, Any]]:
+    rows = []
+    for strategy in strategies:
+        row = {"strategy": strategy, **_aggregate([r for r in eosink if r.strategy == strategy])}
+        row["divergent_replays_detected"] += sum(r.divergent_replays_detected for r in nondet if r.strategy == strategy)
+        row["atomic"] = atomic(strategy)
+        rows.append(row)
+    return rows
+
+
+def _naive_row(naive: Sequence[ScheduleResult]) -> dict[str, Any]:
+    agg = _aggregate(naive)
+    return {
+        "schedules": agg["schedules"],
+        "crashes": agg["crashes"],
+        "lost": agg["lost"],
+        "duplicated": agg["duplicated"],
+        "shows_problem": agg["lost"] + agg["duplicated"] > 0,
+    }
+
+
+def _nondeterministic_row(r: ScheduleResult) -> dict[str, Any]:
+    return {
+        "strategy": r.strategy,
+        "seed": r.seed,
+        "ok": r.ok,
+        "failure": r.failure,
+        "divergent_replays_detected": r.divergent_replays_detected,
+        "detected_batch": r.detected_batch,
+        "lost": r.lost,
+        "duplicated": r.duplicated,
+        "crashes": r.crashes,
+    }
+
+
+def build_report(
+    results: Sequence[ScheduleResult],
+    *,
+    sink: str,
+    seed: int,
+    schedules: int,
+    kills: int,
+    workload: Workload,
+    master: str,
+    strategies: Sequence[str],
+    atomic: Callable[[str], bool],
+    duration_s: float,
+    jobs: int,
+    resumed: int,
+) -> dict[str, Any]:
+    """The report of a harness run over ``results`` (in plan order); ``atomic`` says whether the sink
+    declares a strategy's batches atomic (a partial read counts only there)."""
+    by_mode: dict[str, list[ScheduleResult]] = {"eosink": [], "naive": [], "nondeterministic": []}
+    for r in results:
+        by_mode[r.mode].append(r)
+    eosink = sorted(by_mode["eosink"], key=lambda r: strategies.index(r.strategy))  # grouped by strategy
+    naive, nondet = by_mode["naive"], by_mode["nondeterministic"]
+    return {
+        "sink": sink,
+        "seed": seed,
+        "schedules_per_strategy": schedules,
+        "kills_per_schedule": kills,
+        "workload": workload.to_json(),
+        "master": master,
+        "results": _strategy_rows(eosink, nondet, strategies, atomic),
+        "naive": _naive_row(naive),
+        "nondeterministic": [_nondeterministic_row(r) for r in nondet],
+        "failed": [
+            {
+                "strategy": r.strategy,
+                "mode": r.mode,
+                "seed": r.seed,
+                "failure": r.failure,
+                "replay": r.replay_command(sink, kills),
+            }
+            for r in [*eosink, *nondet]
+            if not r.ok
+        ],
+        "duration_s": round(duration_s, 1),
+        "jobs": jobs,
+        "resumed": resumed,
+        "schedules": [r.to_json() for r in [*eosink, *naive, *nondet]],
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The report as a text table."""
+    cols = (
+        ("strategy", 12),
+        ("schedules", 10),
+        ("faults", 7),
+        ("crashes", 8),
+        ("ambiguous", 10),
+        ("skipped", 8),
+        ("lost", 5),
+        ("dupl.", 6),
+        ("partial", 8),
+        ("(info)", 7),
+        ("divergent", 10),
+        ("failed", 7),
+    )
+    lines = ["".join(f"{name:>{w}}" if i else f"{name:<{w}}" for i, (name, w) in enumerate(cols))]
+    for r in report["results"]:
+        values = (
+            r["strategy"],
+            r["schedules"],
+            r["faults_injected"],
+            r["crashes"],
+            r["ambiguous_commits"],
+            r["replays_skipped"],
+            r["lost"],
+            r["duplicated"],
+            r["partial_reads"] if r["atomic"] else "-",
+            r["partial_views"],
+            r["divergent_replays_detected"],
+            r["failed"],
+        )
+        lines.append(
+            "".join(f"{v:>{w}}" if i else f"{v:<{w}}" for i, (v, (_, w)) in enumerate(zip(values, cols, strict=True)))
+        )
+    n = report["naive"]
+    lines.append(
+        f"{'naive':<12}{n['schedules']:>10}{'':>7}{n['crashes']:>8}{'':>10}{'':>8}{n['lost']:>5}{n['duplicated']:>6}"
+    )
+    for nd in report["nondeterministic"]:
+        what = (
+            f"NonDeterministicReplayError at batch {nd['detected_batch']}"
+            if nd["divergent_replays_detected"]
+            else f"consistent, lost {nd['lost']}, duplicated {nd['duplicated']}"
+        )
+        lines.append(f"non-deterministic {nd['strategy']}: {'ok' if nd['ok'] else 'FAILED'} ({what})")
+    return "\n".join(lines)
