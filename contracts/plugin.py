@@ -3,7 +3,8 @@
 It marks every case of a :class:`~eosink.contracts.SinkContract` subclass with
 ``eosink_contract`` (select them with ``-m eosink_contract``) and ends the run with a summary
 per sink: how many cases passed, failed and were skipped, and every skip with the
-capability that caused it.
+capability that caused it. ``--eosink-contract-examples=N`` sets how many random schedules
+the property case draws.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections import defaultdict
 
 import pytest
 
-__all__ = ["pytest_collection_modifyitems", "pytest_configure"]
+__all__ = ["pytest_addoption", "pytest_collection_modifyitems", "pytest_configure"]
 
 
 class _Summary:
@@ -44,6 +45,18 @@ class _Summary:
                 terminalreporter.write_line(f"    skipped {line}")
             for line in outcomes.get("failed", []):
                 terminalreporter.write_line(f"    FAILED  {line}")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("eosink", "eosink contract suite")
+    group.addoption(
+        "--eosink-contract-examples",
+        dest="eosink_contract_examples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="random schedules drawn by the contract suite's property case (default 60; the same schedules every run)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -16,7 +16,8 @@ condition:
 * **network faults** — ambiguous commits and an unreachable server through the fault proxy
   (only for harnesses that declare a fault endpoint);
 * **random schedules** — a hypothesis property test of begin / write / pre_commit / commit /
-  abort / crash / recover across batches and app_ids.
+  abort / crash / recover across batches and app_ids, derandomized so every run gives the
+  same verdict.
 
 A case is skipped only when the sink's declared :class:`~eosink.contract.Capabilities` (or a
 missing fault endpoint) rule it out; the skip reason names the capability.
@@ -41,7 +42,7 @@ from typing import Any, ClassVar
 import pytest
 
 from eosink import faults
-from eosink.contract import BatchRef, Bundle, Capabilities, CommitStatus, Committable, Sink
+from eosink.contract import BatchRef, Capabilities, CommitStatus, Committable, Sink
 from eosink.contracts._mini import (
     FAST,
     VARIANTS,
@@ -451,6 +452,138 @@ class SinkContract:
             sink.commit(batch, [c], bundle_for(batch, epoch, [c]))
         assert self.visible(ns) == canon(first[:2] + second)
 
+    def test_commit_status_answers_for_the_exact_app_id_and_batch(self, sink: Sink[Any], ns: Namespace) -> None:
+        """Rule: ``commit_status`` answers for the exact (app_id, batch), never for a neighbour's.
+
+        How: two app_ids at the same batch number, one committed and the other prepared, then the
+        other aborted; and within one app_id, an older batch still prepared while a newer one is
+        committed, and a newer one prepared after an older one committed. Pass: each answer is the
+        batch's own (COMMITTED, PREPARED, ABORTED), asked from a new process.
+        """
+        epoch_a, epoch_b = sink.fence(APP), sink.fence(OTHER_APP)
+        a3 = self.prepared_batch(sink, APP, 3, epoch_a)
+        b3 = self.prepared_batch(sink, OTHER_APP, 3, epoch_b, base=500)
+        sink.commit(a3[0], a3[1], bundle_for(a3[0], epoch_a, a3[1]))
+        other = self.reopen(ns, sink)
+        assert other.commit_status(a3[0], a3[1]) is CommitStatus.COMMITTED
+        assert other.commit_status(b3[0], b3[1]) is CommitStatus.PREPARED, "another app_id's bundle answered"
+        other.abort(b3[1])
+        assert other.commit_status(b3[0], b3[1]) is CommitStatus.ABORTED
+        assert other.commit_status(a3[0], a3[1]) is CommitStatus.COMMITTED
+        older = self.prepared_batch(other, APP, 4, epoch_a)
+        newer = self.prepared_batch(other, APP, 5, epoch_a)
+        other.commit(newer[0], newer[1], bundle_for(newer[0], epoch_a, newer[1]))
+        again = self.reopen(ns, other)
+        assert again.commit_status(older[0], older[1]) is CommitStatus.PREPARED, "a newer bundle answered for it"
+        later = self.prepared_batch(again, APP, 6, epoch_a)
+        assert again.commit_status(later[0], later[1]) is CommitStatus.PREPARED, "an older bundle answered for it"
+        again.abort(older[1])
+        assert again.commit_status(older[0], older[1]) is CommitStatus.ABORTED
+
+    def test_fetch_last_bundle_and_recover_are_per_app_id_exactly(self, sink: Sink[Any], ns: Namespace) -> None:
+        """Rule: ``fetch_last_bundle`` and ``recover`` are per app_id, exactly: no prefix, case or pattern match.
+
+        How: app_ids where one is a prefix of another (``orders``, ``orders_eu``), that differ only
+        in case (``Orders``), and that hold LIKE and glob metacharacters (``ord_rs``, ``ord%``,
+        ``ord.rs``); each commits one batch of its own number and leaves another prepared.
+        Pass: from a new process, each app_id's last bundle is its own and ``recover`` lists
+        exactly its own prepared committables.
+        """
+        apps = ["orders", "orders_eu", "Orders", "ord_rs", "ord%", "ord.rs"]
+        bundles, pending = {}, {}
+        for n, app in enumerate(apps):
+            epoch = sink.fence(app)
+            batch, committables, _ = self.prepared_batch(sink, app, n, epoch, shares=1, base=1000 * (n + 1))
+            bundles[app] = bundle_for(batch, epoch, committables)
+            sink.commit(batch, committables, bundles[app])
+            pending[app] = self.prepared_batch(sink, app, 20 + n, epoch, shares=1, base=1000 * (n + 1))[1]
+        other = self.reopen(ns, sink)
+        for app in apps:
+            assert other.fetch_last_bundle(app) == bundles[app], f"fetch_last_bundle({app!r}) is not its own"
+            if other.capabilities.supports_recover:
+                listed = sorted(c.id for c in other.recover(app))
+                assert listed == sorted(c.id for c in pending[app]), f"recover({app!r}) lists other app_ids' work"
+        assert other.fetch_last_bundle("ord") is None and other.fetch_last_bundle("orders_") is None
+
+    def test_recover_lists_in_doubt_work_whatever_epoch_prepared_it(self, sink: Sink[Any], ns: Namespace) -> None:
+        """Rule: ``recover`` lists every in-doubt committable of the app_id, whatever epoch prepared it.
+
+        How: a writer prepares batch 1 and crashes; a newer writer fences and prepares batch 2.
+        Pass: ``recover`` lists both batches' committables (the older epoch's too: recovery may have
+        to roll them forward); the older ones can then be aborted, and are gone from ``recover``
+        while the newer ones stay.
+        """
+        self._require(sink.capabilities, "supports_recover", "cannot list in-doubt work")
+        old_epoch = sink.fence(APP)
+        crashed = self.prepared_batch(sink, APP, 1, old_epoch)
+        newer = self.reopen(ns, sink)
+        new_epoch = newer.fence(APP)
+        current = self.prepared_batch(newer, APP, 2, new_epoch)
+        listed = sorted(c.id for c in newer.recover(APP))
+        assert listed == sorted(c.id for c in crashed[1] + current[1]), "the crashed writer's work is not listed"
+        newer.abort(crashed[1])
+        assert sorted(c.id for c in newer.recover(APP)) == sorted(c.id for c in current[1])
+        assert self.visible(ns) == Counter()
+
+    def test_commit_publishes_exactly_the_committables_it_is_given(self, sink: Sink[Any], ns: Namespace) -> None:
+        """Rule: ``commit`` publishes exactly the committables it is given, no other attempt of the batch.
+
+        How: participant 0 of a batch runs twice (a speculative duplicate, or a straggler that
+        prepared late): both attempts are prepared when the batch commits with the first attempt
+        and participant 1. Pass: every row visible once; the other attempt is still listed by
+        ``recover`` and can be aborted; aborting it changes nothing visible.
+        """
+        self._require(sink.capabilities, "supports_prepare", "no invisible prepared state")
+        epoch = sink.fence(APP)
+        batch, committables, rows = self.prepared_batch(sink, APP, 0, epoch)
+        straggler = prepare(sink, batch, epoch, 0, rows_for(APP, 0, 0, 4))
+        sink.commit(batch, committables, bundle_for(batch, epoch, committables))
+        assert self.visible(ns) == canon(rows), "another attempt of the batch was published too"
+        other = self.reopen(ns, sink)
+        if other.capabilities.supports_recover:
+            assert [c.id for c in other.recover(APP)] == [straggler.id]
+        other.abort([straggler])
+        assert self.visible(ns) == canon(rows)
+        assert other.commit_status(batch, committables) is CommitStatus.COMMITTED
+
+    def test_batch_ids_and_epochs_are_compared_as_numbers(self, sink: Sink[Any], ns: Namespace) -> None:
+        """Rule: batch ids and epochs are numbers: 10 comes after 9, and epoch 9 is older than epoch 11.
+
+        How: commit batches 9, 10 and 11, then 99 and 100; fence until the epoch passes 10, then
+        write with epoch 9. Pass: ``fetch_last_bundle`` returns batch 10 after it, 11 after it,
+        100 after it; the writer of epoch 9 gets FencedError at ``pre_commit`` and at ``commit``.
+        """
+        epoch = sink.fence(APP)
+        for batch_id in (9, 10, 11, 99, 100):
+            batch, committables, _ = self.prepared_batch(sink, APP, batch_id, epoch, shares=1)
+            bundle = bundle_for(batch, epoch, committables)
+            sink.commit(batch, committables, bundle)
+            assert sink.fetch_last_bundle(APP) == bundle, f"after batch {batch_id} the last bundle is another's"
+        while epoch < 11:
+            epoch = sink.fence(APP)
+        with pytest.raises(FencedError):
+            prepare(sink, BatchRef(APP, 101), 9, 0, rows_for(APP, 101, 0, 2))
+        batch, committables, _ = self.prepared_batch(sink, APP, 102, epoch, shares=1)
+        with pytest.raises(FencedError):
+            sink.commit(batch, committables, bundle_for(batch, 9, committables))
+
+    def test_a_fenced_writer_cannot_commit_its_prepared_batch(self, sink: Sink[Any], ns: Namespace) -> None:
+        """Rule: ``commit`` of an older epoch raises FencedError, even for work that is prepared and intact.
+
+        How: a writer prepares a non-empty batch; a newer writer fences (and has not recovered
+        yet); the old one commits its batch with its own epoch. Pass: FencedError (not another
+        error); nothing visible; the work is still PREPARED, so the new writer's recovery decides.
+        """
+        old_epoch = sink.fence(APP)
+        batch, committables, _ = self.prepared_batch(sink, APP, 1, old_epoch)
+        newer = self.reopen(ns)
+        newer.fence(APP)
+        with pytest.raises(FencedError):
+            sink.commit(batch, committables, bundle_for(batch, old_epoch, committables))
+        assert self.visible(ns) == Counter()
+        if sink.capabilities.supports_prepare:
+            assert newer.commit_status(batch, committables) is CommitStatus.PREPARED
+
     # == crashes inside the sink ===============================================================
 
     def test_crash_at_every_step_of_commit_keeps_the_bundle_with_its_data(self, sink: Sink[Any], ns: Namespace) -> None:
@@ -651,24 +784,25 @@ class SinkContract:
     def test_f10_zombie_writer_is_fenced(self, variant: Variant, ns: Namespace) -> None:
         """F10: an old driver that wakes up after a new one took over cannot commit.
 
-        How: the old driver prepares batch 1 (its manifest written, F4); a new driver starts,
-        fences and finishes; the old one then tries to commit its batch. Pass: the old
-        driver's commit raises FencedError or CommitAbortedError; exactly once at the end.
+        How: the old driver prepares batch 1 (its manifest written, F4) and freezes; a new driver
+        starts and fences; the old one wakes and commits its batch, prepared and non-empty, with
+        its own epoch; then the new driver recovers and finishes. Pass: the old driver's commit
+        raises FencedError and publishes nothing; exactly once at the end.
         """
         faults.configure("F4@1:raise")
         driver = _Driver(self, ns, variant, _batches(variant))
         driver.crash()
         zombie = driver.coordinator
-        driver.restart()
-        driver.run()
         batch = BatchRef(APP, 1)
-        committables = [c for c in zombie.sink.recover(APP) if c.batch == batch]
-        assert driver.coordinator.epoch is not None
-        stale_epoch = driver.coordinator.epoch - 1  # the zombie's: every epoch below the new driver's
-        fingerprint = driver.batches[1].expected_fingerprint()
-        stale = Bundle(batch, stale_epoch, fingerprint, tuple(c.id for c in committables))
-        with pytest.raises((FencedError, CommitAbortedError)):
-            zombie.sink.commit(batch, committables, stale)
+        manifest = driver.ckpt.spark().read_manifest(APP, 1)  # its bundle carries the zombie's epoch
+        assert manifest is not None and manifest.committables, "the zombie must hold real, prepared work"
+        driver.restart()
+        driver.coordinator.sink.fence(APP)  # the new driver's start: fenced, not yet recovered
+        visible = self.visible(ns)
+        with pytest.raises(FencedError):
+            zombie.sink.commit(batch, manifest.committables, manifest.bundle)
+        assert self.visible(ns) == visible, "the fenced commit published something"
+        driver.run()
         driver.assert_exact()
 
     def test_f11_failed_and_speculative_attempts_are_aborted(self, variant: Variant, ns: Namespace) -> None:
@@ -689,7 +823,8 @@ class SinkContract:
         How: txid-check and idempotent commit batch 1, then crash before Spark's commit log
         (F8); 2PC crashes after its manifest (F4), before anything is committed. The restart
         replays batch 1 with other rows. Pass: txid-check and idempotent stop with
-        NonDeterministicReplayError naming the batch, and the sink keeps the first version;
+        NonDeterministicReplayError naming the batch, and the sink keeps the first version (its
+        stored bundle carries the first version's fingerprint, as the coordinator computed it);
         2PC (which never commits before Spark did) ends exactly with the replayed data.
         """
         faults.configure("F4@1:raise" if variant.two_pc else "F8@1:raise")
@@ -702,6 +837,9 @@ class SinkContract:
             driver.run()
             driver.assert_exact()
             return
+        stored = self.reopen(ns).fetch_last_bundle(APP)
+        assert stored is not None and stored.batch.batch_id == 1
+        assert stored.fingerprint == batches[1].expected_fingerprint(), "the bundle does not keep the fingerprint"
         with pytest.raises(NonDeterministicReplayError) as info:
             driver.run()
         assert info.value.batch_id == 1
@@ -810,19 +948,26 @@ class SinkContract:
 
     # == random schedules ======================================================================
 
-    def test_random_schedules_keep_committed_content_exact(self, tmp_path: Path) -> None:
-        """Random schedules of begin/write/pre_commit/commit/abort/crash/recover over two app_ids.
+    def test_random_schedules_keep_committed_content_exact(
+        self, tmp_path: Path, request: pytest.FixtureRequest
+    ) -> None:
+        """Rule: whatever the interleaving, the sink's state is the model's after every operation.
 
-        How: hypothesis draws up to 30 operations over batches 0-3 of two app_ids: prepare a
-        batch (one or two shares), commit it, abort it, crash (drop the sink, reopen from
-        configuration, fence again), recover an app_id. A model tracks what is prepared and
-        committed. Pass, after every operation: the visible content is exactly the rows of the
-        committed batches; ``recover`` lists exactly the model's prepared committables of that
-        app_id; ``commit_status`` of every batch matches the model.
+        How: three fixed schedules (two app_ids interleaved; a second attempt alive at commit;
+        batch ids and epochs past 10), then hypothesis draws, derandomized (the same schedules
+        every run), up to 30 operations each over batches 0, 1, 2, 9, 10 and 11 of two app_ids:
+        prepare a batch (one or two shares), another attempt of a prepared share, commit, abort,
+        crash (drop the sink, reopen from configuration, fence again), and a writer one epoch
+        behind that tries to prepare and to commit. ``--eosink-contract-examples=N`` sets the
+        number of drawn schedules (default 60). Pass, after every operation: the visible content
+        is exactly the rows of the committed batches; ``recover`` lists exactly the model's
+        in-doubt committables of each app_id; ``fetch_last_bundle`` is the bundle of the
+        app_id's highest committed batch; ``commit_status`` of every prepared and committed
+        batch matches; the stale writer gets FencedError.
         """
-        from eosink.contracts._schedules import run_schedules
+        from eosink.contracts._schedules import examples_option, run_schedules
 
-        run_schedules(self.harness, tmp_path, self.reopen, self.visible)
+        run_schedules(self.harness, tmp_path, self.reopen, self.visible, examples_option(request))
 
     # -- not a case: a guard for suite authors ------------------------------------------------
 

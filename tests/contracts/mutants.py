@@ -8,11 +8,14 @@ count.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 
 from eosink.connectors.reference import ReferenceSink
 from eosink.connectors.reference.sink import _Txn
-from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
+from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint
+from eosink.errors import FencedError
 
 
 class NonIdempotentCommit(ReferenceSink):
@@ -65,7 +68,10 @@ class LeakyRecover(ReferenceSink):
 
     def recover(self, app_id: str) -> list[Committable]:
         apps = [r[0] for r in self._conn().execute("SELECT DISTINCT app_id FROM txns").fetchall()]
-        return [c for app in apps for c in super().recover(app)]
+        listed: list[Committable] = []
+        for app in apps:
+            listed += super().recover(app)
+        return listed
 
 
 class GuessingStatus(ReferenceSink):
@@ -98,13 +104,142 @@ class NoFencing(ReferenceSink):
         return None
 
 
+class StatusFromAnyApp(ReferenceSink):
+    """``commit_status`` finds the batch's bundle by batch number alone, whichever app_id wrote it."""
+
+    def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
+        row = self._conn().execute("SELECT 1 FROM bundles WHERE batch_id = ?", (batch.batch_id,)).fetchone()
+        return CommitStatus.COMMITTED if row is not None else super().commit_status(batch, committables)
+
+
+class StatusFromNewestBundle(ReferenceSink):
+    """``commit_status`` says COMMITTED for any batch at or below the app_id's newest bundle."""
+
+    def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
+        last = self.fetch_last_bundle(batch.app_id)
+        if last is not None and last.batch.batch_id >= batch.batch_id:
+            return CommitStatus.COMMITTED
+        return super().commit_status(batch, committables)
+
+
+class PrefixRecover(ReferenceSink):
+    """``recover`` matches app_ids with LIKE 'app_id%': ``orders`` also lists ``orders_eu``'s work."""
+
+    def recover(self, app_id: str) -> list[Committable]:
+        apps = [
+            r[0] for r in self._conn().execute("SELECT DISTINCT app_id FROM txns WHERE app_id LIKE ?", (app_id + "%",))
+        ]
+        listed: list[Committable] = []
+        for app in apps:
+            listed += super().recover(app)
+        return listed
+
+
+class CaseBlindLastBundle(ReferenceSink):
+    """``fetch_last_bundle`` compares app_ids without case: ``Orders`` gets ``orders``' bundle."""
+
+    def fetch_last_bundle(self, app_id: str) -> Bundle | None:
+        return _one_bundle(self, "lower(app_id) = lower(?) ORDER BY batch_id DESC", app_id)
+
+
+class NewestEpochRecover(ReferenceSink):
+    """``recover`` lists only the newest writer's in-doubt work, forgetting a crashed older writer's."""
+
+    def recover(self, app_id: str) -> list[Committable]:
+        found = super().recover(app_id)
+        newest = max((c.epoch for c in found), default=0)
+        return [c for c in found if c.epoch == newest]
+
+
+class CommitsEveryAttempt(ReferenceSink):
+    """``commit`` publishes every prepared attempt of the batch, not only the committables it was given."""
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        given = {c.id for c in committables}
+        extra = [c for c in self.recover(batch.app_id) if c.batch == batch and c.id not in given]
+        super().commit(batch, [*committables, *extra], bundle)
+
+
+class TextOrderedBatches(ReferenceSink):
+    """``fetch_last_bundle`` orders batch ids as text: after batch 10, batch 9 looks newest."""
+
+    def fetch_last_bundle(self, app_id: str) -> Bundle | None:
+        return _one_bundle(self, "app_id = ? ORDER BY CAST(batch_id AS TEXT) DESC", app_id)
+
+
+class LastWrittenBundle(ReferenceSink):
+    """``fetch_last_bundle`` returns the bundle written last, not the highest batch's (wrong after a late commit)."""
+
+    def fetch_last_bundle(self, app_id: str) -> Bundle | None:
+        return _one_bundle(self, "app_id = ? ORDER BY rowid DESC", app_id)
+
+
+class TextComparedEpochs(ReferenceSink):
+    """Epochs compared as text: epoch 9 looks newer than epoch 11, so the older writer is not fenced."""
+
+    @staticmethod
+    def _check_epoch(conn: sqlite3.Connection, app_id: str, epoch: int, what: str) -> None:
+        row = conn.execute("SELECT epoch FROM epochs WHERE app_id = ?", (app_id,)).fetchone()
+        if row is not None and str(row[0]) > str(epoch):
+            raise FencedError(f"{what} of {app_id!r} at epoch {epoch} was fenced.", "Stop this older writer.")
+
+
+class FencedOnlyBeforeCommit(ReferenceSink):
+    """Refuses an older writer's ``begin``, ``write`` and ``pre_commit``, but lets its ``commit`` through."""
+
+    @staticmethod
+    def _check_epoch(conn: sqlite3.Connection, app_id: str, epoch: int, what: str) -> None:
+        if what != "commit":
+            ReferenceSink._check_epoch(conn, app_id, epoch, what)
+
+
+class ZeroFingerprint(ReferenceSink):
+    """Stores every bundle with an empty fingerprint."""
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        super().commit(batch, committables, replace(bundle, fingerprint=Fingerprint()))
+
+
+class ConstantFingerprint(ReferenceSink):
+    """Stores the bundle of every batch with rows with the same made-up fingerprint."""
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        made_up = Fingerprint(1, 2, 3) if bundle.fingerprint.rows else bundle.fingerprint
+        super().commit(batch, committables, replace(bundle, fingerprint=made_up))
+
+
+def _one_bundle(sink: ReferenceSink, where_order: str, app_id: str) -> Bundle | None:
+    """The first bundle ``SELECT bundle FROM bundles WHERE <where_order> LIMIT 1`` finds (a mutant's own query)."""
+    query = f"SELECT bundle FROM bundles WHERE {where_order} LIMIT 1"  # the mutants' fixed text, no input
+    row = sink._conn().execute(query, (app_id,)).fetchone()
+    return Bundle.from_json(json.loads(row[0])) if row else None
+
+
+RANDOM = "test_random_schedules_keep_committed_content_exact"
+
 #: mutant -> the suite cases (method names) that must fail against it.
 MUST_FAIL: dict[type[ReferenceSink], tuple[str, ...]] = {
     NonIdempotentCommit: ("test_commit_is_idempotent",),
     BundleOutsideTheDataTransaction: ("test_crash_at_every_step_of_commit_keeps_the_bundle_with_its_data",),
-    VisiblePreCommit: ("test_pre_commit_is_durable_and_invisible",),
-    LeakyRecover: ("test_recover_returns_exactly_this_app_ids_in_doubt_work",),
+    VisiblePreCommit: ("test_pre_commit_is_durable_and_invisible", RANDOM),
+    LeakyRecover: ("test_recover_returns_exactly_this_app_ids_in_doubt_work", RANDOM),
     GuessingStatus: ("test_commit_status_tells_the_truth",),
     SilentAbortAfterCommit: ("test_abort_after_commit_is_an_error",),
-    NoFencing: ("test_fence_hands_out_increasing_epochs_and_fences_older_writers",),
+    NoFencing: ("test_fence_hands_out_increasing_epochs_and_fences_older_writers", RANDOM),
+    StatusFromAnyApp: ("test_commit_status_answers_for_the_exact_app_id_and_batch", RANDOM),
+    StatusFromNewestBundle: ("test_commit_status_answers_for_the_exact_app_id_and_batch", RANDOM),
+    PrefixRecover: ("test_fetch_last_bundle_and_recover_are_per_app_id_exactly",),
+    CaseBlindLastBundle: ("test_fetch_last_bundle_and_recover_are_per_app_id_exactly",),
+    NewestEpochRecover: ("test_recover_lists_in_doubt_work_whatever_epoch_prepared_it", RANDOM),
+    CommitsEveryAttempt: ("test_commit_publishes_exactly_the_committables_it_is_given", RANDOM),
+    TextOrderedBatches: ("test_batch_ids_and_epochs_are_compared_as_numbers", RANDOM),
+    TextComparedEpochs: ("test_batch_ids_and_epochs_are_compared_as_numbers", RANDOM),
+    FencedOnlyBeforeCommit: (
+        "test_a_fenced_writer_cannot_commit_its_prepared_batch",
+        "test_f10_zombie_writer_is_fenced",
+        RANDOM,
+    ),
+    ZeroFingerprint: ("test_f13_divergent_replay_of_a_committed_batch",),
+    ConstantFingerprint: ("test_f13_divergent_replay_of_a_committed_batch",),
+    LastWrittenBundle: (RANDOM,),
 }
