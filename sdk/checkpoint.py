@@ -9,8 +9,11 @@ eosink records each batch's commit decision (its committables and bundle) in
 shares the checkpoint's lifecycle: a fresh checkpoint has none, and recovery reads the
 manifests together with Spark's commit log.
 
-Local paths and ``file:`` URIs are handled directly (with fsync); other schemes
-(``s3://``, ``s3a://``, ``hdfs://``, ``gs://``) go through ``pyarrow.fs``.
+Local paths and ``file:`` URIs are handled directly (with fsync). Another scheme goes to the
+:class:`CheckpointFS` a connector registers for it in the entry-point group
+``eosink.checkpoint_fs`` (name: the scheme; value: a function of the location returning the file
+system and the location's root path in it), since a connector knows its store best (conditional
+writes, atomic renames, request costs); a scheme nobody registers goes through ``pyarrow.fs``.
 """
 
 from __future__ import annotations
@@ -21,13 +24,36 @@ import os
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from eosink._rowhash import stable_u64
 from eosink.contract import Bundle, Committable
 from eosink.errors import ConfigurationError, TransientError
 
-__all__ = ["Manifest", "SparkCheckpoint"]
+__all__ = ["CHECKPOINT_FS_GROUP", "CheckpointFS", "Manifest", "SparkCheckpoint"]
+
+
+@runtime_checkable
+class CheckpointFS(Protocol):
+    """The file operations eosink needs on a checkpoint location; paths are absolute within the store.
+
+    ``read_text`` of a missing file is None; ``list_names`` of a missing folder is empty;
+    ``write_atomic`` replaces the file so that a reader sees the old or the new text, never a
+    part; ``delete`` of a missing file is no error; ``move`` renames a file (creating the
+    parent). Errors are ``OSError`` (turned into TransientError by :class:`SparkCheckpoint`).
+    """
+
+    def read_text(self, path: str) -> str | None: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def list_names(self, path: str) -> list[str]: ...
+
+    def write_atomic(self, path: str, text: str) -> None: ...
+
+    def delete(self, path: str) -> None: ...
+
+    def move(self, src: str, dst: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -141,6 +167,28 @@ class _ArrowFS:
         self._fs.move(src, dst)
 
 
+CHECKPOINT_FS_GROUP = "eosink.checkpoint_fs"
+"""The entry-point group where connectors register a :class:`CheckpointFS` opener per URL scheme."""
+
+
+def _registered_fs(location: str) -> tuple[CheckpointFS, str] | None:
+    import importlib.metadata
+
+    scheme = location.split("://", 1)[0].lower()
+    for entry in importlib.metadata.entry_points(group=CHECKPOINT_FS_GROUP, name=scheme):
+        try:
+            opener = entry.load()
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"The checkpoint location {location!r} needs {entry.value.split(':')[0]}, which cannot be imported: "
+                f"{exc}.",
+                "Install the connector's extra (pip install 'eosink[s3]' for s3a://, 'eosink[hdfs]' for hdfs://).",
+            ) from exc
+        fs, root = opener(location)
+        return fs, str(root)
+    return None
+
+
 class SparkCheckpoint:
     """One Spark streaming checkpoint location, as eosink needs it."""
 
@@ -152,13 +200,17 @@ class SparkCheckpoint:
                 "Pass the same path you give to writeStream.option('checkpointLocation', ...).",
             )
         self.location = text
-        self._fs: _LocalFS | _ArrowFS
+        self._fs: CheckpointFS
         if "://" not in text or text.startswith("file:"):
             self.root = os.path.abspath(re.sub(r"^file:(//)?", "", text))
             self._fs = _LocalFS()
+            return
+        found = _registered_fs(text)
+        if found is not None:
+            self._fs, self.root = found
         else:
-            self._fs = _ArrowFS(text)
-            self.root = self._fs.root
+            arrow = _ArrowFS(text)
+            self._fs, self.root = arrow, arrow.root
 
     def __repr__(self) -> str:
         return f"SparkCheckpoint({self.location!r})"
