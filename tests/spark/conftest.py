@@ -23,6 +23,7 @@ from eosink.connectors.reference import ReferenceSink
 DRIVER = Path(__file__).with_name("driver.py")
 CACHE = Path(os.environ.get("EOSINK_CACHE", Path(__file__).resolve().parents[2] / ".cache"))
 DRIVER_TIMEOUT_S = float(os.environ.get("EOSINK_TEST_DRIVER_TIMEOUT", "300"))
+INPUT_MTIME_BASE = 1_600_000_000  # input file i is modified at this + i seconds
 
 
 def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
@@ -71,7 +72,11 @@ class Pipeline:
                 amount = 7 if i % 10 == 0 else rid % 97
                 row_id = f * 10_000 if i % 10 == 0 else rid
                 lines.append(json.dumps({"id": row_id, "account": f"acct-{rid % 5}", "amount": amount}))
-            (self.input / f"part-{f:04d}.json").write_text("\n".join(lines) + "\n")
+            path = self.input / f"part-{f:04d}.json"
+            path.write_text("\n".join(lines) + "\n")
+            # Spark's file source takes files in modification-time order; files written in the same
+            # clock tick would be planned in any order, and the checks map file i to batch i.
+            os.utime(path, (INPUT_MTIME_BASE + f, INPUT_MTIME_BASE + f))
 
     def expected(self) -> Counter[tuple[Any, ...]]:
         rows: Counter[tuple[Any, ...]] = Counter()

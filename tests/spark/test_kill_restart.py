@@ -31,6 +31,15 @@ COMMON_POINTS = ["F1", "F2", "F3", "F4", "F6", "F8"]
 QUICK = {("2pc", "F2")}  # an executor-side kill: the whole driver dies mid-write
 
 
+def test_input_files_are_taken_in_file_order(pipeline: Pipeline) -> None:
+    """Spark's file source plans files by modification time in milliseconds: the checks that map
+    file ``i`` to batch ``i`` (the atomicity readers, the oracles) hold only if those are strictly ordered."""
+    paths = sorted(pipeline.input.iterdir())
+    mtimes = [p.stat().st_mtime_ns // 1_000_000 for p in paths]
+    assert len(paths) == pipeline.files
+    assert mtimes == sorted(set(mtimes)), f"input files' times are not strictly increasing: {mtimes}"
+
+
 def _cases() -> list[object]:
     cases = [(s, p) for s in STRATEGIES for p in COMMON_POINTS] + [("2pc", "F5")]
     return [pytest.param(s, p, marks=() if (s, p) in QUICK else pytest.mark.full, id=f"{s}-{p}") for s, p in cases]
