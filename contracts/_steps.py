@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, Sink
 from eosink.contracts.harness import CONTRACT_SCHEMA
@@ -116,6 +117,17 @@ def sink_files(sink: Sink[Any]) -> set[str]:
             if source:
                 files.add(source)
     return files
+
+
+def crash_steps(request: pytest.FixtureRequest, limit: int) -> range:
+    """The steps a crash walk crashes at: every one, or every N-th with ``--eosink-crash-stride=N``."""
+    try:
+        stride = request.config.getoption("eosink_crash_stride") or 1
+    except ValueError:  # the plugin is not loaded
+        stride = 1
+    if int(stride) < 1:
+        raise pytest.UsageError(f"--eosink-crash-stride must be at least 1, not {stride}")
+    return range(1, limit, int(stride))
 
 
 class CrashAt:

@@ -16,6 +16,7 @@ The suite owns every scenario; a connector adopts it with a harness::
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +46,9 @@ class Namespace:
 class SinkHarness(ABC):
     """The connector's side of the contract suite."""
 
-    #: Bytes of the request that commits (for the fault proxy's ambiguous-commit cut), e.g. ``b"COMMIT"``.
-    commit_request_marker: bytes = b"COMMIT"
+    #: Bytes of (or a ``re.Pattern[bytes]`` matching) the request that commits, for the fault proxy's
+    #: ambiguous-commit cut, e.g. ``b"COMMIT"``.
+    commit_request_marker: bytes | re.Pattern[bytes] = b"COMMIT"
 
     @abstractmethod
     def make_sink(self, ns: Namespace) -> Sink[Any]:
@@ -68,6 +70,14 @@ class SinkHarness(ABC):
         and the report says so.
         """
         return None
+
+    def fault_proxy_port(self) -> int:
+        """The port the fault proxy must listen on; 0 (the default) lets it pick one.
+
+        A server that tells clients where to connect (Kafka's advertised listeners) needs the
+        proxy at the port it advertises, so that every request goes through the proxy.
+        """
+        return 0
 
     def make_sink_via(self, ns: Namespace, host: str, port: int) -> Sink[Any]:
         """Like :meth:`make_sink`, but reaching the server through ``host:port`` (the fault proxy)."""

@@ -4,7 +4,8 @@ It marks every case of a :class:`~eosink.contracts.SinkContract` subclass with
 ``eosink_contract`` (select them with ``-m eosink_contract``) and ends the run with a summary
 per sink: how many cases passed, failed and were skipped, and every skip with the
 capability that caused it. ``--eosink-contract-examples=N`` sets how many random schedules
-the property case draws.
+the property case draws; ``--eosink-crash-stride=N`` makes the crash walks crash at every N-th
+step (a quick tier for sinks whose every step is a network round trip; 1, every step, by default).
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="N",
         help="random schedules drawn by the contract suite's property case (default 60; the same schedules every run)",
+    )
+    group.addoption(
+        "--eosink-crash-stride",
+        dest="eosink_crash_stride",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the crash walks crash at steps 1, 1+N, 1+2N, ... (default 1: every step; the full proof)",
     )
 
 

@@ -57,6 +57,7 @@ from eosink.contracts._steps import (
     SimulatedCrash,
     bundle_for,
     canon,
+    crash_steps,
     prepare,
     rows_for,
     settle_status,
@@ -586,7 +587,9 @@ class SinkContract:
 
     # == crashes inside the sink ===============================================================
 
-    def test_crash_at_every_step_of_commit_keeps_the_bundle_with_its_data(self, sink: Sink[Any], ns: Namespace) -> None:
+    def test_crash_at_every_step_of_commit_keeps_the_bundle_with_its_data(
+        self, sink: Sink[Any], ns: Namespace, request: pytest.FixtureRequest
+    ) -> None:
         """A crash anywhere inside ``commit`` never separates the bundle from its data, and a new commit completes.
 
         How: for k = 1, 2, ...: prepare a fresh two-share batch, crash ``commit`` at the k-th
@@ -601,7 +604,7 @@ class SinkContract:
         atomic = sink.capabilities.atomic_batch_visibility
         epoch = sink.fence(APP)
         current = sink
-        for step in range(1, MAX_STEPS):
+        for step in crash_steps(request, MAX_STEPS):
             batch, committables, rows = self.prepared_batch(current, APP, step, epoch, base=0)
             bundle = bundle_for(batch, epoch, committables)
             crash = CrashAt(files, step)
@@ -625,7 +628,9 @@ class SinkContract:
                 return
         pytest.fail(f"commit did not finish within {MAX_STEPS} steps")
 
-    def test_crash_at_every_step_of_pre_commit_leaves_nothing_visible(self, sink: Sink[Any], ns: Namespace) -> None:
+    def test_crash_at_every_step_of_pre_commit_leaves_nothing_visible(
+        self, sink: Sink[Any], ns: Namespace, request: pytest.FixtureRequest
+    ) -> None:
         """A crash anywhere in begin / write / pre_commit leaves nothing visible, and a new attempt lands once.
 
         How: for k = 1, 2, ...: crash a participant at the k-th line of the sink's code, drop
@@ -637,7 +642,7 @@ class SinkContract:
         self._require(sink.capabilities, "supports_prepare", "no invisible prepared state")
         files = sink_files(sink)
         current = sink
-        for step in range(1, MAX_STEPS):
+        for step in crash_steps(request, MAX_STEPS):
             epoch = current.fence(APP)
             batch = BatchRef(APP, step)
             rows = rows_for(APP, step, 0, 7)
@@ -864,7 +869,7 @@ class SinkContract:
         from eosink.services.proxy import FaultProxy
 
         host, port = self._endpoint()
-        with FaultProxy(host, port) as proxy:
+        with FaultProxy(host, port, listen_port=self.harness.fault_proxy_port()) as proxy:
             sink = self.harness.make_sink_via(ns, "127.0.0.1", proxy.port)
             epoch = sink.fence(APP)
             batch, committables, rows = self.prepared_batch(sink, APP, 0, epoch)
@@ -897,7 +902,7 @@ class SinkContract:
 
         host, port = self._endpoint()
         expected: list[dict[str, Any]] = []
-        with FaultProxy(host, port) as proxy:
+        with FaultProxy(host, port, listen_port=self.harness.fault_proxy_port()) as proxy:
             sink = self.harness.make_sink_via(ns, "127.0.0.1", proxy.port)
             epoch = sink.fence(APP)
             for k in range(MAX_COMMIT_REQUESTS):
@@ -938,7 +943,7 @@ class SinkContract:
         from eosink.services.proxy import FaultProxy
 
         host, port = self._endpoint()
-        with FaultProxy(host, port) as proxy:
+        with FaultProxy(host, port, listen_port=self.harness.fault_proxy_port()) as proxy:
             proxy.refuse()
             sink = self.harness.make_sink_via(ns, "127.0.0.1", proxy.port)
             with pytest.raises(TransientError):

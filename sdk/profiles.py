@@ -32,6 +32,7 @@ import importlib
 import importlib.metadata
 import logging
 import pkgutil
+import re
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -71,9 +72,9 @@ class SinkProfile(ABC):
     """Its page under ``docs/`` (``connectors/postgres.md``)."""
     services: ClassVar[tuple[str, ...]] = ()
     """The service harness's servers its tests and tools need (``eosink services up ...``)."""
-    commit_request_marker: ClassVar[bytes | None] = None
-    """Bytes of the request that commits a batch, for fault proxies that cut its reply; None when
-    requests cannot be matched (encrypted, or no network)."""
+    commit_request_marker: ClassVar[bytes | re.Pattern[bytes] | None] = None
+    """Bytes of (or a pattern matching) the request that commits a batch, for fault proxies that cut
+    its reply; None when requests cannot be matched (encrypted, or no network)."""
 
     # -- eosink status / eosink recover -------------------------------------------------------
 

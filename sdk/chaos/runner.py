@@ -50,7 +50,7 @@ from eosink.chaos.schedule import Fault, Schedule, make_schedule, naive_schedule
 from eosink.chaos.target import ChaosTarget, Names, get_target
 from eosink.checkpoint import SparkCheckpoint
 from eosink.profiles import get_profile
-from eosink.services.proxy import FaultProxy
+from eosink.services.proxy import FaultProxy, RequestMatch
 from eosink.strategies import STRATEGY_NAMES
 
 # RunRecord, ScheduleResult and format_table lived here; they stay importable from here.
@@ -92,7 +92,7 @@ class _RunnerFaults:
     def __init__(
         self,
         target: ChaosTarget,
-        commit_marker: bytes | None,
+        commit_marker: RequestMatch | None,
         checkpoint: Path,
         faults: Sequence[Fault],
         proxy: FaultProxy | None,
@@ -159,7 +159,7 @@ class ScheduleRunner:
         target: ChaosTarget,
         workdir: Path,
         *,
-        commit_marker: bytes | None = None,
+        commit_marker: RequestMatch | None = None,
         master: str = "local[2,4]",
         java_opts: str = "",
         run_timeout_s: float = 600.0,

@@ -47,7 +47,7 @@ from eosink.services._maven import Artifact, fetch_jars
 from eosink.services._process import Proc, free_port, port_open, spawn, stop, wait_until
 from eosink.services.base import Endpoint, Service
 
-__all__ = ["KAFKA_VERSION", "TRANSACTION_MAX_TIMEOUT_MS", "KafkaEndpoint", "KafkaService"]
+__all__ = ["KAFKA_VERSION", "TRANSACTION_MAX_TIMEOUT_MS", "KafkaEndpoint", "KafkaService", "server_properties"]
 
 log = logging.getLogger("eosink.services")
 
@@ -83,12 +83,24 @@ logger.clients.level = WARN
 
 @dataclass(frozen=True)
 class KafkaEndpoint(Endpoint):
-    """A Kafka cluster: its bootstrap servers, ``host:port[,host:port...]`` (plaintext, no auth)."""
+    """A Kafka cluster: its bootstrap servers, ``host:port[,host:port...]`` (plaintext, no auth).
+
+    A broker started here also has a second listener for fault tests, ``PROXIED`` on
+    ``proxied_port``, which advertises ``127.0.0.1:proxy_port``: a fault proxy listening on
+    ``proxy_port`` and forwarding to ``proxied_port`` then carries every request of a client
+    bootstrapped through it (a broker tells clients where to connect, so a proxy on the plain
+    listener would only see the first request). Both are 0 for your own broker.
+    """
 
     bootstrap_servers: str
+    proxied_port: int = 0
+    proxy_port: int = 0
 
     def env(self) -> dict[str, str]:
-        return {"EOSINK_KAFKA_BOOTSTRAP": self.bootstrap_servers}
+        env = {"EOSINK_KAFKA_BOOTSTRAP": self.bootstrap_servers}
+        if self.proxy_port:
+            env["EOSINK_KAFKA_PROXIED"] = f"{self.proxied_port}:{self.proxy_port}"
+        return env
 
 
 class KafkaService(Service[KafkaEndpoint]):
@@ -105,19 +117,34 @@ class KafkaService(Service[KafkaEndpoint]):
 
     def external(self) -> KafkaEndpoint | None:
         bootstrap = os.environ.get("EOSINK_KAFKA_BOOTSTRAP", "").strip()
-        return KafkaEndpoint(bootstrap) if bootstrap else None
+        if not bootstrap:
+            return None
+        proxied = os.environ.get("EOSINK_KAFKA_PROXIED", "").strip()  # as `eosink services env kafka` prints it
+        if not proxied:
+            return KafkaEndpoint(bootstrap)
+        port, _, proxy = proxied.partition(":")
+        if not (port.isdigit() and proxy.isdigit()):
+            raise ServiceError(
+                f"EOSINK_KAFKA_PROXIED={proxied!r} is not PORT:PROXY_PORT.",
+                "Set it as `eosink services env kafka` prints it, or unset it (the network fault cases then fail).",
+            )
+        return KafkaEndpoint(bootstrap, proxied_port=int(port), proxy_port=int(proxy))
 
     def provision(self) -> None:
         fetch_jars(ARTIFACTS, self.jars, what=f"Apache Kafka {KAFKA_VERSION}")
         (self.home / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
 
     def launch(self) -> tuple[Proc, KafkaEndpoint]:
-        broker_port = free_port()
-        controller_port = free_port()
-        while controller_port == broker_port:
-            controller_port = free_port()
+        ports: list[int] = []
+        while len(ports) < 4:  # broker, controller, the proxied listener, the proxy in front of it
+            port = free_port()
+            if port not in ports:
+                ports.append(port)
+        broker_port, controller_port, proxied_port, proxy_port = ports
         config = self.run / "server.properties"
-        config.write_text(_server_properties(broker_port, controller_port, self.data / "kraft"))
+        config.write_text(
+            server_properties(broker_port, controller_port, self.data / "kraft", proxied=(proxied_port, proxy_port))
+        )
         java = [_jdk.java("Kafka"), *JVM_OPTS, f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}"]
         java += ["-cp", f"{self.jars}{os.sep}*"]
 
@@ -144,7 +171,7 @@ class KafkaService(Service[KafkaEndpoint]):
         )
 
         proc = spawn([*java, "kafka.Kafka", str(config)], self.log_path, cwd=self.run)
-        endpoint = KafkaEndpoint(f"127.0.0.1:{broker_port}")
+        endpoint = KafkaEndpoint(f"127.0.0.1:{broker_port}", proxied_port, proxy_port)
         try:
             wait_until(
                 lambda: port_open(broker_port) and _serves(endpoint.bootstrap_servers),
@@ -239,15 +266,28 @@ class KafkaService(Service[KafkaEndpoint]):
         )
 
 
-def _server_properties(broker_port: int, controller_port: int, log_dir: Path) -> str:
-    """One KRaft node that is broker and controller, on 127.0.0.1 only, sized for tests."""
+def server_properties(
+    broker_port: int, controller_port: int, log_dir: Path, *, proxied: tuple[int, int] | None = None
+) -> str:
+    """One KRaft node that is broker and controller, on 127.0.0.1 only, sized for tests.
+
+    ``proxied=(port, proxy_port)`` adds the ``PROXIED`` listener on ``port``, advertised at
+    ``proxy_port`` (see :class:`KafkaEndpoint`).
+    """
+    listeners = f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}"
+    advertised = f"PLAINTEXT://127.0.0.1:{broker_port}"
+    protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if proxied is not None:
+        listeners += f",PROXIED://127.0.0.1:{proxied[0]}"
+        advertised += f",PROXIED://127.0.0.1:{proxied[1]}"
+        protocols += ",PROXIED:PLAINTEXT"
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listeners": listeners,
+        "advertised.listeners": advertised,
+        "listener.security.protocol.map": protocols,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": str(log_dir),
@@ -262,6 +302,9 @@ def _server_properties(broker_port: int, controller_port: int, log_dir: Path) ->
         "group.initial.rebalance.delay.ms": "0",
         # eosink's 2PC keeps transactions open until Spark's checkpoint commit (see the module docstring).
         "transaction.max.timeout.ms": str(TRANSACTION_MAX_TIMEOUT_MS),
+        # Transactions past their timeout are aborted within a second (broker default: 10 s), so a test of an
+        # expired transaction does not wait long.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 

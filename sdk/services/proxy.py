@@ -5,10 +5,10 @@ from the test, at any time, from any thread:
 
 * :meth:`FaultProxy.passthrough` — forward everything (the default);
 * :meth:`FaultProxy.cut_after_request` — the next client request containing given bytes (say
-  ``b"COMMIT"``) is forwarded to the server and its reply is dropped: the client's connection
-  is cut when the server answers (so the request has taken effect when the client sees the
-  connection error: an *ambiguous commit*), or at once with ``wait_for_reply=False`` (the
-  outcome may then still be in progress);
+  ``b"COMMIT"``, or matching a ``re.Pattern[bytes]``) is forwarded to the server and its reply
+  is dropped: the client's connection is cut when the server answers (so the request has taken
+  effect when the client sees the connection error: an *ambiguous commit*), or at once with
+  ``wait_for_reply=False`` (the outcome may then still be in progress);
 * :meth:`FaultProxy.cut_before_request` — the next matching request never reaches the server:
   both sides are cut instead (a lost request: the server rolls back what the session had open);
 * :meth:`FaultProxy.delay` — hold every chunk, both ways, for a while;
@@ -17,20 +17,27 @@ from the test, at any time, from any thread:
 
 It matches plain bytes, so request matching needs an unencrypted protocol; under TLS use
 :meth:`FaultProxy.cut_all`. A server that tells clients its own address (Kafka's advertised
-listeners) is only partly proxied. The proxy runs an asyncio loop in a daemon thread.
+listeners) is only partly proxied, unless it advertises the proxy's port
+(:class:`eosink.services.kafka.KafkaEndpoint` has such a listener; ``listen_port`` fixes the
+port). The proxy runs an asyncio loop in a daemon thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-__all__ = ["FaultProxy", "ProxyStats"]
+__all__ = ["FaultProxy", "ProxyStats", "RequestMatch"]
+
+RequestMatch = bytes | re.Pattern[bytes]
+"""What picks a request: bytes it contains, or a regular expression it matches somewhere (for
+binary protocols whose requests are told apart by fields that are not adjacent)."""
 
 CHUNK = 65536
 SERVER_GRACE_S = 10.0
@@ -66,7 +73,7 @@ class FaultProxy:
         self._server: asyncio.Server | None = None
         self._conns: set[_Conn] = set()
         self._lock = threading.Lock()
-        self._match: bytes | None = None
+        self._match: RequestMatch | None = None
         self._cuts_left = 0
         self._wait_for_reply = True
         self._drop_request = False
@@ -116,7 +123,7 @@ class FaultProxy:
         self._call(self._listen())
 
     def cut_after_request(
-        self, match: bytes = b"", *, times: int = 1, wait_for_reply: bool = True, skip: int = 0
+        self, match: RequestMatch = b"", *, times: int = 1, wait_for_reply: bool = True, skip: int = 0
     ) -> None:
         """Arm: the next ``times`` client requests containing ``match`` reach the server; their replies do not.
 
@@ -129,7 +136,7 @@ class FaultProxy:
             self._drop_request, self._skip = False, skip
         self._cut_event.clear()
 
-    def cut_before_request(self, match: bytes = b"", *, times: int = 1) -> None:
+    def cut_before_request(self, match: RequestMatch = b"", *, times: int = 1) -> None:
         """Arm: the next ``times`` client requests containing ``match`` are dropped and both sides cut."""
         with self._lock:
             self._match, self._cuts_left, self._drop_request, self._skip = match, times, True, 0
@@ -211,7 +218,7 @@ class FaultProxy:
     def _should_cut(self, chunk: bytes) -> tuple[bool, bool, bool]:
         """(cut this request?, only when its reply arrives?, drop it instead of forwarding?)"""
         with self._lock:
-            if self._match is None or self._cuts_left <= 0 or self._match not in chunk:
+            if self._match is None or self._cuts_left <= 0 or not _matches(self._match, chunk):
                 return False, False, False
             if self._skip > 0:
                 self._skip -= 1
@@ -275,3 +282,7 @@ class FaultProxy:
     def _cut_client(self, conn: _Conn) -> None:
         conn.client.transport.abort()
         self._cut_event.set()
+
+
+def _matches(match: RequestMatch, chunk: bytes) -> bool:
+    return match in chunk if isinstance(match, bytes) else match.search(chunk) is not None
