@@ -18,10 +18,13 @@ COMMA := ,
 # The same for PostgreSQL alone.
 WITH_POSTGRES = $(EOSINK) services up postgres && $(EOSINK) services check postgres && $(1); rc=$$?; \
 	$(EOSINK) services down postgres; exit $$rc
+# The same for Kafka alone.
+WITH_KAFKA = $(EOSINK) services up kafka && $(EOSINK) services check kafka && $(1); rc=$$?; \
+	$(EOSINK) services down kafka; exit $$rc
 
-.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres spark services services-up services-check services-down \
+.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka spark services services-up services-check services-down \
 	services-status test test-full demo bench clean chaos chaos-quick examples example-files example-kafka \
-	spark-full local-cluster test-postgres-full chaos-full examples-full services-full spark-matrix spark-on
+	spark-full local-cluster test-postgres-full test-kafka-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
@@ -95,13 +98,22 @@ spark: venv java
 
 # -- one pattern per sink: make test-SINK runs its contract suite and connector tests, one Spark
 # kill-and-restart per strategy and one chaos schedule (docs/testing.md). make test runs it for every sink.
-SINKS := postgres
+SINKS := postgres kafka
 test-postgres: venv java
 	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py \
 		tests/chaos/test_chaos_quick.py -q -m "not full" -k "not chaos or postgres" --durations=10)
 
 test-postgres-full: venv java
 	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py -q --durations=10)
+
+# Kafka: every step is a broker round trip, so make test draws 8 random schedules and crashes the
+# walks at every 4th step; test-kafka-full runs the whole suite (60 schedules, every step).
+test-kafka: venv java
+	@$(call WITH_KAFKA,$(PYTEST) tests/connectors/kafka -q --eosink-contract-examples=8 --eosink-crash-stride=4 \
+		--durations=10)
+
+test-kafka-full: venv java
+	@$(call WITH_KAFKA,$(PYTEST) tests/connectors/kafka -q --durations=10)
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5

@@ -1,0 +1,222 @@
+"""The coordinator side of KafkaSink (driver): ``commit``, ``abort``, ``commit_status``, ``recover``.
+
+What each does::
+
+    commit(batch, cs, b)   1. the progress topic: the batch's bundle present -> done (the same
+                              committables) or CommitAbortedError (others)
+                           2. the writer epoch: FencedError if a newer writer than b's holds the app_id
+                           3. EndTxn(commit) for each participant transaction, with the producer id
+                              and epoch that wrote it (one already committed the same way is fine;
+                              one aborted, expired or re-initialised is CommitAbortedError)
+                           4. the bundle, in the app_id's bundle transaction (its EndTxn is the
+                              batch's commit request: a lost reply is AmbiguousCommitError)
+    abort(cs)              EndTxn(abort) for each transaction still open; committed work (its
+                              transaction committed, or a kept bundle lists it) is CommitAbortedError
+    commit_status(b, cs)   bundle present -> COMMITTED; the bundle transaction committing ->
+                              IN_PROGRESS; every transaction open or committed by the producer
+                              that wrote it -> PREPARED; otherwise ABORTED
+    recover(app_id)        open data transactions of the app_id (ListTransactions) whose marker
+                              says "prepared", batch and participant read from the marker
+    fetch_last_bundle      the highest batch's bundle of the app_id in the progress topic
+
+A batch is visible participant by participant (each transaction commits on its own); its
+bundle is written last, once every participant's transaction committed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from eosink import faults
+from eosink.connectors.kafka import _wire
+from eosink.connectors.kafka._base import _SinkBase
+from eosink.connectors.kafka._names import data_txid_prefix, parse_txid
+from eosink.connectors.kafka._progress import WINDOW, Marker, read_markers
+from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
+from eosink.errors import CommitAbortedError, EosinkError
+
+__all__ = ["_CommitSide"]
+
+log = logging.getLogger("eosink.kafka")
+
+_COMMITTED = ("PrepareCommit", "CompleteCommit")
+_ABORTED = ("PrepareAbort", "CompleteAbort")
+_OPEN = ("Ongoing", "PrepareCommit", "PrepareAbort")
+
+
+class _CommitSide(_SinkBase):
+    """``commit``, ``abort``, ``commit_status``, ``recover`` and ``fetch_last_bundle`` of :class:`KafkaSink`."""
+
+    def _write_bundle(self, bundle: Bundle) -> None:
+        """Write ``bundle`` in the app_id's bundle transaction (``sink.py``)."""
+        raise NotImplementedError
+
+    def _bundle_committing(self, app_id: str) -> bool:
+        """Whether the app_id's bundle transaction is deciding a commit now (``sink.py``)."""
+        raise NotImplementedError
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        """End each participant's transaction with a commit, then write the bundle."""
+        with self._errors(f"commit of batch {batch}"):
+            admin = self._admin()
+            self._view.refresh(admin)
+            if self._already(batch, bundle):
+                return
+            self._check_epoch(batch.app_id, bundle.epoch, "commit")
+            for c in committables:
+                if "txid" in c.payload:
+                    self._end(admin, c, commit=True)
+            faults.hit(faults.FaultPoint.F6, batch.batch_id)  # every participant committed, the bundle not yet
+            self._write_bundle(bundle)
+
+    def _already(self, batch: BatchRef, bundle: Bundle) -> bool:
+        found = self._view.bundle(batch.app_id, batch.batch_id)
+        if found is None:
+            return False
+        if set(found.committables) != set(bundle.committables):
+            raise CommitAbortedError(
+                f"Batch {batch} is committed already, with other committables than these.",
+                "Another attempt of the batch was committed; this one is left over: abort it.",
+            )
+        return True
+
+    def abort(self, committables: Sequence[Committable]) -> None:
+        """End each still-open transaction with an abort; refuse committed work."""
+        if not committables:
+            return
+        with self._errors(f"abort of {len(committables)} committable(s)"):
+            admin = self._admin()
+            self._view.refresh(admin)
+            for c in committables:
+                if self._view.lists(c.batch.app_id, c.id) is not None:
+                    raise _committed_already(c)
+                if "txid" in c.payload:
+                    self._end(admin, c, commit=False)
+
+    def _end(self, admin: Any, c: Committable, *, commit: bool) -> None:
+        """EndTxn for ``c``'s transaction; CommitAbortedError when it cannot end that way."""
+        txid, pid, epoch = _ids(c)
+        code = _wire.end_txn(admin, txid, pid, epoch, commit, timeout_s=self.config.transaction_timeout_ms / 1000)
+        if code == _wire.NONE:
+            return
+        state = _wire.describe(admin, txid)
+        committed = state is not None and state.wrote(pid, epoch) and state.state in _COMMITTED
+        if commit and not committed:
+            raise _gone(c, state)
+        if not commit and committed:
+            raise _committed_already(c)
+        # committed already (a retry, a roll-forward), or, aborting, over without a commit (aborted,
+        # expired, or its transactional id initialised again): nothing left to do
+
+    def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
+        """The batch's fate from the progress topic and the transaction coordinator."""
+        with self._errors(f"commit_status of batch {batch}"):
+            admin = self._admin()
+            self._view.refresh(admin)
+            if self._view.bundle(batch.app_id, batch.batch_id) is not None:
+                return CommitStatus.COMMITTED
+            if self._bundle_committing(batch.app_id):
+                return CommitStatus.IN_PROGRESS
+            last = self._view.last(batch.app_id)
+            if last is not None and last.batch.batch_id >= batch.batch_id + WINDOW:
+                return CommitStatus.COMMITTED  # older than the bundles kept: batches commit in order
+            for c in committables:
+                if "txid" not in c.payload:
+                    continue
+                txid, pid, epoch = _ids(c)
+                state = _wire.describe(admin, txid)
+                if state is None or not state.wrote(pid, epoch) or state.state in _ABORTED or state.state == "Empty":
+                    return CommitStatus.ABORTED
+            return CommitStatus.PREPARED
+
+    def recover(self, app_id: str) -> list[Committable]:
+        """The prepared, uncommitted participant transactions of ``app_id``."""
+        with self._errors(f"recover({app_id!r})"):
+            return [_committable(m, st) for m, st in self._open_work(app_id) if m is not None and m.state == "prepared"]
+
+    def _open_work(self, app_id: str) -> list[tuple[Marker | None, _wire.TxnState]]:
+        """Every open data transaction of ``app_id``, with its newest marker (None if it wrote none)."""
+        admin = self._admin()
+        prefix = self.config.transactional_id_prefix
+        ids = _list_open(admin, data_txid_prefix(prefix, app_id))
+        found: list[tuple[str, _wire.TxnState]] = []
+        for txid in ids:
+            if parse_txid(prefix, app_id, txid) is None:
+                continue
+            state = _wire.describe(admin, txid)
+            if state is not None and state.state in _OPEN:
+                found.append((txid, state))
+        if not found:
+            return []
+        open_markers, done_markers = read_markers(admin, self.config.progress_topic)
+        out: list[tuple[Marker | None, _wire.TxnState]] = []
+        for txid, state in found:
+            mine = [m for m in open_markers.get(state.producer_id, []) if m.txid == txid]
+            if not mine:  # committing now: its markers may be past their commit marker already
+                mine = [m for m in done_markers if m.txid == txid and m.producer_id == state.producer_id]
+            marker = mine[-1] if mine else None
+            if marker is not None and marker.app_id != app_id:
+                continue
+            out.append((marker, state))
+        return out
+
+    def fetch_last_bundle(self, app_id: str) -> Bundle | None:
+        """The bundle of ``app_id``'s highest committed batch."""
+        with self._errors(f"fetch_last_bundle({app_id!r})"):
+            self._view.refresh(self._admin())
+            return self._view.last(app_id)
+
+
+def _ids(c: Committable) -> tuple[str, int, int]:
+    return str(c.payload["txid"]), int(c.payload["producer_id"]), int(c.payload["producer_epoch"])
+
+
+def _committable(marker: Marker, state: _wire.TxnState) -> Committable:
+    from eosink.connectors.kafka._names import committable_id
+
+    return Committable(
+        BatchRef(marker.app_id, marker.batch_id),
+        marker.epoch,
+        marker.participant,
+        committable_id(marker.txid, state.producer_id, state.producer_epoch),
+        rows=marker.rows,
+        payload={
+            "txid": marker.txid,
+            "producer_id": state.producer_id,
+            "producer_epoch": state.producer_epoch,
+            "attempt": marker.attempt,
+        },
+    )
+
+
+def _list_open(admin: Any, prefix: str) -> list[str]:
+    """Transactional ids starting with ``prefix`` that have a transaction open (any broker)."""
+    import re
+
+    from kafka.errors import UnsupportedVersionError
+
+    states = list(_OPEN)
+    try:
+        listed = admin.list_transactions(state_filters=states, transactional_id_pattern=re.escape(prefix) + ".*")
+    except UnsupportedVersionError:  # a broker before 4.1: filter here
+        listed = admin.list_transactions(state_filters=states)
+    return sorted({t.transactional_id for ts in listed.values() for t in ts if t.transactional_id.startswith(prefix)})
+
+
+def _committed_already(c: Committable) -> EosinkError:
+    return CommitAbortedError(
+        f"Committable {c.id} of batch {c.batch} is committed; it cannot be aborted.",
+        "Nothing to do: the batch's records are in the topic.",
+    )
+
+
+def _gone(c: Committable, state: _wire.TxnState | None) -> EosinkError:
+    now = "unknown to the broker" if state is None else f"{state.state} ({state.producer_id}.{state.producer_epoch})"
+    return CommitAbortedError(
+        f"Cannot commit committable {c.id} of batch {c.batch}: its transaction is over without a commit "
+        f"(the transactional id is now {now}). The broker aborts a transaction open longer than "
+        "transaction_timeout_ms, and initialising a producer with the same transactional id aborts it too.",
+        "Spark replays the batch unless its commit log holds it; then see 'Lost prepared work' in docs/operations.md.",
+    )

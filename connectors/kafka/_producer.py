@@ -1,0 +1,34 @@
+"""The kafka-python producer internals the sink leans on (kafka-python is pinned to 3.0.x for them).
+
+A transactional KafkaProducer keeps its producer id and epoch in its transaction manager, with
+no public accessor; its ``abort_transaction()`` waits without a bound; and it cannot be told that
+its transaction was committed by an EndTxn it did not send. Each of those is one function here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["abort_within", "mark_committed", "producer_ids"]
+
+
+def producer_ids(producer: Any) -> tuple[int, int]:
+    """The producer id and epoch a transactional producer writes with."""
+    pe = producer._transaction_manager.producer_id_and_epoch
+    return int(pe.producer_id), int(pe.epoch)
+
+
+def abort_within(producer: Any, timeout_ms: int) -> None:
+    """Abort the producer's open transaction, waiting at most ``timeout_ms``."""
+    result = producer._transaction_manager.begin_abort()
+    producer._sender.wakeup()
+    result.wait(timeout_ms=timeout_ms)
+
+
+def mark_committed(producer: Any) -> None:
+    """Tell the producer its transaction was committed (by an EndTxn sent elsewhere): ready for the next."""
+    from kafka.producer.transaction_manager import TransactionState
+
+    manager = producer._transaction_manager
+    manager._transition_to(TransactionState.COMMITTING_TRANSACTION)
+    manager._complete_transaction()

@@ -1,0 +1,245 @@
+"""The Kafka requests the sink sends itself, through kafka-python's admin client.
+
+kafka-python has no call to end another process's transaction, nor to read a partition's log
+with its transaction markers. Both are plain protocol requests, sent here on the admin client's
+connections (its ``_manager``: the one private member the connector leans on, which is why
+kafka-python is pinned to 3.0.x and ``tests/connectors/kafka`` exercises every call here against
+a real broker):
+
+* :func:`end_txn` — ``EndTxn`` (v3, classic transactions) for a transactional id, with the
+  producer id and epoch that wrote it: how the coordinator commits or aborts a participant's
+  transaction, as the producer itself would;
+* :func:`describe` — ``DescribeTransactions`` for one id, None when the broker does not know it;
+* :func:`read_log` — ``Fetch`` at ``read_uncommitted`` with the raw record batches: which
+  producer wrote each record and where each transaction ended (commit or abort markers), so
+  a reader can tell committed, aborted and open records apart anywhere in the log (a
+  ``read_committed`` consumer stops at the first open transaction).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["LogRecord", "Partition", "TxnState", "describe", "end_txn", "read_log"]
+
+# Error codes of EndTxn (kafka/errors.py names them too).
+NONE = 0
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+CONCURRENT_TRANSACTIONS = 51
+PRODUCER_FENCED = 90
+_RETRY = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS}
+
+
+@dataclass(frozen=True)
+class TxnState:
+    """What the transaction coordinator knows of a transactional id."""
+
+    state: str
+    """``Empty``, ``Ongoing``, ``PrepareCommit``, ``PrepareAbort``, ``CompleteCommit``, ``CompleteAbort``, ..."""
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_ms: int
+    """When its current transaction began (Unix ms), -1 when none is open."""
+    partitions: frozenset[tuple[str, int]]
+
+    def wrote(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether its current (or last) transaction is the one this producer id and epoch wrote."""
+        return (self.producer_id, self.producer_epoch) == (producer_id, producer_epoch)
+
+
+def end_txn(admin: Any, txid: str, producer_id: int, producer_epoch: int, commit: bool, timeout_s: float) -> int:
+    """Send EndTxn until the coordinator decides (retrying its "busy" answers); the final error code.
+
+    0 means the transaction is now committing (or aborting) or had already done so the same way;
+    48 (invalid state) that it ended the other way or is not open; 47/90 (fenced) that the id has
+    a newer producer epoch since; 49 that the coordinator does not know the producer.
+    """
+    from kafka.protocol.metadata import CoordinatorType
+    from kafka.protocol.producer.transaction import EndTxnRequest
+
+    async def once(refresh: bool) -> int:
+        if refresh:
+            admin._manager.cluster.remove_coordinator(txid, CoordinatorType.TRANSACTION)
+        node = await admin._find_coordinator_id(txid, key_type=CoordinatorType.TRANSACTION)
+        request = EndTxnRequest(
+            transactional_id=txid,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            committed=commit,
+            max_version=3,
+        )
+        response = await admin._manager.send(request, node_id=node)
+        return int(response.error_code)
+
+    deadline = time.monotonic() + timeout_s
+    delay, refresh = 0.01, False
+    while True:
+        code = int(admin._manager.run(once, refresh))
+        if code not in _RETRY or time.monotonic() > deadline:
+            return code
+        refresh = code in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+def describe(admin: Any, txid: str) -> TxnState | None:
+    """The coordinator's view of ``txid``; None when it knows no such transactional id."""
+    from kafka.errors import TransactionalIdNotFoundError
+
+    try:
+        found = admin.describe_transactions([txid])
+    except TransactionalIdNotFoundError:
+        return None
+    d = found.get(txid)
+    if d is None:
+        return None
+    return TxnState(
+        state=d.state.value if hasattr(d.state, "value") else str(d.state),
+        producer_id=int(d.producer_id),
+        producer_epoch=int(d.producer_epoch),
+        timeout_ms=int(d.transaction_timeout_ms),
+        start_ms=int(d.transaction_start_time_ms),
+        partitions=frozenset((tp.topic, tp.partition) for tp in d.topic_partitions),
+    )
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One data record of a partition's log, with the producer that wrote it."""
+
+    offset: int
+    producer_id: int
+    transactional: bool
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A partition's log between two offsets, its transactions resolved by their markers.
+
+    ``committed`` holds the records of committed transactions and non-transactional records,
+    in log order; ``open`` the records of transactions with no marker yet, per producer id;
+    ``high_watermark`` and ``last_stable_offset`` as the broker gave them.
+    """
+
+    committed: tuple[LogRecord, ...]
+    open: dict[int, tuple[LogRecord, ...]]
+    high_watermark: int
+    last_stable_offset: int
+
+
+def read_log(admin: Any, topic: str, partition: int, start: int = 0, max_wait_s: float = 30.0) -> Partition:
+    """Read ``topic``'s ``partition`` from ``start`` to its high watermark (read_uncommitted).
+
+    Aborted transactions' records are dropped, committed ones kept; records whose transaction
+    has no marker yet are returned apart (``open``).
+    """
+    committed: list[LogRecord] = []
+    pending: dict[int, list[LogRecord]] = {}
+    offset, hw, lso = start, -1, -1
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        hw, lso, batches = _fetch(admin, topic, partition, offset)
+        for batch, records in batches:
+            if batch.is_control_batch:
+                marker = next(iter(batch), None)
+                done = pending.pop(batch.producer_id, [])
+                if marker is not None and not marker.abort:
+                    committed.extend(done)
+            elif batch.is_transactional:
+                pending.setdefault(batch.producer_id, []).extend(records)
+            else:
+                committed.extend(records)
+            offset = max(offset, batch.next_offset)
+        if offset >= hw or not batches:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reading {topic}/{partition} did not reach offset {hw} in {max_wait_s:.0f} s")
+    return Partition(tuple(committed), {pid: tuple(rs) for pid, rs in pending.items()}, hw, lso)
+
+
+def _fetch(admin: Any, topic: str, partition: int, offset: int) -> tuple[int, int, list[tuple[Any, list[LogRecord]]]]:
+    from kafka.errors import for_code
+    from kafka.protocol.consumer.fetch import FetchRequest
+    from kafka.record.memory_records import MemoryRecords
+    from kafka.structs import TopicPartition
+
+    async def once() -> Any:
+        leaders = await admin._async_get_leader_for_partitions([TopicPartition(topic, partition)])
+        node = next(iter(leaders))
+        Topic = FetchRequest.FetchTopic
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=32 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                Topic(
+                    topic=topic,
+                    partitions=[
+                        Topic.FetchPartition(
+                            partition=partition,
+                            current_leader_epoch=-1,
+                            fetch_offset=offset,
+                            log_start_offset=-1,
+                            partition_max_bytes=16 << 20,
+                        )
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+            max_version=11,
+        )
+        return await admin._manager.send(request, node_id=node)
+
+    response = admin._manager.run(once)
+    data = response.responses[0].partitions[0]
+    error = for_code(data.error_code)
+    if data.error_code:
+        raise error(f"Fetch of {topic}/{partition} at offset {offset} failed")
+    out: list[tuple[Any, list[LogRecord]]] = []
+    raw = data.records
+    if raw:
+        records = MemoryRecords(bytes(raw) if not isinstance(raw, bytes) else raw)
+        while (batch := records.next_batch()) is not None:
+            if batch.magic < 2:
+                continue
+            if batch.is_control_batch:
+                out.append((batch, []))
+                continue
+            rows = [
+                LogRecord(
+                    r.offset,
+                    batch.producer_id,
+                    bool(batch.is_transactional),
+                    r.key,
+                    r.value,
+                    tuple(r.headers or ()),
+                    r.timestamp,
+                )
+                for r in batch
+                if r.offset >= offset
+            ]
+            out.append((batch, rows))
+    return int(data.high_watermark), int(data.last_stable_offset), out
+
+
+def records_of(partition: Partition) -> Iterator[LogRecord]:
+    """The committed records of ``partition``, in log order."""
+    yield from partition.committed

@@ -1,0 +1,151 @@
+"""The Kafka sink's harness for the contract suite and the connector's own tests.
+
+It writes against the service harness's Kafka (``eosink services up kafka``, or your own broker
+through ``EOSINK_KAFKA_BOOTSTRAP``); a missing broker is an error, never a skip. Each namespace
+gets its own topic (two partitions), progress topic and transactional-id prefix.
+
+What "visible" means here is what a ``read_committed`` consumer ends up reading: the records of
+committed transactions (and records written without one), wherever they are in the log. A
+consumer reads them in log order, so records committed after a transaction that is still open
+reach it only once that one ends; the suite keeps transactions open on purpose, so the harness
+reads the log itself (:func:`read_topic`) instead of waiting. Records with a key count once per
+key, the last one winning (a compacted topic, or a consumer keeping the last record per key).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from typing import Any
+
+from eosink.connectors.kafka import KafkaConfig, KafkaSink, _wire
+from eosink.connectors.kafka._names import COMMIT_REQUEST
+from eosink.contracts import Namespace, SinkHarness
+
+__all__ = ["KafkaHarness", "read_topic"]
+
+
+def read_topic(admin: Any, topic: str, partitions: int) -> list[_wire.LogRecord]:
+    """Every committed record of ``topic`` (all ``partitions``), open transactions notwithstanding."""
+    out: list[_wire.LogRecord] = []
+    for p in range(partitions):
+        out.extend(_wire.read_log(admin, topic, p).committed)
+    return out
+
+
+def by_key(records: list[_wire.LogRecord]) -> list[_wire.LogRecord]:
+    """Keyed records once per key (the last wins), unkeyed ones all: what a compacted topic keeps."""
+    last: dict[bytes, _wire.LogRecord] = {}
+    out: list[_wire.LogRecord] = []
+    for r in records:
+        if r.key is None:
+            out.append(r)
+        else:
+            last[r.key] = r
+    return out + list(last.values())
+
+
+class KafkaHarness(SinkHarness):
+    """One topic ``eo_<ns>`` (JSON values), progress topic and transactional-id prefix per namespace."""
+
+    commit_request_marker = COMMIT_REQUEST
+    partitions = 2
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options  # KafkaConfig options every sink of this harness gets
+        self._admin: Any = None
+        self._endpoint: Any = None
+        self._made: set[str] = set()
+        self._lock = threading.Lock()
+
+    # -- the broker ------------------------------------------------------------------------------
+
+    def endpoint(self) -> Any:
+        """The service harness's broker (or yours, through ``EOSINK_KAFKA_BOOTSTRAP``), resolved at first use."""
+        if self._endpoint is None:
+            from eosink.services import get_service
+
+            self._endpoint = get_service("kafka").endpoint()  # ServiceError: start the broker
+        return self._endpoint
+
+    def bootstrap(self) -> str:
+        return str(self.endpoint().bootstrap_servers)
+
+    def _proxied(self) -> tuple[int, int] | None:
+        """(the listener advertised at the proxy's port, that port); None for a broker without one."""
+        endpoint = self.endpoint()
+        return (endpoint.proxied_port, endpoint.proxy_port) if getattr(endpoint, "proxy_port", 0) else None
+
+    def admin(self) -> Any:
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+
+            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap(), client_id="eosink-test")
+        return self._admin
+
+    # -- the suite's hooks -----------------------------------------------------------------------
+
+    def config(self, ns: Namespace, bootstrap: str | None = None, **options: Any) -> KafkaConfig:
+        settings: dict[str, Any] = {
+            "topic": self.topic(ns),
+            "value_format": "json",
+            "progress_topic": f"eo_{ns.name}_progress",
+            "transactional_id_prefix": f"eo-{ns.name}",
+            **self.options,
+            **options,
+        }
+        return KafkaConfig(bootstrap or self.bootstrap(), **settings)
+
+    def topic(self, ns: Namespace) -> str:
+        return f"eo_{ns.name}"
+
+    def make_sink(self, ns: Namespace) -> KafkaSink:
+        self.create_topics(ns)
+        return KafkaSink(self.config(ns))
+
+    def fault_endpoint(self) -> tuple[str, int] | None:
+        proxied = self._proxied()
+        return None if proxied is None else ("127.0.0.1", proxied[0])
+
+    def fault_proxy_port(self) -> int:
+        proxied = self._proxied()
+        return 0 if proxied is None else proxied[1]
+
+    def make_sink_via(self, ns: Namespace, host: str, port: int) -> KafkaSink:
+        self.create_topics(ns)
+        return KafkaSink(self.config(ns, bootstrap=f"{host}:{port}"))
+
+    def create_topics(self, ns: Namespace) -> None:
+        """The namespace's topic and progress topic, once."""
+        from kafka.errors import TopicAlreadyExistsError
+
+        from eosink.connectors.kafka._progress import ensure_progress_topic
+
+        with self._lock:
+            if ns.name in self._made:
+                return
+            admin = self.admin()
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics(
+                    {self.topic(ns): {"num_partitions": self.partitions, "replication_factor": 1}},
+                    wait_for_metadata=True,
+                )
+            ensure_progress_topic(admin, f"eo_{ns.name}_progress")
+            self._made.add(ns.name)
+
+    def read_records(self, ns: Namespace) -> list[_wire.LogRecord]:
+        """Every committed record of the namespace's topic, keyed ones once per key."""
+        with self._lock:
+            return by_key(read_topic(self.admin(), self.topic(ns), self.partitions))
+
+    def read_committed(self, ns: Namespace) -> list[dict[str, Any]]:
+        return [json.loads(r.value) for r in self.read_records(ns) if r.value is not None]
+
+    def cleanup(self, ns: Namespace) -> None:
+        with self._lock:
+            if ns.name not in self._made:
+                return
+            self._made.discard(ns.name)
+            with contextlib.suppress(Exception):
+                self.admin().delete_topics([self.topic(ns), f"eo_{ns.name}_progress"])
