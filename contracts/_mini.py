@@ -9,28 +9,31 @@ The pieces mimic what Spark and :mod:`eosink.spark` do around
 * :class:`MemoryBatch` is a :class:`~eosink.coordinator.BatchInput` over rows split into
   participant shares; ``write`` runs :func:`eosink.participant.run_participant` per share, as
   ``SparkBatch`` does inside ``mapInArrow``;
-* :class:`Variant` is one strategy configuration (:data:`VARIANTS`).
+* :class:`Variant` is one strategy configuration (:data:`VARIANTS`);
+* :class:`SparkOrderDriver` runs batches in Spark's order around a real Coordinator, and
+  restarts as a new driver process would (a connector's bad-input tests build on it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
 from eosink._rowhash import row_hashes
 from eosink._waiting import wait_until as _wait_until
 from eosink.checkpoint import SparkCheckpoint
-from eosink.contract import Committable, Fingerprint
+from eosink.contract import Committable, Fingerprint, Sink
 from eosink.contracts.harness import CONTRACT_SCHEMA
 from eosink.coordinator import CommitPolicy, Coordinator
-from eosink.errors import InjectedFault
+from eosink.errors import EosinkError, InjectedFault
 from eosink.keys import KEY_COLUMN
 from eosink.participant import WritePlan, fingerprint_participant, run_participant
 from eosink.strategies import Idempotent, Strategy, TwoPhaseCommit, TxidCheck
@@ -44,6 +47,7 @@ __all__ = [
     "FakeCheckpoint",
     "MemoryBatch",
     "NoWatcherCoordinator",
+    "SparkOrderDriver",
     "Variant",
     "batches_for",
     "canon",
@@ -236,6 +240,64 @@ class NoWatcherCoordinator(Coordinator):
     """
 
     watch_in_background = False
+
+
+C = TypeVar("C")
+
+
+class SparkOrderDriver(Generic[C]):
+    """Spark's order of events (offsets, foreachBatch, commit log, then the 2PC commit) around a real
+    :class:`NoWatcherCoordinator`; :meth:`restart` is a new driver process: a new sink from the
+    configuration, a new Coordinator, the same :class:`FakeCheckpoint` and app_id."""
+
+    def __init__(
+        self, root: Path, variant: Variant, config: C, make_sink: Callable[[C], Sink[Any]], app_id: str = "app_bad"
+    ) -> None:
+        self.variant, self.config, self.make_sink, self.app_id = variant, config, make_sink, app_id
+        self.ckpt = FakeCheckpoint(root / "checkpoint")
+        self.coordinator = self._new()
+
+    def _new(self) -> Coordinator:
+        return NoWatcherCoordinator(
+            self.make_sink(self.config), self.app_id, self.variant.make(), self.ckpt.spark(), FAST
+        )
+
+    def run(self, batches: Sequence[MemoryBatch]) -> None:
+        """Process every batch Spark has not committed, in order; then make sure recovery ran."""
+        for batch_id, batch in enumerate(batches):
+            if self.ckpt.has_commit(batch_id):
+                continue
+            self.ckpt.write_offsets(batch_id)
+            self.coordinator.process(batch_id, batch)
+            self.ckpt.write_commit(batch_id)
+            if self.variant.two_pc:
+                self.coordinator.commit_ready()
+        self.coordinator.start()
+
+    def fail(
+        self, batches: Sequence[MemoryBatch], error: type[EosinkError] | tuple[type[EosinkError], ...]
+    ) -> EosinkError:
+        """Run until the query stops; the error, whose class must be exactly ``error`` (or one of them)."""
+        allowed = error if isinstance(error, tuple) else (error,)
+        names = " or ".join(e.__name__ for e in allowed)
+        try:
+            self.run(batches)
+        except EosinkError as exc:
+            if type(exc) not in allowed:
+                raise AssertionError(f"expected {names}, got {type(exc).__name__}: {exc}") from exc
+            return exc
+        raise AssertionError(f"expected {names}, but every batch ran")
+
+    def restart(self, config: C | None = None) -> None:
+        """Drop the stopped driver and its sink; a new driver (new sink, new Coordinator), same checkpoint."""
+        with contextlib.suppress(Exception):
+            self.coordinator.sink.close()  # a dead driver commits nothing more: no Coordinator.close()
+        self.config = config if config is not None else self.config
+        self.coordinator = self._new()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.coordinator.sink.close()
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +60,7 @@ def ensure_progress_topic(admin: Any, topic: str) -> None:
                 {topic: {"num_partitions": 2, "replication_factor": -1, "configs": TOPIC_CONFIG}},
                 wait_for_metadata=True,
             )
-        found = _partitions(admin, topic)
+        found = _partitions(admin, topic, created=True)
     if found is None or found < 2:
         raise ConfigurationError(
             f"The progress topic {topic!r} has {found or 0} partition(s); eosink keeps bundles in partition 0 and "
@@ -68,17 +69,29 @@ def ensure_progress_topic(admin: Any, topic: str) -> None:
         )
 
 
-def _partitions(admin: Any, topic: str) -> int | None:
-    from kafka.errors import UnknownTopicOrPartitionError
+def _partitions(admin: Any, topic: str, created: bool = False, settle_s: float = 10.0) -> int | None:
+    """How many partitions ``topic`` has; None when it does not exist.
 
-    try:
-        described = admin.describe_topics([topic])
-    except UnknownTopicOrPartitionError:
-        return None
-    for t in described:
-        if t.get("name") == topic and not t.get("error_code"):
-            return len(t.get("partitions") or [])
-    return None
+    A topic being created answers "leader not available" (or, once ``created``, "unknown") for a
+    moment: ask again for a while.
+    """
+    from kafka.errors import UnknownTopicOrPartitionError, for_code
+
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            described = admin.describe_topics([topic])
+        except UnknownTopicOrPartitionError:
+            described = []
+        mine = [t for t in described if t.get("name") == topic]
+        code = int(mine[0].get("error_code") or 0) if mine else UnknownTopicOrPartitionError.errno
+        if code == 0:
+            return len(mine[0].get("partitions") or [])
+        if (code == UnknownTopicOrPartitionError.errno and not created) or not for_code(code).retriable:
+            return None
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.1)
 
 
 def bundle_record(bundle: Bundle) -> tuple[bytes, bytes]:
@@ -164,6 +177,11 @@ class ProgressView:
 
     def bundle(self, app_id: str, batch_id: int) -> Bundle | None:
         return self._mine(app_id).get(batch_id)
+
+    def bundles(self, app_id: str) -> list[Bundle]:
+        """The app_id's kept bundles, oldest batch first."""
+        mine = self._mine(app_id)
+        return [mine[n] for n in sorted(mine)]
 
     def last(self, app_id: str) -> Bundle | None:
         mine = self._mine(app_id)

@@ -89,6 +89,13 @@ def check_schema(schema: pa.Schema, value_format: str, default_topic: str | None
                 f"Column 'headers' is {t}; Kafka headers are a list of structs (key string, value binary).",
                 "Build it as in Spark's Kafka sink: array(struct('h1' AS key, CAST(x AS BINARY) AS value)).",
             )
+    if upsert_keys and "key" in names and "key" not in upsert_keys:
+        raise SchemaError(
+            f"Column 'key' would be the records' key, but the idempotent strategy keys them by {list(upsert_keys)}: "
+            "the column would be lost.",
+            "Rename it to keep it in the value (df.withColumnRenamed('key', ...)), or key the records by it: "
+            "Idempotent(['key']).",
+        )
     missing = [k for k in upsert_keys if k not in names]
     if missing:
         raise SchemaError(

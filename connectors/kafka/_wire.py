@@ -36,6 +36,8 @@ INVALID_PRODUCER_ID_MAPPING = 49
 CONCURRENT_TRANSACTIONS = 51
 PRODUCER_FENCED = 90
 _RETRY = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS}
+_FETCH_RETRY_S = 10.0
+"""How long a Fetch answered with a retriable error (no leader yet, leader moved) is asked again."""
 
 
 @dataclass(frozen=True)
@@ -208,11 +210,20 @@ def _fetch(admin: Any, topic: str, partition: int, offset: int) -> tuple[int, in
         )
         return await admin._manager.send(request, node_id=node)
 
-    response = admin._manager.run(once)
-    data = response.responses[0].partitions[0]
-    error = for_code(data.error_code)
-    if data.error_code:
-        raise error(f"Fetch of {topic}/{partition} at offset {offset} failed")
+    # A partition's leader can answer "not leader" or "unknown" for a moment after the topic is
+    # created or its leadership moves: ask again (with fresh metadata) for a bounded while.
+    deadline = time.monotonic() + _FETCH_RETRY_S
+    delay = 0.05
+    while True:
+        response = admin._manager.run(once)
+        data = response.responses[0].partitions[0]
+        if not data.error_code:
+            break
+        error = for_code(data.error_code)
+        if not getattr(error, "retriable", False) or time.monotonic() > deadline:
+            raise error(f"Fetch of {topic}/{partition} at offset {offset} failed")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
     out: list[tuple[Any, list[LogRecord]]] = []
     raw = data.records
     if raw:

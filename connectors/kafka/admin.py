@@ -16,6 +16,7 @@ from eosink.admin import AppStatus, InDoubtWork, SinkAdmin, SinkStatus
 from eosink.connectors.kafka._progress import read_markers
 from eosink.connectors.kafka.config import KafkaConfig
 from eosink.connectors.kafka.sink import KafkaSink
+from eosink.contract import Bundle
 
 __all__ = ["KafkaAdmin"]
 
@@ -63,6 +64,19 @@ class KafkaAdmin(SinkAdmin):
                     raise _unknown(app_id)
                 known = {app_id}
             return SinkStatus("kafka", where, True, tuple(_app(sink, a) for a in sorted(known)))
+
+    def bundles(self, app_id: str) -> list[Bundle]:
+        """The app_id's bundles kept in the progress topic (the newest 1000), oldest batch first."""
+        sink = self.make_sink()
+        try:
+            with sink._errors("reading the app's bundles"):
+                admin = sink._admin()
+                if self.config.progress_topic not in set(admin.list_topics()):
+                    return []
+                sink._view.refresh(admin)
+                return sink._view.bundles(app_id)
+        finally:
+            sink.close()
 
     def drop_app(self, app_id: str) -> None:
         """Abort the app_id's in-doubt transactions (its bundles and data stay in the topics' logs)."""

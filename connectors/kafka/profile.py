@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eosink.connectors.kafka._names import COMMIT_REQUEST
@@ -10,6 +11,8 @@ from eosink.profiles import SinkProfile
 
 if TYPE_CHECKING:
     from eosink.admin import SinkAdmin
+    from eosink.bench.runs import BenchAdapter
+    from eosink.chaos.target import ChaosTarget
     from eosink.contracts.harness import SinkHarness
 
 __all__ = ["PROFILE", "KafkaProfile"]
@@ -61,6 +64,16 @@ class KafkaProfile(SinkProfile):
         from eosink.connectors.kafka.testing import KafkaHarness
 
         return KafkaHarness(**options)
+
+    def chaos_target(self, root: Path | None = None) -> ChaosTarget:
+        from eosink.connectors.kafka._chaos import KafkaChaosTarget
+
+        return KafkaChaosTarget(root)
+
+    def bench_adapter(self) -> BenchAdapter:
+        from eosink.connectors.kafka._bench import KafkaAdapter
+
+        return KafkaAdapter()
 
 
 PROFILE = KafkaProfile()

@@ -10,14 +10,12 @@ never argv.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from eosink.chaos.oracle import Row
-from eosink.chaos.target import Names, Snapshot
+from eosink.chaos.target import Names, PrivateRoot, Snapshot
 from eosink.connectors.postgres._control import gid_prefix
 
 __all__ = ["PostgresChaosTarget"]
@@ -35,9 +33,8 @@ class PostgresChaosTarget:
     name = "postgres"
 
     def __init__(self, root: Path | None = None) -> None:
-        self.root = root
+        self.dir = PrivateRoot(root, "eosink-chaos-pg-")
         self.server: Any = None
-        self._own_root: Path | None = None
         self._url = os.environ.get(DIRECT_URL_VAR, "")
 
     # -- the runner's side -------------------------------------------------------------------
@@ -45,8 +42,7 @@ class PostgresChaosTarget:
     def start(self) -> None:
         from eosink.services.postgres import PostgresServer
 
-        root = self.root or Path(tempfile.mkdtemp(prefix="eosink-chaos-pg-"))
-        self._own_root = None if self.root else root
+        root = self.dir.open()
         os.chmod(root, 0o755)  # under root the server runs as another user, who must reach its directory
         self.server = PostgresServer(root / "pg", max_prepared=64)
         self.server.start()
@@ -56,15 +52,16 @@ class PostgresChaosTarget:
         if self.server is not None:
             self.server.close()
             self.server = None
-        if self._own_root is not None:
-            shutil.rmtree(self._own_root, ignore_errors=True)
-            self._own_root = None
+        self.dir.close()
 
     def restart(self, *, crash: bool) -> None:
         self.server.restart(crash=crash)
 
     def address(self) -> tuple[str, int]:
         return "127.0.0.1", int(self.server.port)
+
+    def proxy_port(self) -> int:
+        return 0  # the proxy may listen anywhere: the job connects to the URL job_env gives it
 
     def _via(self, port: int | None) -> str:
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -204,6 +201,9 @@ class PostgresChaosTarget:
             os.environ[URL_VAR], table, control_schema=control_schema, create_table=True, commit_mode="atomic"
         )
         return PostgresSink(config)
+
+    def job_frame(self, df: Any) -> Any:
+        return df  # the table's columns are the job's
 
     def job_naive_writer(self, table: str) -> Callable[[Any, int], None]:
         """Spark's JDBC writer, appending each batch (at-least-once: what eosink replaces). It passes

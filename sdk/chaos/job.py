@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = [[r["key"], r["running_sum"], r["concat"], r["n_tokens"]] for r in out.collect()]
             _append_line(args.oracle_log, {"attempt": attempt, "batch": batch_id, "rows": rows})
             if writer is not None:
-                writer(out, batch_id)
+                writer(target.job_frame(out), batch_id)
             elif naive_write is not None:
                 naive_write(out, batch_id)
         finally:

@@ -206,7 +206,9 @@ class ScheduleRunner:
 
         self.target.drop(names)
         atomic = not schedule.naive and self.target.atomic(schedule.strategy)
-        proxy = None if schedule.naive else FaultProxy(*self.target.address()).start()
+        proxy = None
+        if not schedule.naive:
+            proxy = FaultProxy(*self.target.address(), listen_port=self.target.proxy_port()).start()
         reader = Reader(self.target.snapshotter(names), expected_count, atomic=atomic)
         try:
             with reader:

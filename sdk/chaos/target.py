@@ -5,12 +5,14 @@ Each connector implements it in its own folder and hands it out through its sink
 harness:
 
 * the runner's side: a private server it may restart or crash (never the shared one), the
-  address the fault proxy forwards to, the job's environment (the connection string, through
+  address the fault proxy forwards to and the port it must listen on (0: any; a Kafka broker
+  advertises the proxy's address to its clients, so it is fixed), the job's environment (the connection string, through
   the proxy, in an environment variable: never in argv), what the sink holds, whether batches
   are atomic for a strategy (``Capabilities.atomic_batch_visibility`` of the sink, and only for
   transactional strategies: the table in ``docs/design.md``), snapshots for the reader, and
   leftovers (in-doubt work) after a schedule;
-* the job's side (in the Spark driver): the eosink sink, and the plain baseline writer.
+* the job's side (in the Spark driver): the eosink sink, the batch's output as that sink takes
+  it (a column a sink reserves renamed), and the plain baseline writer.
 
 The commit-request marker the harness's fault proxy cuts on is the profile's
 (:attr:`eosink.profiles.SinkProfile.commit_request_marker`).
@@ -26,7 +28,7 @@ from typing import Any, Protocol
 from eosink.chaos.oracle import Row
 from eosink.profiles import get_profile
 
-__all__ = ["ChaosTarget", "Names", "Snapshot", "get_target"]
+__all__ = ["ChaosTarget", "Names", "PrivateRoot", "Snapshot", "get_target"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class ChaosTarget(Protocol):
     def close(self) -> None: ...
     def restart(self, *, crash: bool) -> None: ...
     def address(self) -> tuple[str, int]: ...
+    def proxy_port(self) -> int: ...
     def job_env(self, proxy_port: int | None) -> dict[str, str]: ...
     def atomic(self, strategy: str) -> bool: ...
     def read_rows(self, names: Names) -> list[Row]: ...
@@ -63,7 +66,32 @@ class ChaosTarget(Protocol):
     def drop(self, names: Names) -> None: ...
     def scrub(self, text: str) -> str: ...
     def job_sink(self, table: str, control_schema: str) -> Any: ...
+    def job_frame(self, df: Any) -> Any: ...
     def job_naive_writer(self, table: str) -> Callable[[Any, int], None]: ...
+
+
+class PrivateRoot:
+    """Where a target keeps its private server: the ``root`` it was given (kept), or a temporary
+    directory of its own (removed at :meth:`close`)."""
+
+    def __init__(self, root: Path | None, prefix: str) -> None:
+        self.root, self.prefix = root, prefix
+        self._own: Path | None = None
+
+    def open(self) -> Path:
+        if self.root is not None:
+            return self.root
+        import tempfile
+
+        self._own = Path(tempfile.mkdtemp(prefix=self.prefix))
+        return self._own
+
+    def close(self) -> None:
+        if self._own is not None:
+            import shutil
+
+            shutil.rmtree(self._own, ignore_errors=True)
+            self._own = None
 
 
 def get_target(name: str, root: Path | None = None) -> ChaosTarget:

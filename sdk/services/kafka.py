@@ -34,6 +34,8 @@ import base64
 import contextlib
 import logging
 import os
+import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -44,10 +46,17 @@ from typing import Any
 from eosink.errors import ServiceError
 from eosink.services import _jdk
 from eosink.services._maven import Artifact, fetch_jars
-from eosink.services._process import Proc, free_port, port_open, spawn, stop, wait_until
+from eosink.services._process import Proc, free_port, spawn, stop, wait_until
 from eosink.services.base import Endpoint, Service
 
-__all__ = ["KAFKA_VERSION", "TRANSACTION_MAX_TIMEOUT_MS", "KafkaEndpoint", "KafkaService", "server_properties"]
+__all__ = [
+    "KAFKA_VERSION",
+    "TRANSACTION_MAX_TIMEOUT_MS",
+    "KafkaEndpoint",
+    "KafkaServer",
+    "KafkaService",
+    "server_properties",
+]
 
 log = logging.getLogger("eosink.services")
 
@@ -135,57 +144,15 @@ class KafkaService(Service[KafkaEndpoint]):
         (self.home / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
 
     def launch(self) -> tuple[Proc, KafkaEndpoint]:
-        ports: list[int] = []
-        while len(ports) < 4:  # broker, controller, the proxied listener, the proxy in front of it
-            port = free_port()
-            if port not in ports:
-                ports.append(port)
-        broker_port, controller_port, proxied_port, proxy_port = ports
+        broker_port, controller_port, proxied_port, proxy_port = _free_ports(4)
         config = self.run / "server.properties"
         config.write_text(
             server_properties(broker_port, controller_port, self.data / "kraft", proxied=(proxied_port, proxy_port))
         )
-        java = [_jdk.java("Kafka"), *JVM_OPTS, f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}"]
-        java += ["-cp", f"{self.jars}{os.sep}*"]
-
-        started = time.monotonic()
-        fix = f"check {config} and that {self.jars} holds Kafka {KAFKA_VERSION} (delete it to fetch it again)."
-        try:
-            fmt = subprocess.run(
-                [*java, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(config)],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise ServiceError(f"Kafka's storage tool did not format {self.data} within 120 s.", fix) from None
-        if fmt.returncode != 0:
-            raise ServiceError(
-                f"Kafka's storage tool could not format {self.data}:\n{(fmt.stdout + fmt.stderr)[-3000:]}", fix
-            )
-        log.info(
-            "[kafka] storage formatted in %.1f s; starting broker on 127.0.0.1:%d",
-            time.monotonic() - started,
-            broker_port,
-        )
-
-        proc = spawn([*java, "kafka.Kafka", str(config)], self.log_path, cwd=self.run)
+        java = _java(self.jars, self.home)
+        format_storage(java, config, self.jars)
         endpoint = KafkaEndpoint(f"127.0.0.1:{broker_port}", proxied_port, proxy_port)
-        try:
-            wait_until(
-                lambda: port_open(broker_port) and _serves(endpoint.bootstrap_servers),
-                what=f"Kafka {KAFKA_VERSION}",
-                proc=proc,
-                log_path=self.log_path,
-                timeout_s=self.start_timeout_s,
-                fix=f"read {self.log_path} (the broker was stopped), then try again.",
-            )
-        except BaseException:
-            # No state is recorded for a failed launch, so nothing else could stop this broker later.
-            stop(proc, what="kafka")
-            raise
-        return proc, endpoint
+        return start_broker(java, config, self.jars, self.log_path, endpoint, self.start_timeout_s), endpoint
 
     def check(self, endpoint: KafkaEndpoint) -> str:
         from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -264,6 +231,130 @@ class KafkaService(Service[KafkaEndpoint]):
             f"kafka {version} at {bootstrap}: transactional produce + read_committed consume ok "
             f"({time.monotonic() - started:.1f} s)"
         )
+
+
+def _free_ports(n: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < n:  # broker, controller, the proxied listener, the proxy in front of it
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def _java(jars: Path, home: Path) -> list[str]:
+    java = [_jdk.java("Kafka"), *JVM_OPTS, f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}"]
+    return [*java, "-cp", f"{jars}{os.sep}*"]
+
+
+def _fix(config: Path, jars: Path) -> str:
+    return f"check {config} and that {jars} holds Kafka {KAFKA_VERSION} (delete it to fetch it again)."
+
+
+def format_storage(java: list[str], config: Path, jars: Path) -> None:
+    """Format the log directory of ``config`` with Kafka's storage tool (a new cluster ID)."""
+    started = time.monotonic()
+    try:
+        fmt = subprocess.run(
+            [*java, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise ServiceError(
+            f"Kafka's storage tool did not format the log directory of {config} in 120 s.", _fix(config, jars)
+        ) from None
+    if fmt.returncode != 0:
+        raise ServiceError(
+            f"Kafka's storage tool could not format the log of {config}:\n{(fmt.stdout + fmt.stderr)[-3000:]}",
+            _fix(config, jars),
+        )
+    log.info("[kafka] storage formatted in %.1f s", time.monotonic() - started)
+
+
+def start_broker(
+    java: list[str], config: Path, jars: Path, log_path: Path, endpoint: KafkaEndpoint, timeout_s: float
+) -> Proc:
+    """Start the broker of ``config`` (its storage formatted) and wait until it serves ``endpoint``."""
+    log.info("[kafka] starting broker on %s", endpoint.bootstrap_servers)
+    proc = spawn([*java, "kafka.Kafka", str(config)], log_path, cwd=config.parent)
+    try:
+        wait_until(
+            lambda: _serves(endpoint.bootstrap_servers),
+            what=f"Kafka {KAFKA_VERSION}",
+            proc=proc,
+            log_path=log_path,
+            timeout_s=timeout_s,
+            fix=f"read {log_path} (the broker was stopped), then try again.",
+        )
+    except BaseException:
+        # No state is recorded for a failed start, so nothing else could stop this broker later.
+        stop(proc, what="kafka")
+        raise
+    return proc
+
+
+class KafkaServer:
+    """A private broker in ``root`` that keeps its ports and data across restarts and crashes.
+
+    The chaos harness restarts and SIGKILLs it on purpose (the shared service is never
+    restarted). Like the service's broker, it has a ``PROXIED`` listener advertised at
+    :attr:`proxy_port`, where a fault proxy in front of it must listen.
+    """
+
+    def __init__(self, root: Path, start_timeout_s: float = 120.0) -> None:
+        self.root = root
+        self.start_timeout_s = start_timeout_s
+        self.proc: Proc | None = None
+        self.broker_port, self.controller_port, self.proxied_port, self.proxy_port = _free_ports(4)
+        self.endpoint = KafkaEndpoint(f"127.0.0.1:{self.broker_port}", self.proxied_port, self.proxy_port)
+        self._formatted = False
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "kafka.log"
+
+    def start(self) -> KafkaEndpoint:
+        service = KafkaService()
+        service.provision()  # the jars, fetched once into the service's cache
+        self.root.mkdir(parents=True, exist_ok=True)
+        config = self.root / "server.properties"
+        config.write_text(
+            server_properties(
+                self.broker_port,
+                self.controller_port,
+                self.root / "kraft",
+                proxied=(self.proxied_port, self.proxy_port),
+            )
+        )
+        java = _java(service.jars, service.home)
+        if not self._formatted:
+            format_storage(java, config, service.jars)
+            self._formatted = True
+        self.proc = start_broker(java, config, service.jars, self.log_path, self.endpoint, self.start_timeout_s)
+        return self.endpoint
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc, what="kafka")
+            self.proc = None
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            stop(self.proc, what="kafka", sig=signal.SIGKILL)
+            self.proc = None
+
+    def restart(self, *, crash: bool = False) -> KafkaEndpoint:
+        """Stop (or SIGKILL) the broker and start it again: same ports, same data."""
+        self.kill() if crash else self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        """Stop the broker and remove its directory."""
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def server_properties(

@@ -24,7 +24,7 @@ from eosink.chaos.runner import run_chaos
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 
 SEED = 7
-SINKS = ["postgres"]
+SINKS = ["postgres", "kafka"]
 
 
 def _run(sink: str, work: Path, **kw: Any) -> dict[str, Any]:

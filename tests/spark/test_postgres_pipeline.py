@@ -1,6 +1,6 @@
 """Real Spark streaming queries writing into the real PostgreSQL, SIGKILLed and restarted from the checkpoint.
 
-The PostgreSQL counterpart of ``test_kill_restart.py``: ``pg_driver.py`` runs in a session of its
+The PostgreSQL counterpart of ``test_kill_restart.py``: ``sink_driver.py --sink postgres`` runs in a session of its
 own and writes through :class:`~eosink.connectors.postgres.PostgresSink` (executors COPY Arrow
 batches; the driver collects only committables, ``spark.driver.maxResultSize=1m``). Each test
 kills the driver's whole process group (at a named fault point, or at a random moment), restarts
@@ -43,7 +43,7 @@ from .conftest import Pipeline, Run, assert_clean, assert_killed, wait_for
 
 pytestmark = pytest.mark.spark
 
-PG_DRIVER = Path(__file__).with_name("pg_driver.py")
+SINK_DRIVER = Path(__file__).with_name("sink_driver.py")
 HARNESS = PostgresHarness()
 
 # Strategy variants: "idempotent" generates a key per row, "idempotent-key" upserts by the user's ``id``.
@@ -94,9 +94,9 @@ class PgPipeline(Pipeline):
     def command(self, mode: str, master: str) -> list[str]:
         strategy, keys = VARIANTS[self.variant]
         return [
-            str(PG_DRIVER),
+            *(str(SINK_DRIVER), "--sink", "postgres"),
             *("--input", str(self.input), "--checkpoint", str(self.checkpoint)),
-            *("--table", self.table, "--control-schema", self.control_schema, "--app-id", self.app_id),
+            *("--target", self.table, "--namespace", self.control_schema, "--app-id", self.app_id),
             *("--strategy", strategy, "--key-columns", keys, "--query", self.query),
             *("--master", master, "--stats-out", str(self.root / "stats.json")),
         ]

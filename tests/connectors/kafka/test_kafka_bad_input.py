@@ -24,10 +24,9 @@ import pytest
 from eosink.connectors.kafka import KafkaConfig, KafkaSink
 from eosink.connectors.kafka.admin import KafkaAdmin
 from eosink.connectors.kafka.testing import KafkaHarness, by_key, read_topic
-from eosink.contracts._mini import FAST, VARIANTS, FakeCheckpoint, MemoryBatch, NoWatcherCoordinator, Variant
+from eosink.contracts._mini import VARIANTS, MemoryBatch, SparkOrderDriver, Variant
 from eosink.contracts.harness import Namespace
 from eosink.contracts.secrets import assert_secret_free
-from eosink.coordinator import Coordinator
 from eosink.errors import BadRecordError, ConfigurationError, EosinkError, SchemaError, TransientError
 
 from .conftest import HARNESS
@@ -64,43 +63,11 @@ def batches(n: int = 3, *, bad: dict[str, Any] | None = None) -> list[ArrowBatch
     return out
 
 
-class Driver:
-    """Spark's order of events around the real Coordinator; restarts are new driver processes."""
+class Driver(SparkOrderDriver[KafkaConfig]):
+    """:class:`~eosink.contracts._mini.SparkOrderDriver` around :class:`KafkaSink`."""
 
     def __init__(self, tmp_path: Path, variant: Variant, config: KafkaConfig) -> None:
-        self.variant, self.config = variant, config
-        self.ckpt = FakeCheckpoint(tmp_path / "checkpoint")
-        self.coordinator = self._new()
-
-    def _new(self) -> Coordinator:
-        return NoWatcherCoordinator(KafkaSink(self.config), APP, self.variant.make(), self.ckpt.spark(), FAST)
-
-    def run(self, work: Sequence[MemoryBatch]) -> None:
-        for batch_id, batch in enumerate(work):
-            if self.ckpt.has_commit(batch_id):
-                continue
-            self.ckpt.write_offsets(batch_id)
-            self.coordinator.process(batch_id, batch)
-            self.ckpt.write_commit(batch_id)
-            if self.variant.two_pc:
-                self.coordinator.commit_ready()
-        self.coordinator.start()
-
-    def fail(self, work: Sequence[MemoryBatch], error: type[EosinkError]) -> EosinkError:
-        with pytest.raises(EosinkError) as info:
-            self.run(work)
-        assert isinstance(info.value, error), f"expected {error.__name__}, got {info.value!r}"
-        return info.value
-
-    def restart(self, config: KafkaConfig | None = None) -> None:
-        with contextlib.suppress(Exception):
-            self.coordinator.sink.close()
-        self.config = config or self.config
-        self.coordinator = self._new()
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.coordinator.sink.close()
+        super().__init__(tmp_path, variant, config, KafkaSink, APP)
 
 
 @pytest.fixture
@@ -247,8 +214,7 @@ def test_unreachable_broker_is_a_typed_error_and_the_restart_is_exact(tmp_path: 
     HARNESS.create_topics(ns)
     dead = HARNESS.config(ns, bootstrap="127.0.0.1:1", producer_options={"request_timeout_ms": 3000})
     driver = Driver(tmp_path, TWO_PC, dead)
-    err = driver.fail(batches(), EosinkError)
-    assert isinstance(err, ConfigurationError | TransientError), repr(err)
+    err = driver.fail(batches(), (ConfigurationError, TransientError))
     assert_refused(err, "127.0.0.1:1")
     assert visible(ns) == Counter()
     driver.restart(HARNESS.config(ns))

@@ -1,9 +1,7 @@
 """Helpers of the bad-input catalogue: the real Coordinator driven into the real PostgreSQL, and what to check.
 
-* :class:`Driver` runs batches in Spark's order (offsets, foreachBatch, commit log, then the
-  2PC commit) through :class:`~eosink.contracts._mini.NoWatcherCoordinator`; ``restart`` is a
-  new driver process: a new sink from configuration and a new Coordinator on the same
-  :class:`~eosink.contracts._mini.FakeCheckpoint` and app_id.
+* :class:`Driver` runs batches in Spark's order through the real Coordinator, restarts as new
+  driver processes (:class:`~eosink.contracts._mini.SparkOrderDriver` with a PostgreSQL sink).
 * :class:`SinkState` reads what a reader and the sink's bookkeeping hold, with an admin connection.
 * :func:`assert_refused` checks an error's class, that it names the problem and the fix, and
   that no secret appears anywhere in it (message, repr, traceback).
@@ -14,7 +12,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import tempfile
@@ -26,15 +23,13 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
-import pytest
 from psycopg import sql
 
 from eosink._rowhash import row_hashes
 from eosink.connectors.postgres import PostgresConfig, PostgresSink
 from eosink.connectors.postgres._control import gid_prefix
-from eosink.contracts._mini import FAST, FakeCheckpoint, MemoryBatch, NoWatcherCoordinator, Variant
+from eosink.contracts._mini import MemoryBatch, SparkOrderDriver, Variant
 from eosink.contracts.secrets import assert_secret_free
-from eosink.coordinator import Coordinator
 from eosink.errors import EosinkError
 from eosink.services.postgres import PostgresServer
 
@@ -78,48 +73,11 @@ class ArrowBatch(MemoryBatch):
         ]
 
 
-class Driver:
-    """Spark's order of events around the real Coordinator, with restarts as new driver processes."""
+class Driver(SparkOrderDriver[PostgresConfig]):
+    """:class:`~eosink.contracts._mini.SparkOrderDriver` around :class:`PostgresSink`."""
 
     def __init__(self, tmp_path: Path, variant: Variant, config: PostgresConfig) -> None:
-        self.variant = variant
-        self.config = config
-        self.ckpt = FakeCheckpoint(tmp_path / "checkpoint")
-        self.coordinator = self._new()
-
-    def _new(self) -> Coordinator:
-        sink = PostgresSink(self.config)
-        return NoWatcherCoordinator(sink, APP, self.variant.make(), self.ckpt.spark(), FAST)
-
-    def run(self, batches: Sequence[MemoryBatch]) -> None:
-        """Process every batch Spark has not committed, in order; then make sure recovery ran."""
-        for batch_id, batch in enumerate(batches):
-            if self.ckpt.has_commit(batch_id):
-                continue
-            self.ckpt.write_offsets(batch_id)
-            self.coordinator.process(batch_id, batch)
-            self.ckpt.write_commit(batch_id)
-            if self.variant.two_pc:
-                self.coordinator.commit_ready()
-        self.coordinator.start()
-
-    def fail(self, batches: Sequence[MemoryBatch], error: type[EosinkError]) -> EosinkError:
-        """Run until the query stops; the error, which must be of exactly the class ``error``."""
-        with pytest.raises(EosinkError) as info:
-            self.run(batches)
-        assert type(info.value) is error, f"expected {error.__name__}, got {type(info.value).__name__}: {info.value}"
-        return info.value
-
-    def restart(self, config: PostgresConfig | None = None) -> None:
-        """Drop the stopped driver and its sink; a new driver (new sink, new Coordinator), same checkpoint."""
-        with contextlib.suppress(Exception):
-            self.coordinator.sink.close()  # a dead driver commits nothing more: no Coordinator.close()
-        self.config = config or self.config
-        self.coordinator = self._new()
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.coordinator.sink.close()
+        super().__init__(tmp_path, variant, config, PostgresSink, APP)
 
 
 class SinkState:

@@ -1,14 +1,21 @@
-"""A Spark streaming driver writing into PostgreSQL through eosink (the PostgreSQL kill-and-restart tests).
+"""A Spark streaming driver writing into a production sink through eosink (the sinks' kill-and-restart tests).
 
 The same job as ``eosink.demo.job_main`` (JSON files, one per micro-batch, ``availableNow``,
-``spark.driver.maxResultSize=1m``, fault points from ``EOSINK_FAULTS``), with a
-:class:`~eosink.connectors.postgres.PostgresSink` instead of the reference sink. Two queries:
+``spark.driver.maxResultSize=1m``, fault points from ``EOSINK_FAULTS``), with a real sink instead
+of the reference sink:
+
+* ``--sink postgres``: :class:`~eosink.connectors.postgres.PostgresSink` into table ``--target``,
+  control schema ``--namespace``; the URL from ``EOSINK_TEST_PG_URL``;
+* ``--sink kafka``: :class:`~eosink.connectors.kafka.KafkaSink` into topic ``--target`` (JSON
+  values), progress topic and transactional-id prefix ``--namespace``; the brokers from
+  ``EOSINK_TEST_KAFKA_BOOTSTRAP``.
+
+Connection settings never come from argv (a URL may hold a password). Two queries:
 
 * ``rows``: every input row appended (or, idempotent, upserted by a generated or given key);
-* ``balance``: a running balance per account (``groupBy(account).sum(amount)``, update mode),
-  upserted by ``account``.
+* ``balance`` (PostgreSQL): a running balance per account (``groupBy(account).sum(amount)``,
+  update mode), upserted by ``account``.
 
-The connection string comes from ``EOSINK_TEST_PG_URL`` (never from argv: it holds a password).
 Exit codes: 0 done, 3 an eosink error (``EOSINK-ERROR <kind>: ...`` on stderr).
 """
 
@@ -21,6 +28,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from eosink.demo import SCHEMA, job_session
 
@@ -28,11 +36,12 @@ EXIT_EOSINK_ERROR = 3
 
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="pg_driver", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap = argparse.ArgumentParser(prog="sink_driver", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--sink", choices=["postgres", "kafka"], default="postgres")
     ap.add_argument("--input", required=True)
     ap.add_argument("--checkpoint", required=True)
-    ap.add_argument("--table", required=True)
-    ap.add_argument("--control-schema", required=True)
+    ap.add_argument("--target", required=True, help="the table or topic")
+    ap.add_argument("--namespace", required=True, help="the control schema, or the progress topic and txn-id prefix")
     ap.add_argument("--app-id", required=True)
     ap.add_argument("--strategy", default="2pc")
     ap.add_argument("--key-columns", default="", help="comma-separated user keys for the idempotent strategy")
@@ -43,27 +52,47 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def _sink(args: argparse.Namespace) -> Any:
+    if args.sink == "kafka":
+        from eosink.connectors.kafka import KafkaConfig, KafkaSink
+
+        bootstrap = os.environ["EOSINK_TEST_KAFKA_BOOTSTRAP"]
+        return KafkaSink(
+            KafkaConfig(
+                bootstrap,
+                topic=args.target,
+                value_format="json",
+                progress_topic=f"{args.namespace}_progress",
+                transactional_id_prefix=args.namespace,
+            )
+        )
+    from eosink.connectors.postgres import PostgresConfig, PostgresSink
+
+    config = PostgresConfig(
+        os.environ["EOSINK_TEST_PG_URL"], args.target, control_schema=args.namespace, create_table=True
+    )
+    if args.query == "balance":
+        config = replace(config, mode="upsert", key_columns=("account",))
+    return PostgresSink(config)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
     from eosink.faults import export_crash_scope
 
     export_crash_scope()  # a fault point that fires in an executor crashes this whole driver
-    url = os.environ["EOSINK_TEST_PG_URL"]
     from pyspark.sql import functions as F
 
     import eosink
     from eosink._procs import error_line
-    from eosink.connectors.postgres import PostgresConfig, PostgresSink
 
-    spark = job_session(args.master, "eosink-pg-test")
+    spark = job_session(args.master, f"eosink-{args.sink}-test")
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
-    config = PostgresConfig(url, args.table, control_schema=args.control_schema, create_table=True)
     output_mode = "append"
     if args.query == "balance":
         df = df.groupBy("account").agg(F.sum("amount").alias("balance"))
-        config = replace(config, mode="upsert", key_columns=("account",))
         output_mode = "update"
-    sink = PostgresSink(config)
+    sink = _sink(args)
     keys = [k for k in args.key_columns.split(",") if k]
     writer = eosink.foreach_batch(
         sink,

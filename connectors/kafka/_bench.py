@@ -1,0 +1,273 @@
+"""The benchmark's Kafka adapter: the harness's broker, eosink's KafkaSink, and Spark's own Kafka sink.
+
+Every run writes the data set's rows as JSON records (``to_json(struct(*))`` for Spark's sink,
+``value_format="json"`` for eosink) into a topic of its own with one partition per participant.
+The baseline is Spark's built-in Kafka sink in foreachBatch (at-least-once: SPARK-28908 was never
+merged), with the ``spark-sql-kafka`` jars from :class:`~eosink.services.spark_jars.SparkJars`.
+
+``eosink-at-least-once`` is eosink's data path with the exactly-once bookkeeping taken out: the
+same ``mapInArrow`` participants and the same Arrow-to-record conversion
+(:func:`eosink.connectors.kafka._records.to_records`), sent by a plain idempotent producer with no
+transaction, marker, epoch, bundle or commit step.
+
+Latency is the local clock at the poll minus the row's ``at`` (broker and job share the machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from eosink.bench.runs import Baseline, BatchFunction, BenchGoals, RunSpec, generic_runs
+from eosink.errors import ConfigurationError
+
+__all__ = ["KafkaAdapter"]
+
+BOOTSTRAP_ENV = "EOSINK_BENCH_KAFKA_BOOTSTRAP"
+PARTITIONS = 2
+
+
+def _topic(ns: str) -> str:
+    return f"eosink_bench_{ns}"
+
+
+def _progress(ns: str) -> str:
+    return f"eosink_bench_{ns}_progress"
+
+
+def app_id(ns: str) -> str:
+    """The app_id of namespace ``ns``'s eosink writer."""
+    return f"bench-{ns}"
+
+
+class _DirectProduce:
+    """``mapInArrow`` function of eosink-at-least-once: the partition's rows as records, no transaction."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from kafka import KafkaProducer
+
+        from eosink.connectors.kafka._records import to_records
+
+        producer = KafkaProducer(**self.config.producer_kwargs())
+        rows = 0
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                records = to_records(
+                    batch,
+                    value_format="json",
+                    default_topic=self.config.topic,
+                    upsert_keys=(),
+                    limit=self.config.record_limit,
+                    where="at-least-once",
+                )
+                for r in records:
+                    producer.send(r.topic, value=r.value, key=r.key)
+                rows += len(records)
+            producer.flush()
+        finally:
+            producer.close(timeout=10)
+        yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+
+class KafkaAdapter:
+    """:class:`~eosink.bench.runs.BenchAdapter` for Kafka."""
+
+    name = "kafka"
+    worker_modules = ("eosink.connectors.kafka", "kafka")
+
+    all_modes: tuple[str, ...] = ("default",)
+
+    def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
+        self.modes = modes
+        self._started = False
+        self._bootstrap: str | None = os.environ.get(BOOTSTRAP_ENV)
+        self._admin: Any = None
+        self._offsets: dict[str, dict[int, int]] = {}
+        self._views: dict[str, Any] = {}
+
+    # -- parent side ------------------------------------------------------------------------------
+
+    def start(self) -> dict[str, Any]:
+        from eosink.services import get_service
+        from eosink.services._maven import fetch_jars
+        from eosink.services.kafka import KAFKA_VERSION
+        from eosink.services.spark_jars import SparkJars
+
+        service = get_service("kafka")
+        if service.external() is None and service.pid() is None:
+            service.up()
+            self._started = True
+        self._bootstrap = str(service.endpoint().bootstrap_servers)
+        jars = SparkJars()
+        fetch_jars(jars.artifacts("kafka"), jars.directory("kafka"), what="Spark's Kafka sink")
+        return {
+            "server_version": KAFKA_VERSION if service.external() is None else "external",
+            "settings": {"partitions per topic": PARTITIONS, "replication factor": 1},
+            "started_by_bench": self._started,
+        }
+
+    def stop(self) -> None:
+        self.close()
+        if self._started:
+            from eosink.services import get_service
+
+            get_service("kafka").down()
+            self._started = False
+
+    def child_env(self) -> dict[str, str]:
+        return {BOOTSTRAP_ENV: self._require_bootstrap()}
+
+    def goals(self) -> BenchGoals:
+        """Spark's Kafka sink, shown (no threshold: it is a JVM writer with no exactly-once bookkeeping)."""
+        return BenchGoals(baselines=(Baseline("spark-kafka", "spark-kafka"),))
+
+    def runs(self) -> list[RunSpec]:
+        return [*generic_runs(self.modes, ()), RunSpec("spark-kafka", "spark")]
+
+    def prepare(self, ns: str, *, keyed: bool = False) -> None:
+        self.admin().create_topics(
+            {_topic(ns): {"num_partitions": PARTITIONS, "replication_factor": 1}}, wait_for_metadata=True
+        )
+
+    def verify(self, ns: str) -> int:
+        """Committed records of ``ns``'s topic (keyed records once per key: a replay rewrites the same keys)."""
+        from eosink.connectors.kafka.testing import by_key, read_topic
+
+        return len(by_key(read_topic(self.admin(), _topic(ns), PARTITIONS)))
+
+    def drop(self, ns: str) -> None:
+        from eosink.connectors.kafka.admin import KafkaAdmin
+
+        with contextlib.suppress(Exception):
+            KafkaAdmin(self.config(ns)).drop_app(app_id(ns))
+        for topic in (_topic(ns), _progress(ns)):
+            with contextlib.suppress(Exception):
+                self.admin().delete_topics([topic])
+        self._offsets.pop(ns, None)
+        self._views.pop(ns, None)
+
+    def run_external(self, spec: RunSpec, ns: str, dataset: Any) -> float:
+        raise ConfigurationError(f"No external run {spec.name!r} for Kafka.", "Kafka's runs are all Spark runs.")
+
+    # -- in the Spark job ---------------------------------------------------------------------------
+
+    def spark_conf(self) -> dict[str, str]:
+        from eosink.services.spark_jars import SparkJars
+
+        return SparkJars().spark_conf("kafka")
+
+    def config(self, ns: str) -> Any:
+        from eosink.connectors.kafka import KafkaConfig
+
+        return KafkaConfig(
+            self._require_bootstrap(),
+            topic=_topic(ns),
+            value_format="json",
+            progress_topic=_progress(ns),
+            transactional_id_prefix=f"bench-{ns}",
+        )
+
+    def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
+        if spec.kind == "eosink":
+            import eosink
+            from eosink.connectors.kafka import KafkaSink
+
+            strategy: Any = eosink.Idempotent(["id"]) if spec.strategy == "idempotent" else spec.strategy
+            return eosink.foreach_batch(
+                KafkaSink(self.config(ns)),
+                app_id=app_id(ns),
+                strategy=strategy,
+                checkpoint_location=checkpoint,
+                participants=participants,
+            )
+        if spec.kind == "at-least-once":
+            direct = _DirectProduce(self.config(ns))
+
+            def at_least_once(df: Any, batch_id: int) -> None:
+                df.coalesce(participants).mapInArrow(direct, "rows long").collect()
+
+            return at_least_once
+        if spec.kind == "spark":
+            bootstrap, topic = self._require_bootstrap(), _topic(ns)
+
+            def spark_kafka(df: Any, batch_id: int) -> None:
+                out = df.selectExpr("to_json(struct(*)) AS value")
+                out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
+
+            return spark_kafka
+        if spec.kind == "floor":
+            from eosink.bench.runner import floor_function
+
+            return floor_function(participants)
+        raise ConfigurationError(f"Run {spec.name!r} ({spec.kind}) is not a Spark run.", "Kafka has no external runs.")
+
+    def poll_visible(self, ns: str, after_id: int, warm_from_us: int) -> tuple[list[tuple[int, int]], int, int | None]:
+        """Records committed since the last poll, read up to the first open transaction of each partition."""
+        from kafka.errors import UnknownTopicOrPartitionError
+
+        from eosink.connectors.kafka import _wire
+        from eosink.connectors.kafka._progress import ProgressView
+
+        admin = self.admin()
+        offsets = self._offsets.setdefault(ns, dict.fromkeys(range(PARTITIONS), 0))
+        now_us = time.time() * 1e6
+        buckets: dict[int, int] = {}
+        hi = after_id
+        for p in range(PARTITIONS):
+            try:
+                part = _wire.read_log(admin, _topic(ns), p, offsets[p])
+            except UnknownTopicOrPartitionError:
+                return [], after_id, None
+            for r in part.committed:
+                row = json.loads(r.value or b"{}")
+                rid = int(row.get("id", -1))
+                if rid <= after_id:
+                    continue
+                at_us = datetime.fromisoformat(str(row["at"])).timestamp() * 1e6
+                latency = -1 if at_us < warm_from_us else int((now_us - at_us) / 1000)
+                buckets[latency] = buckets.get(latency, 0) + 1
+                hi = max(hi, rid)
+            first_open = min((rs[0].offset for rs in part.open.values() if rs), default=None)
+            offsets[p] = part.high_watermark if first_open is None else first_open
+        batch: int | None = None
+        view = self._views.setdefault(ns, ProgressView(_progress(ns)))
+        if _progress(ns) in set(admin.list_topics()):
+            view.refresh(admin)
+            last = view.last(app_id(ns))
+            batch = None if last is None else last.batch.batch_id
+        return sorted(buckets.items()), hi, batch
+
+    def scrub(self, text: str) -> str:
+        return text  # the harness's broker has no credentials
+
+    def close(self) -> None:
+        if self._admin is not None:
+            with contextlib.suppress(Exception):
+                self._admin.close()
+            self._admin = None
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def admin(self) -> Any:
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+
+            self._admin = KafkaAdminClient(bootstrap_servers=self._require_bootstrap(), client_id="eosink-bench")
+        return self._admin
+
+    def _require_bootstrap(self) -> str:
+        if not self._bootstrap:
+            raise ConfigurationError("The benchmark has no Kafka broker yet.", "Call start() first.")
+        return self._bootstrap
