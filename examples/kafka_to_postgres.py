@@ -20,47 +20,14 @@ partition and offset beside them. Spark's Kafka connector comes from Maven Centr
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import random
 import sys
 
-from pyspark.sql import SparkSession
+from _kafka_input import VALUE_SCHEMA, produce, session
 from pyspark.sql import functions as F
 
 import eosink
 from eosink.connectors.postgres import PostgresConfig, PostgresSink
-
-VALUE_SCHEMA = "id LONG, account STRING, amount LONG"
-
-
-def produce(bootstrap: str, topic: str, n: int, seed: int) -> None:
-    """Send ``n`` payments (ids continue from a seed-derived block) and wait until the broker has them."""
-    from kafka import KafkaProducer
-
-    rng = random.Random(seed)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    base = seed * 1_000_000
-    for i in range(n):
-        payment = {"id": base + i, "account": f"acct-{rng.randrange(5)}", "amount": rng.randrange(1, 500)}
-        producer.send(topic, json.dumps(payment).encode(), key=payment["account"].encode())
-    producer.flush()
-    producer.close()
-
-
-def session() -> SparkSession:
-    builder = SparkSession.builder.master("local[2]").appName("eosink-example-kafka")
-    jars = os.environ.get("EOSINK_EXAMPLE_SPARK_JARS")
-    if jars:
-        builder = builder.config("spark.jars", jars)
-    else:
-        import pyspark
-
-        scala = "2.13"
-        builder = builder.config(
-            "spark.jars.packages", f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{pyspark.__version__}"
-        )
-    return builder.config("spark.ui.enabled", "false").getOrCreate()
 
 
 def main() -> int:

@@ -105,15 +105,17 @@ def test_files_to_postgres_through_a_kill(tmp_path: Path, postgres_endpoint: Any
     assert sorted(rows) == _sent(tmp_path / "in")
 
 
-def _kafka_env(postgres_endpoint: Any, kafka_endpoint: Any) -> dict[str, str]:
+def _kafka_env(postgres_endpoint: Any | None, kafka_endpoint: Any) -> dict[str, str]:
     from eosink.services.spark_jars import SparkJars
 
-    return dict(
+    env = dict(
         os.environ,
-        EOSINK_POSTGRES_URL=postgres_endpoint.url,
         EOSINK_KAFKA_BOOTSTRAP=kafka_endpoint.bootstrap_servers,
         EOSINK_EXAMPLE_SPARK_JARS=SparkJars().spark_conf("kafka")["spark.jars"],
     )
+    if postgres_endpoint is not None:
+        env["EOSINK_POSTGRES_URL"] = postgres_endpoint.url
+    return env
 
 
 def test_kafka_to_postgres_runs_as_documented(tmp_path: Path, postgres_endpoint: Any, kafka_endpoint: Any) -> None:
@@ -143,3 +145,28 @@ def test_kafka_to_postgres_through_a_kill(tmp_path: Path, postgres_endpoint: Any
     assert f"{table}: 1000 rows for 1000 distinct Kafka records" in last.stdout
     rows = table_rows(postgres_endpoint.url, table, "id, kafka_partition, kafka_offset")
     assert len({r[0] for r in rows}) == 1000 and len({(r[1], r[2]) for r in rows}) == 1000
+
+
+def test_kafka_to_kafka_runs_as_documented(tmp_path: Path, kafka_endpoint: Any) -> None:
+    """One run of the example, as a user runs it. Pass: 600 input records become 600 output records,
+    each input (partition, offset) once, as a read_committed consumer reads the output topic."""
+    tag = uuid.uuid4().hex[:8]
+    env = _kafka_env(None, kafka_endpoint)
+    common = ["--topic", f"ex-in-{tag}", "--output", f"ex-out-{tag}", "--checkpoint", str(tmp_path / "ckpt")]
+    first = run("kafka_to_kafka.py", [*common, "--max-offsets", "200", "--produce", "600", "--seed", "1"], env)
+    assert f"ex-out-{tag}: 600 records for 600 distinct input records" in first.stdout, first.stdout
+
+
+@pytest.mark.full
+def test_kafka_to_kafka_through_a_kill(tmp_path: Path, kafka_endpoint: Any) -> None:
+    """Pass: 600 records land once; 400 more, with the driver killed after Spark's commit log (F5: the
+    batch's transactions prepared, not yet committed) and restarted, land once."""
+    tag = uuid.uuid4().hex[:8]
+    env = _kafka_env(None, kafka_endpoint)
+    common = ["--topic", f"ex-in-{tag}", "--output", f"ex-out-{tag}", "--checkpoint", str(tmp_path / "ckpt")]
+    common += ["--max-offsets", "200"]
+    first = run("kafka_to_kafka.py", [*common, "--produce", "600", "--seed", "1"], env)
+    assert f"ex-out-{tag}: 600 records for 600 distinct input records" in first.stdout
+    run("kafka_to_kafka.py", [*common, "--produce", "400", "--seed", "2"], env, faults="F5@3:kill")
+    last = run("kafka_to_kafka.py", common, env)
+    assert f"ex-out-{tag}: 1000 records for 1000 distinct input records" in last.stdout, last.stdout
