@@ -7,7 +7,8 @@ import json
 import os
 import random
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 VALUE_SCHEMA = "id LONG, account STRING, amount LONG"
 
@@ -39,3 +40,21 @@ def session(name: str = "eosink-example-kafka") -> SparkSession:
             "spark.jars.packages", f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{pyspark.__version__}"
         )
     return builder.config("spark.ui.enabled", "false").getOrCreate()
+
+
+def read_payments(spark: SparkSession, bootstrap: str, topic: str, max_offsets: int) -> DataFrame:
+    """The topic's payments as a stream (from the earliest offset, at most ``max_offsets`` records per
+    micro-batch): ``id``, ``account``, ``amount`` and the record's ``kafka_partition``, ``kafka_offset``."""
+    records = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", max_offsets)
+        .load()
+    )
+    return records.select(
+        F.from_json(F.col("value").cast("string"), VALUE_SCHEMA).alias("p"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+    ).select("p.*", "kafka_partition", "kafka_offset")

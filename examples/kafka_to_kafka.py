@@ -27,7 +27,7 @@ import json
 import os
 import sys
 
-from _kafka_input import VALUE_SCHEMA, produce, session
+from _kafka_input import produce, read_payments, session
 from pyspark.sql import functions as F
 
 import eosink
@@ -73,23 +73,12 @@ def main() -> int:
         produce(bootstrap, args.topic, args.produce, args.seed)
 
     spark = session("eosink-example-kafka-to-kafka")
-    records = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", args.topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.max_offsets)
-        .load()
-    )
-    checked = records.select(
-        F.from_json(F.col("value").cast("string"), VALUE_SCHEMA).alias("p"),
-        F.col("partition").alias("kafka_partition"),
-        F.col("offset").alias("kafka_offset"),
-    ).select(
-        F.col("p.account").alias("key"),  # the record key, as in Spark's Kafka sink
-        "p.id",
-        "p.amount",
-        (F.col("p.amount") >= 400).alias("large"),
+    payments = read_payments(spark, bootstrap, args.topic, args.max_offsets)
+    checked = payments.select(
+        F.col("account").alias("key"),  # the record key, as in Spark's Kafka sink
+        "id",
+        "amount",
+        (F.col("amount") >= 400).alias("large"),
         "kafka_partition",
         "kafka_offset",
     )

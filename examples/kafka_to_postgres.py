@@ -23,8 +23,7 @@ import argparse
 import os
 import sys
 
-from _kafka_input import VALUE_SCHEMA, produce, session
-from pyspark.sql import functions as F
+from _kafka_input import produce, read_payments, session
 
 import eosink
 from eosink.connectors.postgres import PostgresConfig, PostgresSink
@@ -51,19 +50,7 @@ def main() -> int:
         produce(bootstrap, args.topic, args.produce, args.seed)
 
     spark = session()
-    records = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", args.topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.max_offsets)
-        .load()
-    )
-    payments = records.select(
-        F.from_json(F.col("value").cast("string"), VALUE_SCHEMA).alias("p"),
-        F.col("partition").alias("kafka_partition"),
-        F.col("offset").alias("kafka_offset"),
-    ).select("p.*", "kafka_partition", "kafka_offset")
+    payments = read_payments(spark, bootstrap, args.topic, args.max_offsets)
     sink = PostgresSink(PostgresConfig(url, args.table, create_table=True))
     writer = eosink.foreach_batch(
         sink, app_id=f"example-kafka-{args.table}", strategy=args.strategy, checkpoint_location=args.checkpoint
