@@ -2,8 +2,12 @@
 
 Every run writes the data set's rows as JSON records (``to_json(struct(*))`` for Spark's sink,
 ``value_format="json"`` for eosink) into a topic of its own with one partition per participant.
-The baseline is Spark's built-in Kafka sink in foreachBatch (at-least-once: SPARK-28908 was never
-merged), with the ``spark-sql-kafka`` jars from :class:`~eosink.services.spark_jars.SparkJars`.
+Baselines: Spark's built-in Kafka sink in foreachBatch (``spark-kafka-sink``; at-least-once:
+SPARK-28908 was never merged), with the ``spark-sql-kafka`` jars from
+:class:`~eosink.services.spark_jars.SparkJars`; and Kafka's own Java producer benchmark
+(``raw-producer``: ``kafka-producer-perf-test``, the ``kafka-tools`` jars from Maven Central) sending
+as many records, each a line of the data set's CSV, with ``acks=all``: the broker's ingest limit
+for one producer.
 
 ``eosink-at-least-once`` is eosink's data path with the exactly-once bookkeeping taken out: the
 same ``mapInArrow`` participants and the same Arrow-to-record conversion
@@ -18,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -130,11 +135,17 @@ class KafkaAdapter:
         return {BOOTSTRAP_ENV: self._require_bootstrap()}
 
     def goals(self) -> BenchGoals:
-        """Spark's Kafka sink, shown (no threshold: it is a JVM writer with no exactly-once bookkeeping)."""
-        return BenchGoals(baselines=(Baseline("spark-kafka", "spark-kafka"),))
+        """Spark's Kafka sink (best exactly-once >= 0.5x) and the Java producer's limit (shown only)."""
+        return BenchGoals(
+            baselines=(Baseline("spark-kafka-sink", "spark-kafka", 0.5), Baseline("raw-producer", "raw-producer"))
+        )
 
     def runs(self) -> list[RunSpec]:
-        return [*generic_runs(self.modes, ()), RunSpec("spark-kafka", "spark")]
+        return [
+            *generic_runs(self.modes, ()),
+            RunSpec("spark-kafka-sink", "spark"),
+            RunSpec("raw-producer", "external"),
+        ]
 
     def prepare(self, ns: str, *, keyed: bool = False) -> None:
         self.admin().create_topics(
@@ -159,7 +170,25 @@ class KafkaAdapter:
         self._views.pop(ns, None)
 
     def run_external(self, spec: RunSpec, ns: str, dataset: Any) -> float:
-        raise ConfigurationError(f"No external run {spec.name!r} for Kafka.", "Kafka's runs are all Spark runs.")
+        """``raw-producer``: Kafka's ProducerPerformance tool, one producer, every record acknowledged by all."""
+        if spec.name != "raw-producer":
+            raise ConfigurationError(f"No external run {spec.name!r} for Kafka.", "Use raw-producer.")
+        from eosink.services import _jdk
+        from eosink.services._maven import Artifact, fetch_jars
+        from eosink.services.kafka import KAFKA_VERSION, KafkaService
+
+        tools = KafkaService().home / "tools-jars"
+        fetch_jars([Artifact("org.apache.kafka", "kafka-tools", KAFKA_VERSION)], tools, what="Kafka's tools")
+        argv = [_jdk.java("Kafka's producer benchmark"), "-Xmx512m", "-cp", f"{tools}{os.sep}*"]
+        argv += ["org.apache.kafka.tools.ProducerPerformance", "--topic", _topic(ns)]
+        argv += ["--num-records", str(dataset.rows), "--throughput", "-1", "--payload-file", str(dataset.csv)]
+        argv += ["--producer-props", f"bootstrap.servers={self._require_bootstrap()}", "acks=all", "linger.ms=5"]
+        started = time.monotonic()
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
+        seconds = time.monotonic() - started
+        if done.returncode != 0:
+            raise RuntimeError(f"kafka-producer-perf-test failed: {(done.stdout + done.stderr).strip()[-500:]}")
+        return seconds
 
     # -- in the Spark job ---------------------------------------------------------------------------
 
@@ -202,11 +231,11 @@ class KafkaAdapter:
         if spec.kind == "spark":
             bootstrap, topic = self._require_bootstrap(), _topic(ns)
 
-            def spark_kafka(df: Any, batch_id: int) -> None:
+            def spark_kafka_sink(df: Any, batch_id: int) -> None:
                 out = df.selectExpr("to_json(struct(*)) AS value")
                 out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
 
-            return spark_kafka
+            return spark_kafka_sink
         if spec.kind == "floor":
             from eosink.bench.runner import floor_function
 

@@ -39,6 +39,7 @@ from contextlib import AbstractContextManager, suppress
 from typing import Any
 
 from eosink.connectors.kafka import _wire
+from eosink.connectors.kafka._clients import drop_admin, shared_admin
 from eosink.connectors.kafka._commit_side import _CommitSide
 from eosink.connectors.kafka._errors import translated
 from eosink.connectors.kafka._names import BUNDLE_CLIENT_ID, bundle_key, bundle_txid, fence_txid, parse_txid
@@ -88,7 +89,6 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
 
     def _reset(self) -> None:
         self._lock = threading.RLock()
-        self._admins: dict[str, Any] = {}
         self._live = set()
         self._bundle_producers: dict[str, Any] = {}
         self._view = ProgressView(self.config.progress_topic)
@@ -107,35 +107,25 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
     # -- clients and errors -------------------------------------------------------------------
 
     def _admin(self, client_id: str = "eosink") -> Any:
-        """This process's admin client (one per client id), opened lazily."""
-        with self._lock:
-            admin = self._admins.get(client_id)
-            if admin is None:
-                from kafka import KafkaAdminClient
-
-                admin = KafkaAdminClient(**self.config.client_kwargs(client_id=client_id))
-                self._admins[client_id] = admin
-            return admin
-
-    def _forget_clients(self) -> None:
-        with self._lock:
-            admins, self._admins = self._admins, {}
-        for admin in admins.values():
-            _quietly(admin.close)
+        """This process's admin client for the sink's settings and ``client_id`` (shared, see ``_clients``)."""
+        return shared_admin(self.config.client_kwargs(client_id=client_id))
 
     def _errors(self, what: str) -> AbstractContextManager[None]:
-        """kafka-python errors inside become eosink errors (the connector's one translator)."""
-        return translated(self.config, what)
+        """kafka-python errors inside become eosink errors (the connector's one translator); the shared admin
+        client is dropped first, so that a retry starts on fresh connections."""
+        return translated(self.config, what, on_error=self._drop_admin)
+
+    def _drop_admin(self) -> None:
+        drop_admin(self.config.client_kwargs(client_id="eosink"))
 
     def close(self) -> None:
-        """Close this process's clients and producers, ending no transaction."""
+        """Close this sink's producers, ending no transaction (admin clients are the process's, kept)."""
         with self._lock:
             producers = list(self._live) + list(self._bundle_producers.values())
             self._live.clear()
             self._bundle_producers.clear()
         for producer in producers:
             _quietly(producer.close, timeout=0)
-        self._forget_clients()
 
     # -- setup and fencing ----------------------------------------------------------------------
 
@@ -311,10 +301,7 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
             code = _wire.end_txn(self._admin(BUNDLE_CLIENT_ID), txid, pid, epoch, True, timeout_s=30)
         except Exception as exc:
             self._forget_bundle_producer(app)
-            with self._lock:
-                admin = self._admins.pop(BUNDLE_CLIENT_ID, None)
-            if admin is not None:
-                _quietly(admin.close)
+            drop_admin(self.config.client_kwargs(client_id=BUNDLE_CLIENT_ID))
             self.config.scrub_chain(exc)
             raise AmbiguousCommitError(
                 f"The commit of batch {bundle.batch}'s bundle was sent, and its reply lost: {type(exc).__name__}: "
