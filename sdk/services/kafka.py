@@ -22,6 +22,9 @@ broker refuses ``InitProducerId`` from a producer whose timeout exceeds its maxi
 any transaction left open longer than the producer's timeout. :meth:`KafkaService.check` asks for
 exactly this timeout, so a server that would refuse the connector fails the check.
 
+:class:`KafkaServer` is a private broker of the same build for the chaos harness: it keeps its
+ports and log directory across the restarts and crashes the harness causes (formatted once).
+
 Your own broker: set ``EOSINK_KAFKA_BOOTSTRAP=host:port[,host:port...]`` and no local server is
 started. It must allow transactions (``transaction.state.log.replication.factor`` and
 ``min.isr`` satisfiable) with ``transaction.max.timeout.ms`` of at least one hour, and let the
