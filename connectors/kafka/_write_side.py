@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from eosink.connectors.kafka import _wire
 from eosink.connectors.kafka._base import _SinkBase
+from eosink.connectors.kafka._bulk import BulkSender
 from eosink.connectors.kafka._names import TxnName, app_tag, committable_id, task_slot
 from eosink.connectors.kafka._producer import abort_within, producer_ids
 from eosink.connectors.kafka._progress import MARKERS, marker_record
@@ -56,6 +57,10 @@ class _Txn:
     topics: set[str] = field(default_factory=set)
     error: BaseException | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    sender: BulkSender = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sender = BulkSender(self.producer, self.fail)
 
     def fail(self, exc: BaseException) -> None:
         """A record's send failed (called from the producer's I/O thread)."""
@@ -112,10 +117,7 @@ class _WriteSide(_SinkBase):
             )
             with self._errors(f"write of {where}"):
                 self._check_partitions(txn.producer, records, where)
-                send = txn.producer.send
-                for r in records:
-                    future = send(r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition)
-                    future.add_errback(txn.fail)
+                txn.sender.send(records)
                 txn.rows += len(records)
                 txn.topics.update(r.topic for r in records)
             if txn.error is not None:
@@ -141,6 +143,7 @@ class _WriteSide(_SinkBase):
                 txn.producer.flush(timeout=self.config.transaction_timeout_ms / 1000)
             if txn.error is not None:
                 self._raise_send_error(txn, where)
+            txn.sender.check(f"pre_commit of {where}")
         except BaseException:
             self._abandon(txn.producer, txn.txid is not None)
             raise
