@@ -26,6 +26,9 @@ KAFKA_COLUMNS = ("key", "value", "headers", "topic", "partition")
 
 Header = tuple[str, bytes | None]
 
+_value_json = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False).encode
+_key_json = json.JSONEncoder(separators=(",", ":"), default=str).encode
+
 
 @dataclass(frozen=True)
 class Record:
@@ -129,9 +132,7 @@ def to_records(
     if value_format == "json":
         rest = [name for name in names if name not in KAFKA_COLUMNS]
         rows = data.select(rest).to_pylist()
-        values: list[bytes | None] = [
-            json.dumps(row, separators=(",", ":"), default=str, ensure_ascii=False).encode() for row in rows
-        ]
+        values: list[bytes | None] = [_value_json(row).encode() for row in rows]
     else:
         values = [_as_bytes(v) for v in column["value"]]
     keys = _keys(data, upsert_keys, column.get("key"), n, where)
@@ -189,5 +190,5 @@ def _keys(
         if len(values) == 1 and isinstance(values[0], str | bytes):
             out.append(_as_bytes(values[0]))
         else:
-            out.append(json.dumps(values, separators=(",", ":"), default=str).encode())
+            out.append(_key_json(values).encode())
     return out

@@ -49,6 +49,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--master", default="local[2,4]")
     ap.add_argument("--participants", type=int, default=3)
     ap.add_argument("--stats-out")
+    ap.add_argument("--txn-timeout-ms", type=int, default=900_000, help="KafkaConfig.transaction_timeout_ms")
     return ap.parse_args(argv)
 
 
@@ -64,6 +65,7 @@ def _sink(args: argparse.Namespace) -> Any:
                 value_format="json",
                 progress_topic=f"{args.namespace}_progress",
                 transactional_id_prefix=args.namespace,
+                transaction_timeout_ms=args.txn_timeout_ms,
             )
         )
     from eosink.connectors.postgres import PostgresConfig, PostgresSink

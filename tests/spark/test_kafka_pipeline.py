@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -23,13 +27,14 @@ from typing import Any
 
 import pytest
 
+from eosink._procs import is_stopped, signal_session
 from eosink.connectors.kafka import KafkaConfig
 from eosink.connectors.kafka.admin import KafkaAdmin
 from eosink.connectors.kafka.testing import by_key, read_topic
 from eosink.errors import ServiceError
 from eosink.services import get_service
 
-from .conftest import Pipeline, assert_clean, assert_killed
+from .conftest import Pipeline, assert_clean, assert_killed, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -159,4 +164,68 @@ def test_kill_at_fault_point_then_restart_is_exact(kafka_pipeline: KafkaPipeline
         if point in ("F3", "F4", "F5"):
             assert p.in_doubt(), "the killed batch's prepared transactions are not listed as in doubt"
     assert_clean(p.run())
+    p.assert_exact()
+
+
+@pytest.mark.full
+def test_a_transaction_the_broker_expired_stops_the_query_and_a_rewind_lands_it_once(
+    kafka_pipeline: KafkaPipeline,
+) -> None:
+    """2pc with a 10 s transaction timeout, SIGKILLed at F5 of batch 1 (Spark committed it, the sink did
+    not); the driver stays down until the broker has aborted batch 1's transactions.
+
+    Pass: the restart stops with PreparedWorkLostError (exit 3) naming batch 1, the broker's
+    transaction timeout and the rewind, with nothing of batch 1 visible; ``eosink recover --rewind``
+    prints its plan and changes nothing, ``--yes`` carries it out; the next restart completes and the
+    topic holds exactly the input rows, one bundle per batch, no transaction left open.
+    """
+    p = kafka_pipeline
+    p.strategy = "2pc"
+    p.extra_args = ["--txn-timeout-ms", "10000"]
+    assert_killed(p.run("F5@1:kill"), "F5")
+    assert p.in_doubt(), "batch 1's transactions should be open after a kill at F5"
+    wait_for(lambda: not p.in_doubt(), 90, "the broker to abort batch 1's expired transactions")
+    stopped = p.run()
+    assert stopped.returncode == 3 and stopped.error_kind == "PreparedWorkLostError", stopped.stderr[-3000:]
+    assert "Batch 1 of app_id" in stopped.stderr and "--rewind" in stopped.stderr
+    assert "transaction.timeout.ms" in stopped.stderr or "transaction_timeout_ms" in stopped.stderr
+    assert p.found() == _rows_of_files(p, {0}), "the query went on past the lost batch"
+    cli = [
+        *("recover", "--sink", "kafka", "--bootstrap-servers", p.bootstrap, "--topic", p.topic),
+        *("--progress-topic", p.progress_topic, "--transactional-id-prefix", p.topic),
+        *("--app-id", p.app_id, "--checkpoint", str(p.checkpoint), "--rewind"),
+    ]
+    eosink = [sys.executable, "-m", "eosink.cli"]
+    dry = subprocess.run([*eosink, *cli], capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    assert dry.returncode == 0 and "dry run: nothing changed" in dry.stdout, dry.stdout + dry.stderr
+    assert (p.checkpoint / "commits" / "1").exists()
+    done = subprocess.run([*eosink, *cli, "--yes"], capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    assert done.returncode == 0 and "Start the query again" in done.stdout, done.stdout + done.stderr
+    assert not (p.checkpoint / "commits" / "1").exists() and (p.checkpoint / "offsets" / "1").exists()
+    assert_clean(p.run())
+    p.assert_exact()
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(("strategy", "point"), [("2pc", "F4"), ("txid-check", "F1")])
+def test_a_zombie_driver_is_fenced(kafka_pipeline: KafkaPipeline, strategy: str, point: str) -> None:
+    """F10: the old driver is frozen (SIGSTOP of its whole session) at ``point`` of batch 1, a new driver
+    takes over and finishes, then the old one is thawed (SIGCONT).
+
+    Pass: the new driver ends cleanly with the topic exact; the zombie stops with FencedError (the
+    writer epoch, or the producer epoch of its bundle transaction), or on Spark's own
+    concurrent-writer check, and the topic is still exact afterwards.
+    """
+    p = kafka_pipeline
+    p.strategy = strategy
+    old = p.start(f"{point}@1:stop")
+    wait_for(lambda: point in p.fired(), 240, f"{point} to fire in the old driver")
+    wait_for(lambda: is_stopped(old.pid), 30, "the old driver to stop")
+    assert_clean(p.run())
+    p.assert_exact()
+    signal_session(old.pid, signal.SIGCONT)
+    zombie = p.finish(old)
+    assert zombie.returncode == 3, f"the zombie did not stop with an error:\n{zombie.stderr[-3000:]}"
+    spark_refused = "Multiple streaming" in zombie.stderr
+    assert zombie.error_kind in ("FencedError", "CommitAbortedError") or spark_refused, zombie.stderr[-3000:]
     p.assert_exact()
