@@ -23,11 +23,12 @@ WITH_KAFKA = $(EOSINK) services up kafka && $(EOSINK) services check kafka && $(
 	$(EOSINK) services down kafka; exit $$rc
 
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka spark services services-up services-check services-down \
-	services-status test test-full demo bench clean chaos chaos-quick examples example-files example-kafka example-kafka-to-kafka \
+	services-status test test-full demo demo-kafka bench clean chaos chaos-quick examples example-files example-kafka example-kafka-to-kafka \
 	spark-full local-cluster test-postgres-full test-kafka-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
+	@echo "make demo-kafka        the same into a private Kafka broker, eosink vs Spark's own Kafka sink"
 	@echo "make test       what CI runs, in timed stages (table at the end, build/test-times.json); <= 30 min"
 	@echo "make test-full  every fault point x strategy x sink, local-cluster, the PySpark matrix, chaos; <= 3 h"
 	@echo "make lint       ruff + mypy --strict"
@@ -242,6 +243,15 @@ example-kafka-to-kafka: venv java tools
 # make demo [ARGS="--strategy txid-check --seed 3 --batches 12"]
 demo: $(DEMO_STAMP) java
 	$(EOSINK) demo $(ARGS)
+
+# `make demo-kafka`: the same story into a private Kafka broker (jars from Maven Central), with Spark's
+# own Kafka sink as the plain writer; needs eosink[demo,kafka].
+DEMO_KAFKA_STAMP := $(VENV)/.eosink-demo-kafka-installed
+$(DEMO_KAFKA_STAMP): $(SOURCES)
+	$(call install,demo$(COMMA)kafka)
+
+demo-kafka: $(DEMO_KAFKA_STAMP) java tools
+	$(EOSINK) demo --sink kafka $(ARGS)
 
 # Throughput, streaming latency and driver RSS on the same generated data; starts what it needs.
 bench: venv java

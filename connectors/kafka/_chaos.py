@@ -12,7 +12,6 @@ the reader's partial views are counted, not failures.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from eosink.chaos.oracle import Row
 from eosink.chaos.target import Names, PrivateRoot, Snapshot
+from eosink.connectors.kafka.testing import committed_json
 
 __all__ = ["KafkaChaosTarget"]
 
@@ -33,18 +33,6 @@ KEY = "chaos_key"
 
 def _progress_topic(control_schema: str) -> str:
     return f"{control_schema}_progress"
-
-
-def _values(admin: Any, topic: str) -> list[dict[str, Any]]:
-    """The topic's committed JSON values, keyed records once per key (what a compacting reader keeps);
-    none while the topic does not exist."""
-    from eosink.connectors.kafka.testing import by_key, read_topic
-
-    described = [t for t in admin.describe_topics([topic]) if t.get("name") == topic and not t.get("error_code")]
-    if not described:
-        return []
-    records = by_key(read_topic(admin, topic, len(described[0].get("partitions") or [])))
-    return [json.loads(r.value) for r in records if r.value is not None]
 
 
 class KafkaChaosTarget:
@@ -115,7 +103,7 @@ class KafkaChaosTarget:
         from kafka.errors import UnknownTopicOrPartitionError
 
         try:
-            values = _values(self._admin_client(), names.table)
+            values = committed_json(self._admin_client(), names.table)
         except UnknownTopicOrPartitionError:
             return []
         return [
@@ -155,7 +143,7 @@ class KafkaChaosTarget:
                 if names.table not in topics or _progress_topic(names.control_schema) not in topics:
                     return None
                 counts: dict[int, int] = {}
-                for value in _values(admin, names.table):
+                for value in committed_json(admin, names.table):
                     counts[int(value["batch_id"])] = counts.get(int(value["batch_id"]), 0) + 1
                 view = state["view"]
                 view.refresh(admin)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from eosink.bench.runs import BenchAdapter
     from eosink.chaos.target import ChaosTarget
     from eosink.contracts.harness import SinkHarness
+    from eosink.demo.target import DemoTarget
 
 __all__ = ["PROFILE", "KafkaProfile"]
 
@@ -74,6 +75,11 @@ class KafkaProfile(SinkProfile):
         from eosink.connectors.kafka._bench import KafkaAdapter
 
         return KafkaAdapter()
+
+    def demo_target(self) -> DemoTarget:
+        from eosink.connectors.kafka._demo import KafkaDemoTarget
+
+        return KafkaDemoTarget()
 
 
 PROFILE = KafkaProfile()

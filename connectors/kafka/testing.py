@@ -23,7 +23,7 @@ from eosink.connectors.kafka import KafkaConfig, KafkaSink, _wire
 from eosink.connectors.kafka._names import COMMIT_REQUEST
 from eosink.contracts import Namespace, SinkHarness
 
-__all__ = ["KafkaHarness", "read_topic"]
+__all__ = ["KafkaHarness", "by_key", "committed_json", "read_topic"]
 
 
 def read_topic(admin: Any, topic: str, partitions: int) -> list[_wire.LogRecord]:
@@ -44,6 +44,16 @@ def by_key(records: list[_wire.LogRecord]) -> list[_wire.LogRecord]:
         else:
             last[r.key] = r
     return out + list(last.values())
+
+
+def committed_json(admin: Any, topic: str) -> list[dict[str, Any]]:
+    """The JSON values of ``topic``'s committed records, keyed ones once per key (as :func:`by_key`);
+    none while the topic does not exist."""
+    described = [t for t in admin.describe_topics([topic]) if t.get("name") == topic and not t.get("error_code")]
+    if not described:
+        return []
+    records = by_key(read_topic(admin, topic, len(described[0].get("partitions") or [])))
+    return [json.loads(r.value) for r in records if r.value is not None]
 
 
 class KafkaHarness(SinkHarness):

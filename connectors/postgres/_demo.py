@@ -31,6 +31,8 @@ class PostgresDemoTarget:
     """PostgreSQL, as the demo drives it."""
 
     title = "an embedded PostgreSQL"
+    plain_cuts = True
+    plain_title = "plain foreachBatch"
 
     def __init__(self) -> None:
         self.server: Any = None
@@ -73,8 +75,11 @@ class PostgresDemoTarget:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
 
-    def address(self) -> tuple[str, int]:
+    def address(self, side: Side) -> tuple[str, int]:
         return "127.0.0.1", int(self.server.port)
+
+    def proxy_port(self, side: Side) -> int:
+        return 0
 
     def job_env(self, proxy_ports: dict[Side, int]) -> dict[str, str]:
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -129,7 +134,7 @@ class PostgresDemoTarget:
             PostgresConfig(os.environ[URL_VARS["eosink"]], TABLES["eosink"], control_schema=CONTROL_SCHEMA)
         )
 
-    def job_plain_writer(self) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def job_plain_writer(self) -> Callable[[Any, int], None]:
         url, table = os.environ[URL_VARS["plain"]], TABLES["plain"]
 
         def write(batches: Iterator[Any]) -> Iterator[Any]:
@@ -148,7 +153,10 @@ class PostgresDemoTarget:
                     n += batch.num_rows
             yield pa.RecordBatch.from_pydict({"rows": pa.array([n], pa.int64())})
 
-        return write
+        def plain(df: Any, batch_id: int) -> None:
+            df.mapInArrow(write, "rows long").collect()  # one tiny result row per task
+
+        return plain
 
     def scrub(self, text: str) -> str:
         from eosink.connectors.postgres import PostgresConfig

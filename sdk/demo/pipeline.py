@@ -18,6 +18,7 @@ a killed run still reports what it did. Exit codes: 0 input exhausted; 3 an erro
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +27,7 @@ import eosink
 from eosink._procs import error_line
 from eosink._saved_stats import keep_stats
 from eosink.demo.session import SCHEMA, job_session
+from eosink.demo.target import JARS_VAR
 from eosink.faults import export_crash_scope
 from eosink.profiles import get_profile
 from eosink.strategies import STRATEGY_NAMES
@@ -62,11 +64,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     keep_stats(writer, args.stats_out)
     plain = target.job_plain_writer()
+    jars = os.environ.get(JARS_VAR, "")
+    if jars:  # the plain writer's own jars (Spark's Kafka sink, say)
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jars} pyspark-shell"
     spark = job_session(args.master, f"eosink-demo-{args.strategy}")
     payments = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
 
     def process(df: Any, batch_id: int) -> None:
-        df.mapInArrow(plain, "rows long").collect()  # the plain writer: one tiny result row per task
+        plain(df, batch_id)
         writer(df, batch_id)
 
     query = payments.writeStream.trigger(availableNow=True)

@@ -140,7 +140,9 @@ class _Demo:
         self.view.event(f"starting {self.target.title} (127.0.0.1, private data)")
         self.target.start()
         for name in SIDES:
-            self.proxies[name] = FaultProxy(*self.target.address()).start()
+            self.proxies[name] = FaultProxy(
+                *self.target.address(name), listen_port=self.target.proxy_port(name)
+            ).start()
 
     def close(self) -> None:
         for proxy in self.proxies.values():
@@ -297,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from eosink.errors import EosinkError
 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 110)
-    scenario = make_scenario(args.strategy, args.seed, args.batches)
+    plain_cuts = get_profile(args.sink, "demo_target").demo_target().plain_cuts
+    scenario = make_scenario(args.strategy, args.seed, args.batches, plain_cuts=plain_cuts)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eosink-demo-"))
     if args.workdir:  # a fresh start: the checkpoint and the input of an earlier run would not match
         shutil.rmtree(work, ignore_errors=True)
@@ -336,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     recommitted = t.stat("ambiguous_recommitted")
     resolved = f"asked the sink: {found_committed} committed, {recommitted} re-committed" if ambiguous else "-"
     plain = _outcome(
-        "plain foreachBatch",
+        demo.target.plain_title,
         sent,
         plain_found,
         lost_replies=t.cuts["plain"],
@@ -374,7 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print("(the plain writer happened to come through intact under this schedule: try another --seed)")
     else:
         console.print(
-            f"The plain writer's table is off by {plain.duplicates} duplicated and {plain.lost} lost payment(s); "
+            f"The plain writer's {demo.target.where('plain')} is off by {plain.duplicates} duplicated and "
+            f"{plain.lost} lost payment(s); "
             f"{plain.accounts - plain.accounts_right} of {plain.accounts} balances are wrong."
         )
     return 0 if exact else 1

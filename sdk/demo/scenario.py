@@ -5,7 +5,10 @@ checkpoint until the input is exhausted. Each run but the last ends in a SIGKILL
 whole session: at a named fault point of eosink's protocol (the plain write of that batch is
 already done), or at a random moment. Some runs also lose one COMMIT reply on eosink's
 connection (an ambiguous commit eosink must resolve) and one on the plain writer's (its task
-fails and Spark retries it). Everything comes from ``random.Random(seed)``.
+fails and Spark retries it). A plain writer whose client retries a cut reply without writing
+twice (Kafka's idempotent producer) gets no cut; one of its crashes then lands before Spark's
+commit log instead, where a replay writes the batch again. Everything comes from
+``random.Random(seed)``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["KILL_POINTS", "Run", "Scenario", "describe_point", "make_scenario"]
+__all__ = ["KILL_POINTS", "REPLAYED", "Run", "Scenario", "describe_point", "make_scenario"]
 
 #: Where a crash can land in each strategy's protocol (F5, after Spark's commit log, is 2PC only).
 KILL_POINTS: dict[str, tuple[str, ...]] = {
@@ -28,6 +31,14 @@ _POINTS = {
     "F5": "after Spark's commit log, before eosink's commit",
     "F6": "in the middle of the sink's commit",
     "F8": "after eosink's commit, before Spark's commit log",
+}
+
+
+#: The points before Spark's commit log: a crash there makes Spark replay the batch.
+REPLAYED: dict[str, tuple[str, ...]] = {
+    "2pc": ("F3", "F4"),
+    "txid-check": KILL_POINTS["txid-check"],
+    "idempotent": KILL_POINTS["idempotent"],
 }
 
 
@@ -84,17 +95,20 @@ class Scenario:
         return sum((r.cut_eosink_after is not None) + (r.cut_plain_after is not None) for r in self.runs)
 
 
-def make_scenario(strategy: str, seed: int, batches: int) -> Scenario:
+def make_scenario(strategy: str, seed: int, batches: int, *, plain_cuts: bool = True) -> Scenario:
     """Up to three crashed runs (one per three batches), then a run to the end.
 
     Two distinct fault points and one random kill, in a seeded order; eosink loses a COMMIT reply
-    in the first two crashed runs and the plain writer in one of them.
+    in the first two crashed runs and the plain writer in one of them. Without ``plain_cuts``
+    the plain writer loses none, and the first fault point is one Spark replays.
     """
     if strategy not in KILL_POINTS:
         raise ValueError(f"unknown strategy {strategy!r}; use one of {sorted(KILL_POINTS)}")
     rng = random.Random(f"demo-{seed}-{strategy}")
     crashes = max(1, min(3, (batches - 1) // 3))
     first, second = rng.sample(KILL_POINTS[strategy], 2)
+    if not plain_cuts and first not in REPLAYED[strategy]:
+        first = rng.choice([p for p in REPLAYED[strategy] if p != second])
     kills: list[Run] = [
         Run(kill_point=first, kill_offset=2),
         Run(random_kill_after=2, random_kill_delay_s=round(rng.uniform(0.0, 1.0), 2)),
@@ -109,7 +123,7 @@ def make_scenario(strategy: str, seed: int, batches: int) -> Scenario:
             random_kill_after=k.random_kill_after,
             random_kill_delay_s=k.random_kill_delay_s,
             cut_eosink_after=1 if i < 2 else None,
-            cut_plain_after=1 if i == plain_cut else None,
+            cut_plain_after=1 if i == plain_cut and plain_cuts else None,
         )
         for i, k in enumerate(kills)
     ]

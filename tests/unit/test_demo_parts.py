@@ -12,7 +12,7 @@ from rich.console import Console
 
 from eosink.demo import demo_main
 from eosink.demo.run import _outcome, write_payments
-from eosink.demo.scenario import KILL_POINTS, describe_point, make_scenario
+from eosink.demo.scenario import KILL_POINTS, REPLAYED, describe_point, make_scenario
 from eosink.demo.view import Counts, Snapshot, View, final_table
 
 
@@ -29,6 +29,17 @@ def test_scenario_is_seeded_and_crashes_every_run_but_the_last(strategy: str) ->
     assert sum(r.cut_eosink_after is not None for r in a.runs) == 2
     assert sum(r.cut_plain_after is not None for r in a.runs) == 1
     assert a.runs[-1].describe(strategy) == "to the end of the input"
+
+
+@pytest.mark.parametrize("strategy", sorted(KILL_POINTS))
+@pytest.mark.parametrize("batches", [4, 7, 10])
+def test_without_plain_cuts_a_crash_lands_where_spark_replays_the_batch(strategy: str, batches: int) -> None:
+    # A plain writer that retries a cut reply idempotently (Kafka) must still meet a replay.
+    for seed in range(30):
+        s = make_scenario(strategy, seed, batches, plain_cuts=False)
+        assert not any(r.cut_plain_after is not None for r in s.runs)
+        assert any(r.kill_point in REPLAYED[strategy] for r in s.runs), (seed, s.runs)
+        assert s == make_scenario(strategy, seed, batches, plain_cuts=False)
 
 
 def test_scenario_scales_with_batches_and_f5_is_2pc_only() -> None:
