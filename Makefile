@@ -23,7 +23,7 @@ WITH_KAFKA = $(EOSINK) services up kafka && $(EOSINK) services check kafka && $(
 	$(EOSINK) services down kafka; exit $$rc
 
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka spark services services-up services-check services-down \
-	services-status test test-full demo demo-kafka bench clean chaos chaos-quick examples example-files example-kafka example-kafka-to-kafka \
+	services-status test test-full demo demo-kafka bench clean chaos chaos-quick examples example-files example-kafka example-files-to-kafka example-kafka-to-kafka \
 	spark-full local-cluster test-postgres-full test-kafka-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
@@ -42,7 +42,7 @@ help:
 	@echo "make services   the service harness's own tests against the real servers (starts and stops them)"
 	@echo "make spark-matrix   the quick Spark tests on PySpark $(MATRIX) (part of test-full)"
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
-	@echo "make examples   every example once against real PostgreSQL and Kafka (also: make example-files, example-kafka, example-kafka-to-kafka)"
+	@echo "make examples   every example once against real PostgreSQL and Kafka (also: make example-files, example-kafka, example-files-to-kafka, example-kafka-to-kafka)"
 	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S] [JOBS=J]   the end-to-end chaos harness -> results/chaos-SINK.json"
 	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy, baseline, non-deterministic)"
 	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1]   eosink vs Spark's built-in writers -> results/bench-<sink>.*"
@@ -233,6 +233,11 @@ example-kafka: venv java tools
 	@$(call WITH_PG_KAFKA,eval "$$($(EOSINK) services env postgres kafka)" && \
 		EOSINK_EXAMPLE_SPARK_JARS="$$($(PY) -c 'from eosink.services.spark_jars import SparkJars; print(SparkJars().spark_conf("kafka")["spark.jars"])')" \
 		$(PY) examples/kafka_to_postgres.py --checkpoint $(EXAMPLE_DIR)/kafka-checkpoint --produce 1000)
+
+example-files-to-kafka: venv java tools
+	@rm -rf $(EXAMPLE_DIR)/f2k $(EXAMPLE_DIR)/f2k-checkpoint
+	@$(call WITH_KAFKA,eval "$$($(EOSINK) services env kafka)" && $(PY) examples/files_to_kafka.py \
+		--input $(EXAMPLE_DIR)/f2k --checkpoint $(EXAMPLE_DIR)/f2k-checkpoint --generate 5)
 
 example-kafka-to-kafka: venv java tools
 	@rm -rf $(EXAMPLE_DIR)/k2k-checkpoint

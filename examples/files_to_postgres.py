@@ -17,31 +17,15 @@ and never writes a payment twice, even if the previous run was killed half-way.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import random
 import sys
 from pathlib import Path
 
+from _files_input import SCHEMA, generate
 from pyspark.sql import SparkSession
 
 import eosink
 from eosink.connectors.postgres import PostgresConfig, PostgresSink
-
-SCHEMA = "id LONG, account STRING, amount LONG"
-
-
-def generate(inbox: Path, files: int, rows: int) -> None:
-    """Append ``files`` new payment files to ``inbox`` (ids continue where the last file stopped)."""
-    inbox.mkdir(parents=True, exist_ok=True)
-    start = len(list(inbox.glob("payments-*.json")))
-    rng = random.Random(start)
-    for n in range(start, start + files):
-        payments = [
-            {"id": n * 10_000 + i, "account": f"acct-{rng.randrange(5)}", "amount": rng.randrange(1, 500)}
-            for i in range(rows)
-        ]
-        (inbox / f"payments-{n:05d}.json").write_text("".join(json.dumps(p) + "\n" for p in payments))
 
 
 def main() -> int:

@@ -23,36 +23,15 @@ Spark's Kafka connector comes from Maven Central (``spark.jars.packages``) unles
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from _kafka_input import produce, read_payments, session
+from _kafka_output import count_committed
 from pyspark.sql import functions as F
 
 import eosink
 from eosink.connectors.kafka import KafkaConfig, KafkaSink
-
-
-def count_committed(bootstrap: str, topic: str) -> tuple[int, int]:
-    """(records, distinct input offsets) a read_committed consumer reads from ``topic``."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        ends = consumer.end_offsets(parts)
-        seen: list[tuple[int, int]] = []
-        while any(consumer.position(p) < ends[p] for p in parts):
-            for records in consumer.poll(timeout_ms=1000).values():
-                for r in records:
-                    v = json.loads(r.value)
-                    seen.append((v["kafka_partition"], v["kafka_offset"]))
-        return len(seen), len(set(seen))
-    finally:
-        consumer.close()
 
 
 def main() -> int:
@@ -93,7 +72,7 @@ def main() -> int:
     writer.close()  # 2pc: commits the last batch Spark committed
     spark.stop()
 
-    total, distinct = count_committed(bootstrap, args.output)
+    total, distinct = count_committed(bootstrap, args.output, lambda v: (v["kafka_partition"], v["kafka_offset"]))
     print(
         f"{args.output}: {total} records for {distinct} distinct input records; "
         f"{writer.stats.batches_committed} batch(es) committed in this run"

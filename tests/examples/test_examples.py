@@ -170,3 +170,42 @@ def test_kafka_to_kafka_through_a_kill(tmp_path: Path, kafka_endpoint: Any) -> N
     run("kafka_to_kafka.py", [*common, "--produce", "400", "--seed", "2"], env, faults="F5@3:kill")
     last = run("kafka_to_kafka.py", common, env)
     assert f"ex-out-{tag}: 1000 records for 1000 distinct input records" in last.stdout, last.stdout
+
+
+def _topic_payments(bootstrap: str, topic: str) -> list[tuple[Any, ...]]:
+    """Every payment record of the topic (two partitions) as a read_committed consumer reads them."""
+    from kafka import KafkaAdminClient
+
+    from eosink.connectors.kafka.testing import read_topic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="eosink-example-test")
+    try:
+        values = [json.loads(r.value) for r in read_topic(admin, topic, 2) if r.value is not None]
+        return sorted((v["id"], v["account"], v["amount"]) for v in values)
+    finally:
+        admin.close()
+
+
+def test_files_to_kafka_runs_as_documented(tmp_path: Path, kafka_endpoint: Any) -> None:
+    """One run of the example, as a user runs it. Pass: the 120 payments of 3 files are 120 records of
+    the topic, each payment once, as a read_committed consumer reads them."""
+    topic = f"ex-f2k-{uuid.uuid4().hex[:8]}"
+    env = _kafka_env(None, kafka_endpoint)
+    common = ["--input", str(tmp_path / "in"), "--checkpoint", str(tmp_path / "ckpt"), "--topic", topic]
+    first = run("files_to_kafka.py", [*common, "--generate", "3", "--rows", "40"], env)
+    assert f"{topic}: 120 records for 120 distinct payments" in first.stdout, first.stdout
+    assert _topic_payments(kafka_endpoint.bootstrap_servers, topic) == _sent(tmp_path / "in")
+
+
+@pytest.mark.full
+def test_files_to_kafka_through_a_kill(tmp_path: Path, kafka_endpoint: Any) -> None:
+    """Pass: 3 files land once; a run killed at F4 (the batch's transactions prepared, Spark's commit log
+    not yet written) and restarted lands 3 more once; the topic holds exactly the payments sent."""
+    topic = f"ex-f2k-{uuid.uuid4().hex[:8]}"
+    env = _kafka_env(None, kafka_endpoint)
+    common = ["--input", str(tmp_path / "in"), "--checkpoint", str(tmp_path / "ckpt"), "--topic", topic]
+    run("files_to_kafka.py", [*common, "--generate", "3", "--rows", "40"], env)
+    run("files_to_kafka.py", [*common, "--generate", "3", "--rows", "40"], env, faults="F4@2:kill")
+    last = run("files_to_kafka.py", common, env)
+    assert f"{topic}: 240 records for 240 distinct payments" in last.stdout, last.stdout
+    assert _topic_payments(kafka_endpoint.bootstrap_servers, topic) == _sent(tmp_path / "in")
