@@ -18,13 +18,16 @@ COMMA := ,
 # The same for PostgreSQL alone.
 WITH_POSTGRES = $(EOSINK) services up postgres && $(EOSINK) services check postgres && $(1); rc=$$?; \
 	$(EOSINK) services down postgres; exit $$rc
+# The same for MinIO alone.
+WITH_MINIO = $(EOSINK) services up minio && $(EOSINK) services check minio && $(1); rc=$$?; \
+	$(EOSINK) services down minio; exit $$rc
 # The same for Kafka alone.
 WITH_KAFKA = $(EOSINK) services up kafka && $(EOSINK) services check kafka && $(1); rc=$$?; \
 	$(EOSINK) services down kafka; exit $$rc
 
-.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka spark services services-up services-check services-down \
+.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 spark services services-up services-check services-down \
 	services-status test test-full demo demo-kafka bench clean chaos chaos-quick examples example-files example-kafka example-files-to-kafka example-kafka-to-kafka \
-	spark-full local-cluster test-postgres-full test-kafka-full chaos-full examples-full services-full spark-matrix spark-on
+	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
@@ -99,7 +102,7 @@ spark: venv java
 
 # -- one pattern per sink: make test-SINK runs its contract suite and connector tests, one Spark
 # kill-and-restart per strategy and one chaos schedule (docs/testing.md). make test runs it for every sink.
-SINKS := postgres kafka
+SINKS := postgres kafka s3
 test-postgres: venv java
 	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py \
 		tests/chaos/test_chaos_quick.py -q -m "not full" -k "not chaos or postgres" --durations=10)
@@ -116,6 +119,15 @@ test-kafka: venv java
 
 test-kafka-full: venv java
 	@$(call WITH_KAFKA,$(PYTEST) tests/connectors/kafka tests/spark/test_kafka_pipeline.py -q --durations=10)
+
+# S3 (MinIO): the contract suite with Parquet objects (8 random schedules, the crash walks at every 4th
+# step); test-s3-full: the whole suite, Parquet and JSON lines.
+test-s3: venv java tools
+	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 -q -m "not full" --eosink-contract-examples=8 \
+		--eosink-crash-stride=4 --durations=10)
+
+test-s3-full: venv java tools
+	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 -q --durations=10)
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5

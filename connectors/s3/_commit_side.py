@@ -1,0 +1,325 @@
+"""The coordinator side of S3Sink (driver): commit, abort, commit_status, recover, fetch_last_bundle.
+
+What each does (``ctl`` is ``<prefix>/_eosink/<app-dir>/``)::
+
+    commit(batch, cs, b)   1. the epoch (GET ctl/epoch.json): a newer one -> FencedError
+                           2. the batch's marker (GET ctl/commits/<batch>.json): there with the same
+                              committables -> done; with others -> CommitAbortedError
+                           3. CompleteMultipartUpload of every object (its reply checked: a 200 can
+                              carry an error); an upload that is gone is looked up with HEAD: the
+                              object exists (an earlier commit completed it) -> go on; it does not
+                              -> CommitAbortedError (the work is lost), objects this call completed
+                              are deleted again
+                           4. the epoch again (a writer that fenced meanwhile keeps the batch out)
+                           5. the marker, PUT with If-None-Match: * : 412 -> read it (the same
+                              committables: done; others: CommitAbortedError); no reply ->
+                              AmbiguousCommitError (the marker's SHA-256 is remembered)
+    abort(cs)              refuses work a marker names (CommitAbortedError); AbortMultipartUpload of
+                           every upload, DeleteObjects of the keys (an object a partial commit
+                           completed); idempotent-strategy work (visible, unnamed by attempt) stays
+    commit_status(b, cs)   the marker (HEAD) exists -> COMMITTED (its SHA-256 told apart from ours
+                           after a lost reply, for the log); else every object either still has its
+                           upload (ListParts) or exists (HEAD) -> PREPARED; else ABORTED
+    recover(app_id)        ListMultipartUploads under the prefix: the incomplete uploads whose names
+                           carry the app_id's hash, grouped into one committable per attempt
+    fetch_last_bundle      the newest marker (LIST ctl/commits/, from the last one seen)
+
+Commit requests go through a client that never retries by itself (``_client``): each outcome is
+known, or the error says it is not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from eosink import faults
+from eosink.connectors.s3._base import _S3Base
+from eosink.connectors.s3._errors import error_code, is_connection_error, is_precondition_failed, translate
+from eosink.connectors.s3._layout import parse_object_name
+from eosink.connectors.s3._markers import SHA_META, CommitMarker, MarkedObject, list_marker_keys
+from eosink.connectors.s3._upload import ObjectRecord, UploadGone, abort_upload, complete, expected_etag
+from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
+from eosink.errors import AmbiguousCommitError, CommitAbortedError
+
+__all__ = ["_CommitSide"]
+
+log = logging.getLogger("eosink.s3")
+
+
+def records(c: Committable) -> list[ObjectRecord]:
+    """The objects a committable carries."""
+    return [ObjectRecord.from_json(o) for o in c.payload.get("objects", [])]
+
+
+class _CommitSide(_S3Base):
+    """The coordinator side of :class:`S3Sink` (a mixin; see ``sink.py``)."""
+
+    _in_flight: dict[BatchRef, tuple[str, float]]
+    """batch -> (SHA-256 of the marker sent, monotonic start) of a marker PUT whose reply was lost"""
+    _last: dict[str, tuple[str, CommitMarker]]
+    """app_id -> (key, marker) of the newest marker this process has seen"""
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        """Complete every upload of the batch, then create its marker (see the module docstring)."""
+        app = batch.app_id
+        with self._errors(f"commit of batch {batch}"):
+            self._check_epoch(app, bundle.epoch, "commit")
+            existing = self._read_marker(app, batch.batch_id)
+            if existing is not None:
+                self._same(batch, existing, bundle)
+                self._in_flight.pop(batch, None)
+                return
+            objects = self._complete_all(batch, sorted(committables, key=lambda c: c.id))
+            self._check_epoch(app, bundle.epoch, "commit")
+            schema = next((c.payload.get("schema") for c in committables if c.payload.get("schema")), None)
+            keys = next((tuple(c.payload.get("keys") or ()) for c in committables if c.payload.get("keys")), ())
+            marker = CommitMarker(app, bundle, tuple(objects), schema, self.config.format, keys)
+            self._put_marker(batch, marker, bundle)
+        self._in_flight.pop(batch, None)
+        self._seen(marker)
+
+    def _same(self, batch: BatchRef, existing: CommitMarker, bundle: Bundle) -> None:
+        if set(existing.bundle.committables) != set(bundle.committables):
+            raise CommitAbortedError(
+                f"Batch {batch} was already committed by another attempt "
+                f"(committables {list(existing.bundle.committables)}, not {list(bundle.committables)}).",
+                "Abort this attempt's committables; the batch is done.",
+            )
+        self._seen(existing)
+
+    def _complete_all(self, batch: BatchRef, committables: Sequence[Committable]) -> list[MarkedObject]:
+        objects: list[MarkedObject] = []
+        completed: list[str] = []
+        for n, c in enumerate(committables):
+            for record in records(c):
+                if not c.payload.get("transactional", True) or record.upload_id is None:
+                    etag = record.etag or self._existing_etag(batch, c, record, completed)
+                else:
+                    etag = self._complete_one(batch, c, record, completed)
+                objects.append(MarkedObject(record.key, etag, record.size, record.rows, c.id, record.partition))
+            if n == 0:
+                faults.hit(faults.FaultPoint.F6, batch.batch_id)  # some objects complete, the marker not yet
+        return objects
+
+    def _complete_one(self, batch: BatchRef, c: Committable, record: ObjectRecord, completed: list[str]) -> str:
+        if not record.parts:  # a committable recover() listed: its parts are on the store
+            record.parts = self._parts(record)
+        try:
+            etag = complete(self.config, self._s3_once, record)
+        except UploadGone:
+            return self._existing_etag(batch, c, record, completed)
+        completed.append(record.key)
+        return etag
+
+    def _existing_etag(self, batch: BatchRef, c: Committable, record: ObjectRecord, completed: list[str]) -> str:
+        """The ETag of an object whose upload is gone: completed before (its ETag), or lost (CommitAbortedError)."""
+        head = self._head(record.key)
+        if head is None:
+            if completed:
+                with self._quiet(f"removing the objects this commit of batch {batch} completed"):
+                    self._delete_keys(completed)
+            raise CommitAbortedError(
+                f"Committable {c.id} of batch {batch}: the upload of {record.key!r} is gone and the object does "
+                "not exist; the batch cannot be committed.",
+                "Abort the batch's other committables and replay the batch.",
+            )
+        etag = str(head["ETag"])
+        if record.parts and etag != expected_etag(record.parts):
+            log.warning("eosink: %s exists with ETag %s, not %s", record.key, etag, expected_etag(record.parts))
+        return etag
+
+    def _parts(self, record: ObjectRecord) -> list[tuple[int, str]]:
+        parts: list[tuple[int, str]] = []
+        args: dict[str, Any] = {"Bucket": self.config.bucket, "Key": record.key, "UploadId": record.upload_id}
+        from botocore.exceptions import ClientError
+
+        while True:
+            try:
+                reply = self._s3.list_parts(**args)
+            except ClientError as exc:
+                if error_code(exc) == "NoSuchUpload":
+                    return []
+                raise
+            parts += [(int(p["PartNumber"]), str(p["ETag"])) for p in reply.get("Parts", [])]
+            if not reply.get("IsTruncated"):
+                return parts
+            args["PartNumberMarker"] = reply["NextPartNumberMarker"]
+
+    def _put_marker(self, batch: BatchRef, marker: CommitMarker, bundle: Bundle) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        body, sha = marker.encode()
+        key = self.layout.marker_key(batch.app_id, batch.batch_id)
+        started = time.monotonic()
+        try:
+            self._s3_once.put_object(
+                Bucket=self.config.bucket,
+                Key=key,
+                Body=body,
+                IfNoneMatch="*",
+                ContentType="application/json",
+                Metadata={SHA_META: sha},
+                **self.config.sse_args(),
+            )
+        except (BotoCoreError, ClientError) as exc:
+            if is_precondition_failed(exc):  # the marker exists: ours (a lost reply earlier) or another's
+                existing = self._read_marker(batch.app_id, batch.batch_id)
+                if existing is not None:
+                    self._same(batch, existing, bundle)
+                    return
+            if is_connection_error(exc):
+                self._in_flight[batch] = (sha, started)
+                raise AmbiguousCommitError(
+                    f"The commit marker of batch {batch} got no reply ({self._conn.scrub(str(exc))}).",
+                    "Ask commit_status (the coordinator does): it looks the marker up with HEAD; never assume "
+                    "either outcome.",
+                ) from None
+            raise translate(self._conn, exc, f"writing the commit marker of batch {batch}") from None
+
+    def _delete_keys(self, keys: Sequence[str]) -> None:
+        for start in range(0, len(keys), 1000):
+            chunk = keys[start : start + 1000]
+            self._s3.delete_objects(
+                Bucket=self.config.bucket, Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True}
+            )
+
+    def _seen(self, marker: CommitMarker) -> None:
+        self._remember(marker)
+        key = self.layout.marker_key(marker.app_id, marker.batch_id)
+        known = self._last.get(marker.app_id)
+        if known is None or known[0] < key:
+            self._last[marker.app_id] = (key, marker)
+
+    # -- abort ----------------------------------------------------------------------------------------
+
+    def abort(self, committables: Sequence[Committable]) -> None:
+        """Abort every upload of the committables and delete their keys; committed work is refused."""
+        if not committables:
+            return
+        with self._errors("abort"):
+            by_batch: dict[BatchRef, list[Committable]] = {}
+            for c in committables:
+                by_batch.setdefault(c.batch, []).append(c)
+            for batch, group in by_batch.items():
+                marker = self._read_marker(batch.app_id, batch.batch_id)
+                named = set(marker.bundle.committables) if marker is not None else set()
+                committed = sorted(c.id for c in group if c.id in named)
+                if committed:
+                    raise CommitAbortedError(
+                        f"Cannot abort committed work {committed}: the commit marker of batch {batch} names it.",
+                        "Do not abort a batch whose commit succeeded; check commit_status first.",
+                    )
+            keys: list[str] = []
+            for c in committables:
+                if not c.payload.get("transactional", True):
+                    continue  # idempotent objects: visible already, and the replay's own (same names)
+                for record in records(c):
+                    if record.upload_id is not None:
+                        abort_upload(self.config, self._s3_once, record.key, record.upload_id)
+                    keys.append(record.key)
+            if keys:
+                self._delete_keys(keys)
+
+    # -- status and recovery ---------------------------------------------------------------------------
+
+    def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
+        """COMMITTED if the marker exists; PREPARED if every object is still committable; else ABORTED."""
+        with self._errors("commit_status"):
+            sha = self._marker_sha(batch.app_id, batch.batch_id)
+            sent = self._in_flight.pop(batch, None)
+            if sha is not None:
+                if sent is not None:
+                    whose = "the one this process sent" if sha == sent[0] else "another attempt's"
+                    log.info("eosink %s: batch %d's marker exists (%s)", batch.app_id, batch.batch_id, whose)
+                return CommitStatus.COMMITTED
+            for c in committables:
+                found = records(c)
+                if not found:
+                    return CommitStatus.ABORTED
+                for record in found:
+                    if not self._alive(c, record):
+                        return CommitStatus.ABORTED
+        return CommitStatus.PREPARED
+
+    def _alive(self, c: Committable, record: ObjectRecord) -> bool:
+        """The object can still become part of the batch: its upload exists, or the object itself."""
+        from botocore.exceptions import ClientError
+
+        if c.payload.get("transactional", True) and record.upload_id is not None:
+            try:
+                self._s3.list_parts(Bucket=self.config.bucket, Key=record.key, UploadId=record.upload_id, MaxParts=1)
+                return True
+            except ClientError as exc:
+                if error_code(exc) != "NoSuchUpload":
+                    raise
+        return self._head(record.key) is not None
+
+    def recover(self, app_id: str) -> list[Committable]:
+        """Every incomplete upload of ``app_id`` under the prefix, one committable per attempt."""
+        from eosink.connectors.s3._layout import app_hash
+
+        mine = app_hash(app_id)
+        found: dict[str, tuple[Any, list[dict[str, Any]]]] = {}
+        with self._errors("recover"):
+            for upload in self._uploads():
+                name = parse_object_name(upload["Key"])
+                if name is None or name.app16 != mine or not name.transactional:
+                    continue
+                cid = name.committable_id()
+                entry = found.setdefault(cid, (name, []))
+                entry[1].append({"key": upload["Key"], "upload_id": upload["UploadId"]})
+        out = [
+            Committable(
+                BatchRef(app_id, name.batch_id),
+                int(name.epoch or 0),
+                name.participant,
+                id=cid,
+                payload={"objects": objs, "transactional": True, "recovered": True},
+            )
+            for cid, (name, objs) in found.items()
+        ]
+        return sorted(out, key=lambda c: (c.batch.batch_id, c.id))
+
+    def _uploads(self) -> list[dict[str, Any]]:
+        """Every incomplete multipart upload under the prefix.
+
+        AWS lists the uploads under a prefix; MinIO (and other S3-compatible stores) list only those of
+        a key equal to the prefix, so with a custom endpoint the whole bucket is listed and filtered here.
+        """
+        root = self.layout.root
+        args: dict[str, Any] = {"Bucket": self.config.bucket}
+        if self._conn.endpoint_url is None and root:
+            args["Prefix"] = root
+        out: list[dict[str, Any]] = []
+        while True:
+            reply = self._s3.list_multipart_uploads(**args)
+            out += [u for u in reply.get("Uploads", []) if str(u["Key"]).startswith(root)]
+            if not reply.get("IsTruncated"):
+                return out
+            args["KeyMarker"] = reply.get("NextKeyMarker")
+            args["UploadIdMarker"] = reply.get("NextUploadIdMarker")
+
+    def fetch_last_bundle(self, app_id: str) -> Bundle | None:
+        """The bundle of the newest marker of ``app_id`` (one LIST from the last marker this process saw)."""
+        marker = self.last_marker(app_id)
+        return None if marker is None else marker.bundle
+
+    def last_marker(self, app_id: str) -> CommitMarker | None:
+        """The newest commit marker of ``app_id``, or None."""
+        with self._errors("fetch_last_bundle"):
+            known = self._last.get(app_id)
+            keys = list_marker_keys(self._s3, self.config.bucket, self.layout, app_id, known[0] if known else None)
+            if not keys:
+                return known[1] if known else None
+            key = keys[-1]
+            batch_id = self.layout.marker_batch(key)
+            assert batch_id is not None
+            found = self._get(key)
+            if found is None:  # deleted between the listing and the read
+                return known[1] if known else None
+            marker = self._decode_marker(found[0], app_id, batch_id)
+        self._seen(marker)
+        return marker

@@ -1,0 +1,217 @@
+"""Where everything lives in the bucket: object names, commit markers, the epoch, partition folders.
+
+::
+
+    <prefix>/
+      [col=value/...]eo1-<app16>-<batch:020d>-p<participant>-e<epoch>-a<attempt>-<n>.<ext>
+                                     an object of one attempt (2pc, txid-check): its multipart upload
+                                     stays incomplete, so invisible, until the commit completes it
+      [col=value/...]eo1-<app16>-<batch:020d>-p<participant>-k-<n>.<ext>
+                                     an object of the idempotent strategy: no attempt in the name, so a
+                                     replay overwrites it (same participant, same rows)
+      _eosink/<app-dir>/epoch.json   the app_id's writer epoch, changed only with If-Match / If-None-Match
+      _eosink/<app-dir>/commits/<batch:020d>.json
+                                     a commit marker (the bundle, the objects, the schema), created with
+                                     If-None-Match: * ; zero-padded, so names sort as numbers do
+
+``<app16>`` is 64 bits of SHA-256 of the app_id, so in-doubt uploads are told apart per app_id
+exactly (no prefix, case or pattern match); ``<app-dir>`` is the app_id made safe, a dash and
+``<app16>``. Partition values are escaped the way Spark escapes them (percent-encoding), and a
+value that is a path (``/``, ``\\``, ``.``, ``..``, control characters) is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from eosink.connectors.s3.config import MAX_KEY_BYTES
+from eosink.errors import BadRecordError, SchemaError
+
+__all__ = [
+    "DEFAULT_PARTITION",
+    "TAG",
+    "Layout",
+    "ObjectName",
+    "app_dir",
+    "app_hash",
+    "attempt_token",
+    "escape_partition",
+    "parse_object_name",
+    "partition_text",
+    "unescape_partition",
+]
+
+TAG = "eo1"
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+"""The folder value of a null (or empty) partition value, as Spark and Hive write it."""
+BATCH_DIGITS = 20  # 10**20 > 2**63: every batch id Spark can give
+# Spark's ExternalCatalogUtils.escapePathName escapes these (and control characters).
+_ESCAPED = set("\"#%'*/:=?\\\x7f{[]^")
+_OBJECT = re.compile(
+    rf"^{TAG}-(?P<app>[0-9a-f]{{16}})-(?P<batch>\d{{{BATCH_DIGITS}}})-p(?P<participant>\d+)-"
+    r"(?:e(?P<epoch>\d+)-a(?P<attempt>[0-9A-Za-z]{1,64})|k)-(?P<seq>\d+)\.(?P<ext>[a-z.]+)$"
+)
+
+
+def app_hash(app_id: str) -> str:
+    """64 bits of SHA-256 of ``app_id``, in hex: what names an app_id's objects and uploads."""
+    return hashlib.sha256(app_id.encode("utf-8")).hexdigest()[:16]
+
+
+def app_dir(app_id: str) -> str:
+    """The app_id's folder under ``_eosink/``: readable, safe, and unique (its hash)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", app_id)[:48]
+    return f"{safe}-{app_hash(app_id)}"
+
+
+def attempt_token(attempt: str) -> str:
+    """A task attempt's id as it may appear in a key: itself when it is 1-64 letters and digits (eosink's
+    are UUIDv7s in hex), else 32 hex digits of its hash."""
+    if re.fullmatch(r"[0-9A-Za-z]{1,64}", attempt):
+        return attempt
+    return hashlib.sha256(attempt.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class ObjectName:
+    """What an object's name says about it."""
+
+    app16: str
+    batch_id: int
+    participant: int
+    epoch: int | None
+    attempt: str | None
+    seq: int
+
+    @property
+    def transactional(self) -> bool:
+        return self.attempt is not None
+
+    def committable_id(self) -> str:
+        """The id of the committable this object belongs to (one per task attempt)."""
+        return committable_id(self.app16, self.batch_id, self.participant, self.attempt or "k")
+
+
+def committable_id(app16: str, batch_id: int, participant: int, attempt: str) -> str:
+    return f"{TAG}:{app16}:{batch_id}:{participant}:{attempt}"
+
+
+def parse_object_name(key: str) -> ObjectName | None:
+    """The parts of an eosink object's key (its last segment), or None for any other key."""
+    m = _OBJECT.match(key.rsplit("/", 1)[-1])
+    if m is None:
+        return None
+    epoch = m.group("epoch")
+    return ObjectName(
+        m.group("app"),
+        int(m.group("batch")),
+        int(m.group("participant")),
+        int(epoch) if epoch is not None else None,
+        m.group("attempt"),
+        int(m.group("seq")),
+    )
+
+
+def escape_partition(column: str, value: object, what: str) -> str:
+    """``column=value/`` for a partition folder; BadRecordError for a value that is a path."""
+    text = partition_text(value)
+    if text is None or text == "":
+        text = DEFAULT_PARTITION
+    else:
+        if "/" in text or "\\" in text or text in (".", "..") or any(ord(ch) < 0x20 for ch in text):
+            raise BadRecordError(
+                f"Partition column {column!r} has the value {text[:80]!r} ({what}): a path ('/', '\\', '.', "
+                "'..' or a control character) is not a partition value.",
+                f"Clean or map column {column!r} before writing (e.g. regexp_replace(col, '[/\\\\]', '_')), or "
+                "filter such rows out.",
+            )
+    return f"{_escape(column)}={_escape(text)}/"
+
+
+def partition_text(value: object) -> str | None:
+    """A partition value as text, as Spark writes it (None for null; booleans as true/false)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    isoformat = getattr(value, "isoformat", None)
+    return str(isoformat()) if callable(isoformat) else str(value)
+
+
+def unescape_partition(text: str) -> str | None:
+    """A folder value as it was written (None for the default partition)."""
+    if text == DEFAULT_PARTITION:
+        return None
+    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), text)
+
+
+def _escape(text: str) -> str:
+    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED or ord(ch) < 0x20 else ch for ch in text)
+
+
+def check_column_name(column: str) -> None:
+    """A partition column name must be usable as a folder name."""
+    if not column or "/" in column or "\\" in column or any(ord(ch) < 0x20 for ch in column):
+        raise SchemaError(
+            f"Partition column name {column!r} cannot be a folder name.", "Rename the column (no '/', '\\', controls)."
+        )
+
+
+class Layout:
+    """The keys of one configuration's prefix (``prefix`` without slashes at either end, maybe empty)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.root = f"{prefix}/" if prefix else ""
+
+    def control(self, app_id: str) -> str:
+        """``<prefix>/_eosink/<app-dir>/``"""
+        return f"{self.root}_eosink/{app_dir(app_id)}/"
+
+    @property
+    def control_root(self) -> str:
+        return f"{self.root}_eosink/"
+
+    def epoch_key(self, app_id: str) -> str:
+        return f"{self.control(app_id)}epoch.json"
+
+    def markers(self, app_id: str) -> str:
+        """The folder of the app_id's commit markers."""
+        return f"{self.control(app_id)}commits/"
+
+    def marker_key(self, app_id: str, batch_id: int) -> str:
+        if batch_id < 0:
+            raise ValueError(f"batch ids are not negative: {batch_id}")
+        return f"{self.markers(app_id)}{batch_id:0{BATCH_DIGITS}d}.json"
+
+    @staticmethod
+    def marker_batch(key: str) -> int | None:
+        """The batch id of a marker key (None for another key)."""
+        name = key.rsplit("/", 1)[-1]
+        digits = name.removesuffix(".json")
+        return int(digits) if name.endswith(".json") and len(digits) == BATCH_DIGITS and digits.isdigit() else None
+
+    def object_key(
+        self,
+        folder: str,
+        app_id: str,
+        batch_id: int,
+        participant: int,
+        epoch: int,
+        attempt: str | None,
+        seq: int,
+        ext: str,
+    ) -> str:
+        """The key of one object; ``attempt`` None for an idempotent object (stable across attempts)."""
+        who = f"e{epoch}-a{attempt_token(attempt)}" if attempt is not None else "k"
+        name = f"{TAG}-{app_hash(app_id)}-{batch_id:0{BATCH_DIGITS}d}-p{participant}-{who}-{seq}.{ext}"
+        key = f"{self.root}{folder}{name}"
+        if len(key.encode("utf-8")) > MAX_KEY_BYTES:
+            raise BadRecordError(
+                f"The object key {key[:120]!r}... would be {len(key.encode())} bytes, over S3's {MAX_KEY_BYTES}: "
+                "the partition values make it too long.",
+                "Shorten the prefix or the partition values (or partition by fewer or shorter columns).",
+            )
+        return key

@@ -1,0 +1,347 @@
+"""S3Config: everything an S3Sink needs, as one frozen, picklable value; and S3Connection, how to reach the store.
+
+The secret key and the session token travel with the configuration (executors need them to
+sign requests) but never appear in ``repr``/``str``; :meth:`S3Connection.scrub` removes them
+from any text (an error message) that might echo them. Without explicit keys, boto3's usual
+chain applies (environment, shared files, instance or container roles).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from eosink.errors import ConfigurationError
+
+__all__ = ["ENV_VARS", "S3Config", "S3Connection"]
+
+MIB = 1 << 20
+MIN_PART_BYTES = 5 * MIB
+"""S3's smallest part (all but the last part of a multipart upload)."""
+MAX_PARTS = 10_000
+"""S3's most parts per upload."""
+MAX_KEY_BYTES = 1024
+"""S3's longest object key, in UTF-8 bytes."""
+
+ENV_VARS = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY", "EOSINK_S3_REGION")
+"""Where :meth:`S3Connection.from_env` looks first (the service harness's variables); boto3's chain after."""
+
+_PARQUET_CODECS = ("snappy", "zstd", "gzip", "lz4", "brotli", "none")
+_JSONL_CODECS = ("none", "gzip")
+_SSE = ("AES256", "aws:kms", "aws:kms:dsse")
+# Characters AWS lists as safe in keys, plus "=" (hive-style partition folders). Anything else in a
+# prefix is refused: it needs URL encoding somewhere, and Spark, Hive and pyarrow disagree on which.
+_PREFIX_CHARS = re.compile(r"^[A-Za-z0-9!\-_.*'()/=]*$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+
+
+@dataclass(frozen=True, repr=False)
+class S3Connection:
+    """How to reach one S3 API: endpoint, region, addressing, credentials, timeouts. Hashable: clients are
+    cached per process and per connection.
+
+    * ``endpoint_url``: None for AWS; ``http(s)://host:port`` for S3-compatible stores (MinIO, ...).
+    * ``path_style``: path-style addressing (``host/bucket/key``); None: on for a custom endpoint, off for AWS.
+    * ``access_key_id`` / ``secret_access_key`` / ``session_token``: explicit credentials, or None for
+      boto3's chain (``profile`` picks a shared-config profile).
+    * ``max_attempts``: botocore's attempts for reads and data uploads (commit requests are never retried
+      by botocore: eosink resolves them itself).
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    path_style: bool | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    profile: str | None = None
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+    max_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.endpoint_url is not None:
+            url = self.endpoint_url.strip().rstrip("/")
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or "@" in parts.netloc:
+                raise ConfigurationError(
+                    f"endpoint_url {_show(url)!r} is not an http:// or https:// base URL.",
+                    "Give the S3 API's base URL without a path or user info, e.g. http://127.0.0.1:9000 "
+                    "(credentials go in access_key_id and secret_access_key).",
+                )
+            object.__setattr__(self, "endpoint_url", url)
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ConfigurationError(
+                "Only one of access_key_id and secret_access_key is given.",
+                "Give both, or neither to use boto3's credential chain (environment, profile, role).",
+            )
+        if self.session_token is not None and self.access_key_id is None:
+            raise ConfigurationError("A session_token needs access_key_id and secret_access_key.", "Give all three.")
+        for name in ("connect_timeout_s", "read_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive number of seconds, not {value!r}.", "Use e.g. 10.")
+        if not isinstance(self.max_attempts, int) or not 1 <= self.max_attempts <= 20:
+            raise ConfigurationError(f"max_attempts must be 1..20, not {self.max_attempts!r}.", "Use e.g. 3.")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> S3Connection:
+        """The service harness's ``EOSINK_S3_*`` variables when set, else boto3's chain (``AWS_*`` variables,
+        ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` for a custom endpoint, profiles, roles)."""
+        env = os.environ if environ is None else environ
+        settings: dict[str, Any] = {}
+        endpoint = env.get("EOSINK_S3_ENDPOINT", "").strip()
+        if endpoint:
+            settings.update(
+                endpoint_url=endpoint,
+                access_key_id=env.get("EOSINK_S3_ACCESS_KEY") or None,
+                secret_access_key=env.get("EOSINK_S3_SECRET_KEY") or None,
+                region=env.get("EOSINK_S3_REGION") or "us-east-1",
+            )
+        else:
+            aws_endpoint = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").strip()
+            settings["endpoint_url"] = aws_endpoint or None
+            settings["region"] = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+        settings.update(overrides)
+        return cls(**settings)
+
+    @property
+    def uses_path_style(self) -> bool:
+        return self.path_style if self.path_style is not None else self.endpoint_url is not None
+
+    def secrets(self) -> list[str]:
+        """The secrets this connection holds (longest first), for scrubbing."""
+        found = {s for s in (self.secret_access_key, self.session_token) if s}
+        return sorted(found, key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the secret key and session token replaced by ``***``."""
+        for secret in self.secrets():
+            text = text.replace(secret, "***")
+        return text
+
+    def describe(self) -> str:
+        """Where the store is, for people (no secret)."""
+        return self.endpoint_url or f"AWS S3 ({self.region or 'default region'})"
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr and getattr(self, f.name) != f.default
+        )
+        keys = ", credentials=explicit" if self.secret_access_key else ""
+        return f"S3Connection({shown}{keys})"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, repr=False)
+class S3Config:
+    """Configuration of an :class:`~eosink.connectors.s3.S3Sink`: where objects go, how they are encoded,
+    and how to reach the store.
+
+    * ``bucket`` and ``prefix``: objects go under ``s3://bucket/prefix/``; eosink's bookkeeping under
+      ``prefix/_eosink/`` (Spark, Hive and pyarrow skip folders starting with ``_``). The prefix may
+      hold letters, digits and ``!-_.*'()/=``; no empty, ``.`` or ``..`` segment.
+    * ``format``: ``"parquet"`` (pyarrow; ``compression`` snappy by default, ``compression_level``) or
+      ``"jsonl"`` (one JSON object per line; ``compression`` none or gzip).
+    * ``partition_by``: columns written as ``key=value/`` folders, as Spark does (the columns leave the
+      files); values are percent-escaped as Spark escapes them, and a value that is a path (``/``,
+      ``\\``, ``.``, ``..``, control characters) is refused.
+    * ``mode``: ``"append"``, or ``"upsert"`` by ``key_columns``: readers of the commit markers
+      (:func:`~eosink.connectors.s3.read_committed`) keep the newest row per key.
+    * ``sse``: server-side encryption passed through (``AES256``, ``aws:kms`` with ``sse_kms_key_id``,
+      ``aws:kms:dsse``; ``bucket_key_enabled``).
+    * ``part_size_bytes`` (>= 5 MiB): bytes per uploaded part; ``row_group_bytes`` and ``row_group_rows``:
+      a Parquet row group is written when either is reached; ``max_object_bytes``: a participant
+      starts a new object beyond it; ``max_record_bytes``: a larger row is refused (BadRecordError);
+      ``max_buffer_bytes``: what a participant holds in memory across its open objects.
+    * ``check_conditional_writes``: at setup, prove that the store honours ``If-None-Match: *`` and
+      ``If-Match`` (commit markers and the epoch object rely on them).
+
+    Connection settings (``endpoint_url``, ``region``, ``path_style``, credentials, timeouts,
+    ``max_attempts``) are those of :class:`S3Connection`; :meth:`connection` returns them as one.
+    """
+
+    bucket: str
+    prefix: str = ""
+    format: Literal["parquet", "jsonl"] = "parquet"
+    compression: str | None = None
+    compression_level: int | None = None
+    partition_by: tuple[str, ...] = ()
+    mode: Literal["append", "upsert"] = "append"
+    key_columns: tuple[str, ...] = ()
+    endpoint_url: str | None = None
+    region: str | None = None
+    path_style: bool | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    profile: str | None = None
+    sse: Literal["AES256", "aws:kms", "aws:kms:dsse"] | None = None
+    sse_kms_key_id: str | None = None
+    bucket_key_enabled: bool | None = None
+    part_size_bytes: int = 8 * MIB
+    row_group_bytes: int = 64 * MIB
+    row_group_rows: int = 1_000_000
+    max_object_bytes: int = 1024 * MIB
+    max_record_bytes: int = 16 * MIB
+    max_buffer_bytes: int = 256 * MIB
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+    max_attempts: int = 3
+    check_conditional_writes: bool = True
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if not isinstance(self.bucket, str) or not _BUCKET.match(self.bucket) or ".." in self.bucket:
+            raise ConfigurationError(
+                f"bucket={self.bucket!r} is not a valid S3 bucket name.",
+                "Use 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or "
+                "digit (no s3:// and no path: the path goes in prefix).",
+            )
+        set_(self, "prefix", _check_prefix(self.prefix))
+        for name in ("partition_by", "key_columns"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                value = (value,)
+            set_(self, name, tuple(value))
+            if not all(isinstance(c, str) and c for c in getattr(self, name)):
+                raise ConfigurationError(f"{name} must be column names, not {value!r}.", f"Pass {name}=('col',).")
+        if self.format not in ("parquet", "jsonl"):
+            raise ConfigurationError(f"Unknown format {self.format!r} for S3Sink.", "Use 'parquet' or 'jsonl'.")
+        codecs = _PARQUET_CODECS if self.format == "parquet" else _JSONL_CODECS
+        codec = (self.compression or ("snappy" if self.format == "parquet" else "none")).lower()
+        if codec not in codecs:
+            raise ConfigurationError(
+                f"compression={self.compression!r} is not available for format {self.format!r}.",
+                f"Use one of {', '.join(codecs)}.",
+            )
+        set_(self, "compression", codec)
+        if self.mode not in ("append", "upsert"):
+            raise ConfigurationError(f"Unknown mode {self.mode!r} for S3Sink.", "Use 'append' or 'upsert'.")
+        if self.mode == "upsert" and not self.key_columns:
+            raise ConfigurationError("mode='upsert' needs key_columns.", "Pass key_columns=('id',).")
+        overlap = set(self.key_columns) & set(self.partition_by)
+        if len(set(self.partition_by)) != len(self.partition_by) or (overlap and self.mode == "upsert"):
+            raise ConfigurationError(
+                f"partition_by={self.partition_by!r} repeats a column or holds a key column {sorted(overlap)}.",
+                "Name each partition column once; a key column must stay in the files.",
+            )
+        if self.sse is not None and self.sse not in _SSE:
+            raise ConfigurationError(f"Unknown sse={self.sse!r}.", f"Use one of {', '.join(_SSE)}, or None.")
+        if self.sse_kms_key_id is not None and self.sse not in ("aws:kms", "aws:kms:dsse"):
+            raise ConfigurationError("sse_kms_key_id needs sse='aws:kms'.", "Set sse='aws:kms' or drop the key id.")
+        self._check_sizes()
+        self.connection()  # validates the connection settings
+
+    def _check_sizes(self) -> None:
+        if not isinstance(self.part_size_bytes, int) or self.part_size_bytes < MIN_PART_BYTES:
+            raise ConfigurationError(
+                f"part_size_bytes={self.part_size_bytes!r} is below S3's minimum part of 5 MiB.",
+                "Use at least 5 * 1024 * 1024 (the default is 8 MiB).",
+            )
+        if self.part_size_bytes > 5 * 1024 * MIB:
+            raise ConfigurationError("part_size_bytes is above S3's largest part of 5 GiB.", "Use 8 MiB to 512 MiB.")
+        for name in ("row_group_bytes", "row_group_rows", "max_object_bytes", "max_record_bytes", "max_buffer_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"{name} must be a positive integer, not {value!r}.", f"Fix {name}.")
+        if self.max_object_bytes > self.part_size_bytes * MAX_PARTS:
+            raise ConfigurationError(
+                f"max_object_bytes={self.max_object_bytes} needs more than S3's {MAX_PARTS} parts of "
+                f"{self.part_size_bytes} bytes.",
+                "Raise part_size_bytes or lower max_object_bytes.",
+            )
+        if self.max_record_bytes > self.max_buffer_bytes:
+            raise ConfigurationError(
+                "max_record_bytes is larger than max_buffer_bytes: such a record could never be buffered.",
+                "Keep max_record_bytes <= max_buffer_bytes.",
+            )
+
+    @classmethod
+    def from_env(cls, bucket: str, prefix: str = "", **options: Any) -> S3Config:
+        """A configuration whose connection comes from :meth:`S3Connection.from_env` (``options`` win)."""
+        conn = S3Connection.from_env()
+        settings = {f.name: getattr(conn, f.name) for f in fields(S3Connection)}
+        settings.update(options)
+        return cls(bucket, prefix, **settings)
+
+    def connection(self) -> S3Connection:
+        """The connection settings of this configuration."""
+        return S3Connection(**{f.name: getattr(self, f.name) for f in fields(S3Connection)})
+
+    def with_endpoint(self, endpoint_url: str) -> S3Config:
+        """The same configuration reaching the store at another endpoint (a fault proxy, in tests)."""
+        return replace(self, endpoint_url=endpoint_url)
+
+    @property
+    def root(self) -> str:
+        """``s3://bucket/prefix`` (no trailing slash)."""
+        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the secret key or session token."""
+        return self.connection().scrub(text)
+
+    def sse_args(self) -> dict[str, Any]:
+        """The server-side-encryption arguments of PutObject and CreateMultipartUpload."""
+        args: dict[str, Any] = {}
+        if self.sse is not None:
+            args["ServerSideEncryption"] = self.sse
+        if self.sse_kms_key_id is not None:
+            args["SSEKMSKeyId"] = self.sse_kms_key_id
+        if self.bucket_key_enabled is not None:
+            args["BucketKeyEnabled"] = self.bucket_key_enabled
+        return args
+
+    def __repr__(self) -> str:
+        return (
+            f"S3Config(root={self.root!r}, format={self.format!r}, compression={self.compression!r}, "
+            f"partition_by={self.partition_by!r}, mode={self.mode!r}, key_columns={self.key_columns!r}, "
+            f"endpoint_url={self.endpoint_url!r}, region={self.region!r}, sse={self.sse!r})"
+        )
+
+    __str__ = __repr__
+
+
+def _check_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str):
+        raise ConfigurationError(
+            f"prefix must be a string, not {type(prefix).__name__}.", "Pass prefix='path/in/bucket'."
+        )
+    text = prefix.strip("/")
+    if text.startswith("s3://") or text.startswith("s3a://"):
+        raise ConfigurationError(
+            f"prefix={prefix!r} is a URL.", "Give the bucket in bucket= and the path inside it in prefix=."
+        )
+    bad = sorted({ch for ch in text if not _PREFIX_CHARS.match(ch)})
+    if bad:
+        raise ConfigurationError(
+            f"prefix={prefix!r} holds characters S3 keys should not: {', '.join(repr(c) for c in bad)}.",
+            "Use letters, digits and !-_.*'()/= only (other characters need URL encoding, which Spark, Hive "
+            "and pyarrow read differently).",
+        )
+    segments = text.split("/") if text else []
+    if any(s in ("", ".", "..") for s in segments):
+        raise ConfigurationError(
+            f"prefix={prefix!r} has an empty, '.' or '..' segment.", "Write the path without '//', './' or '../'."
+        )
+    if any(s.startswith("_eosink") for s in segments):
+        raise ConfigurationError(f"prefix={prefix!r} is inside eosink's bookkeeping.", "Choose another prefix.")
+    if len(text.encode()) > MAX_KEY_BYTES - 200:
+        raise ConfigurationError(
+            f"prefix={prefix!r} is {len(text.encode())} bytes: object keys under it would pass S3's 1024 bytes.",
+            "Use a prefix of at most 800 bytes.",
+        )
+    return text
+
+
+def _show(url: str) -> str:
+    """A URL without user info (it may hold a password)."""
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        return url.replace(parts.netloc, "***@" + parts.netloc.rsplit("@", 1)[1])
+    return url

@@ -1,0 +1,66 @@
+"""The S3 sink's profile: how eosink's tooling finds and drives this connector."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from eosink.profiles import SinkProfile
+
+if TYPE_CHECKING:
+    from eosink.admin import SinkAdmin
+    from eosink.contracts.harness import SinkHarness
+
+__all__ = ["PROFILE", "S3Profile"]
+
+
+class S3Profile(SinkProfile):
+    """S3-compatible stores: multipart uploads (2pc), create-only commit markers (:mod:`eosink.connectors.s3`)."""
+
+    name = "s3"
+    title = "S3"
+    summary = (
+        "Parquet or JSON-lines objects by multipart upload; completed after Spark's commit log (2pc) or inline "
+        "(txid-check), a create-only commit marker per batch"
+    )
+    extra = "s3"
+    docs = "connectors/s3.md"
+    services = ("minio",)
+    #: The batch's commit is the commit marker's PUT, the one request of a commit with ``If-None-Match: *``.
+    commit_request_marker = b"eosink.s3.commit/1"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--bucket", required=True, help="the sink's bucket, as in S3Config(bucket=...)")
+        parser.add_argument("--prefix", default="", help="the sink's prefix in the bucket (default: the bucket's root)")
+        parser.add_argument("--endpoint-url", help="an S3-compatible store's URL (default: AWS, or EOSINK_S3_ENDPOINT)")
+        parser.add_argument("--region", help="the bucket's region")
+        parser.add_argument(
+            "--path-style", action="store_true", default=None, help="path-style addressing (default for --endpoint-url)"
+        )
+
+    def admin(self, args: argparse.Namespace) -> SinkAdmin:
+        from eosink.connectors.s3.admin import S3Admin
+        from eosink.connectors.s3.config import S3Config
+
+        options: dict[str, Any] = {}
+        for name in ("endpoint_url", "region", "path_style"):
+            value = getattr(args, name, None)
+            if value is not None:
+                options[name] = value
+        return S3Admin(S3Config.from_env(args.bucket, args.prefix, **options))
+
+    def secrets_note(self) -> str:
+        return (
+            "Credentials never go on the command line: boto3's chain applies (AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, instance and container roles), or the EOSINK_S3_ENDPOINT, "
+            "EOSINK_S3_ACCESS_KEY and EOSINK_S3_SECRET_KEY variables (`eosink services env minio`). They are never "
+            "printed."
+        )
+
+    def contract_harness(self, **options: Any) -> SinkHarness:
+        from eosink.connectors.s3.testing import S3Harness
+
+        return S3Harness(**options)
+
+
+PROFILE = S3Profile()

@@ -1,0 +1,126 @@
+"""The S3 sink's harness for the contract suite and the connector's own tests.
+
+It writes against the service harness's MinIO (``eosink services up minio``, or your own S3 through
+``EOSINK_S3_ENDPOINT`` and its keys); a missing server is an error, never a skip. Every namespace
+is a prefix of its own in one bucket (created on first use); ``cleanup`` removes the prefix's
+objects and aborts its uploads.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from eosink.connectors.s3 import S3Config, S3Sink, read_committed
+from eosink.contracts import Namespace, SinkHarness
+from eosink.services import get_service
+
+__all__ = ["COMMIT_REQUEST_MARKER", "S3Harness", "empty_prefix"]
+
+BUCKET = "eosink-tests"
+
+COMMIT_REQUEST_MARKER = b"eosink.s3.commit/1"
+"""What the fault proxy matches to cut the reply of a batch's commit: the commit marker's PUT, the one request
+of a commit that carries ``If-None-Match: *`` (its CompleteMultipartUpload requests come before it: a cut
+there leaves the batch prepared, which the suite's retry case covers)."""
+
+
+class S3Harness(SinkHarness):
+    """One prefix per namespace in the bucket ``eosink-tests`` of the service harness's MinIO.
+
+    The endpoint is resolved at first use, not at import (the suite class is built at import).
+    """
+
+    commit_request_marker = COMMIT_REQUEST_MARKER
+
+    def __init__(self, bucket: str = BUCKET, **options: Any) -> None:
+        self.bucket = bucket
+        self.options = options  # S3Config options every sink of this harness gets
+        self._endpoint: Any = None
+        self._made = False
+        self._lock = threading.Lock()
+
+    def endpoint(self) -> Any:
+        if self._endpoint is None:
+            self._endpoint = get_service("minio").endpoint()  # ServiceError: start the server
+        return self._endpoint
+
+    def config(self, ns: Namespace | str, **options: Any) -> S3Config:
+        ep = self.endpoint()
+        prefix = ns if isinstance(ns, str) else ns.name
+        settings: dict[str, Any] = {
+            "endpoint_url": ep.endpoint_url,
+            "access_key_id": ep.access_key,
+            "secret_access_key": ep.secret_key,
+            "region": ep.region,
+            "part_size_bytes": 5 << 20,
+            **self.options,
+            **options,
+        }
+        self.ensure_bucket()
+        return S3Config(self.bucket, prefix, **settings)
+
+    def ensure_bucket(self, bucket: str | None = None) -> None:
+        """Create the bucket if it does not exist (once per harness)."""
+        with self._lock:
+            if self._made and bucket is None:
+                return
+            from botocore.exceptions import ClientError
+
+            s3 = self.client()
+            try:
+                s3.create_bucket(Bucket=bucket or self.bucket)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise
+            if bucket is None:
+                self._made = True
+
+    def client(self) -> Any:
+        """An admin client of the endpoint (the harness's own)."""
+        import boto3
+        from botocore.config import Config
+
+        ep = self.endpoint()
+        return boto3.client(
+            "s3",
+            endpoint_url=ep.endpoint_url,
+            aws_access_key_id=ep.access_key,
+            aws_secret_access_key=ep.secret_key,
+            region_name=ep.region,
+            config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 3}),
+        )
+
+    def make_sink(self, ns: Namespace) -> S3Sink:
+        return S3Sink(self.config(ns))
+
+    def fault_endpoint(self) -> tuple[str, int]:
+        from urllib.parse import urlsplit
+
+        url = urlsplit(self.endpoint().endpoint_url)
+        return url.hostname or "127.0.0.1", int(url.port or 80)
+
+    def make_sink_via(self, ns: Namespace, host: str, port: int) -> S3Sink:
+        return S3Sink(self.config(ns).with_endpoint(f"http://{host}:{port}"))
+
+    def read_committed(self, ns: Namespace) -> list[dict[str, Any]]:
+        table: Any = read_committed(self.config(ns))
+        rows: list[dict[str, Any]] = table.to_pylist()
+        return rows
+
+    def cleanup(self, ns: Namespace) -> None:
+        empty_prefix(self.client(), self.bucket, ns.name)
+
+
+def empty_prefix(s3: Any, bucket: str, prefix: str) -> None:
+    """Abort every upload and delete every object under ``prefix/``."""
+    root = f"{prefix.strip('/')}/" if prefix else ""
+    paginator = s3.get_paginator("list_multipart_uploads")
+    for page in paginator.paginate(Bucket=bucket, Prefix=root):
+        for upload in page.get("Uploads", []):
+            s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=root):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
