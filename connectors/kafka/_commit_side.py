@@ -25,11 +25,13 @@ bundle is written last, once every participant's transaction committed.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from eosink import faults
+from eosink._waiting import wait_until
 from eosink.connectors.kafka import _wire
 from eosink.connectors.kafka._base import _SinkBase
 from eosink.connectors.kafka._names import data_txid_prefix, parse_txid
@@ -44,6 +46,8 @@ log = logging.getLogger("eosink.kafka")
 _COMMITTED = ("PrepareCommit", "CompleteCommit")
 _ABORTED = ("PrepareAbort", "CompleteAbort")
 _OPEN = ("Ongoing", "PrepareCommit", "PrepareAbort")
+_SETTLE_S = 30.0
+"""How long a commit or a read of the bundles waits for a decided commit's markers to be written."""
 
 
 class _CommitSide(_SinkBase):
@@ -70,6 +74,25 @@ class _CommitSide(_SinkBase):
                     self._end(admin, c, commit=True)
             faults.hit(faults.FaultPoint.F6, batch.batch_id)  # every participant committed, the bundle not yet
             self._write_bundle(bundle)
+            self._settle(batch.app_id, [_ids(c)[0] for c in committables if "txid" in c.payload])
+
+    def _settle(self, app_id: str, txids: Sequence[str] = ()) -> None:
+        """Wait until the app_id's bundle transaction and ``txids`` have written their commit markers.
+
+        Kafka answers EndTxn once a commit is decided (PrepareCommit) and writes the transaction's
+        markers after; until then a read_committed reader (this sink's view of the bundles too)
+        does not see its records. So a commit returns, and a read of the bundles answers, only
+        once what was committed can be read back.
+        """
+        admin = self._admin()
+
+        def settled(txid: str) -> bool:
+            state = _wire.describe(admin, txid)
+            return state is None or state.state != "PrepareCommit"
+
+        wait_until(lambda: not self._bundle_committing(app_id), _SETTLE_S)
+        for txid in txids:
+            wait_until(functools.partial(settled, txid), _SETTLE_S)
 
     def _already(self, batch: BatchRef, bundle: Bundle) -> bool:
         found = self._view.bundle(batch.app_id, batch.batch_id)
@@ -165,6 +188,7 @@ class _CommitSide(_SinkBase):
     def fetch_last_bundle(self, app_id: str) -> Bundle | None:
         """The bundle of ``app_id``'s highest committed batch."""
         with self._errors(f"fetch_last_bundle({app_id!r})"):
+            self._settle(app_id)
             self._view.refresh(self._admin())
             return self._view.last(app_id)
 
