@@ -34,7 +34,7 @@ from eosink import faults
 from eosink._waiting import wait_until
 from eosink.connectors.kafka import _wire
 from eosink.connectors.kafka._base import _SinkBase
-from eosink.connectors.kafka._names import data_txid_prefix, parse_txid
+from eosink.connectors.kafka._names import bundle_txid, data_txid_prefix, parse_txid
 from eosink.connectors.kafka._progress import WINDOW, Marker, read_markers
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
 from eosink.errors import CommitAbortedError, EosinkError
@@ -46,7 +46,7 @@ log = logging.getLogger("eosink.kafka")
 _COMMITTED = ("PrepareCommit", "CompleteCommit")
 _ABORTED = ("PrepareAbort", "CompleteAbort")
 _OPEN = ("Ongoing", "PrepareCommit", "PrepareAbort")
-_SETTLE_S = 30.0
+_SETTLE_S = 10.0
 """How long a commit or a read of the bundles waits for a decided commit's markers to be written."""
 
 
@@ -82,16 +82,21 @@ class _CommitSide(_SinkBase):
         Kafka answers EndTxn once a commit is decided (PrepareCommit) and writes the transaction's
         markers after; until then a read_committed reader (this sink's view of the bundles too)
         does not see its records. So a commit returns, and a read of the bundles answers, only
-        once what was committed can be read back.
+        once what was committed can be read back. Best effort: a transaction coordinator that is
+        not answering (a broker restarting) is asked again until ``_SETTLE_S``, then left be (the
+        markers follow a decided commit whatever happens; ``commit_status`` tells IN_PROGRESS).
         """
         admin = self._admin()
+        bundle = bundle_txid(self.config.transactional_id_prefix, app_id)
 
         def settled(txid: str) -> bool:
-            state = _wire.describe(admin, txid)
+            try:
+                state = _wire.describe(admin, txid)
+            except Exception:  # the coordinator is moving or loading: ask again
+                return False
             return state is None or state.state != "PrepareCommit"
 
-        wait_until(lambda: not self._bundle_committing(app_id), _SETTLE_S)
-        for txid in txids:
+        for txid in (bundle, *txids):
             wait_until(functools.partial(settled, txid), _SETTLE_S)
 
     def _already(self, batch: BatchRef, bundle: Bundle) -> bool:
