@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from eosink.connectors.s3._markers import FORMAT
 from eosink.profiles import SinkProfile
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ class S3Profile(SinkProfile):
     docs = "connectors/s3.md"
     services = ("minio",)
     #: The batch's commit is the commit marker's PUT, the one request of a commit with ``If-None-Match: *``.
-    commit_request_marker = b"eosink.s3.commit/1"
+    commit_request_marker = FORMAT.encode()
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--bucket", required=True, help="the sink's bucket, as in S3Config(bucket=...)")

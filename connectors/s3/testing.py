@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from eosink.connectors.s3 import S3Config, S3Sink, read_committed
+from eosink.connectors.s3._markers import FORMAT
 from eosink.contracts import Namespace, SinkHarness
 from eosink.services import get_service
 
@@ -19,7 +20,7 @@ __all__ = ["COMMIT_REQUEST_MARKER", "S3Harness", "empty_prefix"]
 
 BUCKET = "eosink-tests"
 
-COMMIT_REQUEST_MARKER = b"eosink.s3.commit/1"
+COMMIT_REQUEST_MARKER = FORMAT.encode()
 """What the fault proxy matches to cut the reply of a batch's commit: the commit marker's PUT, the one request
 of a commit that carries ``If-None-Match: *`` (its CompleteMultipartUpload requests come before it: a cut
 there leaves the batch prepared, which the suite's retry case covers)."""
