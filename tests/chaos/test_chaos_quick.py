@@ -1,15 +1,18 @@
 """The chaos harness end to end, against a private server of the sink and real Spark drivers.
 
 ``make test`` runs one schedule per sink (2pc: two kills, a task failure, a lost COMMIT reply
-and a sink restart, five faults; ``make test-SINK`` runs its own). ``make test-full`` runs the
-harness's whole quick mode: one schedule per strategy, the plain ``foreachBatch`` baseline
-under the same kills, and the non-deterministic mode. Each harness run happens once (module
-fixtures); each test checks one part of its report.
+and a sink restart, five faults; ``make test-SINK`` runs its own). The ``full`` tests check the
+harness's whole mode against PostgreSQL: schedules per strategy (``EOSINK_CHAOS_SCHEDULES``, 1 by
+default, ``EOSINK_CHAOS_JOBS`` at a time; ``make chaos-full`` runs 3, two at a time), the plain
+``foreachBatch`` baseline under the same kills, and the non-deterministic mode. The harness runs
+once (a module fixture, its report kept at ``EOSINK_CHAOS_REPORT`` when set); each test checks
+one part of its report.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,15 +28,16 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 
 SEED = 7
 SINKS = ["postgres", "kafka"]
+SCHEDULES = int(os.environ.get("EOSINK_CHAOS_SCHEDULES", "1"))
 
 
-def _run(sink: str, work: Path, **kw: Any) -> dict[str, Any]:
+def _run(sink: str, work: Path, schedules: int = 1, **kw: Any) -> dict[str, Any]:
     if shutil.which("java") is None:
         pytest.fail("Spark needs Java 17+ on PATH (make java)", pytrace=False)
     result = run_chaos(
         sink,
         seed=SEED,
-        schedules=1,
+        schedules=schedules,
         workload=Workload(files=8, rows=12, keys=4, seed=SEED),
         workdir=work,
         java_opts=spark_cds_options(),
@@ -65,25 +69,38 @@ def test_one_schedule_of_five_faults_is_exactly_once(tmp_path: Path, sink: str) 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The harness's whole quick mode against PostgreSQL (make test-full)."""
-    return _run("postgres", tmp_path_factory.mktemp("chaos"))
+    """The harness's whole mode against PostgreSQL, ``SCHEDULES`` per strategy (make chaos-full)."""
+    jobs = int(os.environ.get("EOSINK_CHAOS_JOBS", "1"))
+    result = _run("postgres", tmp_path_factory.mktemp("chaos"), schedules=SCHEDULES, jobs=jobs)
+    if out := os.environ.get("EOSINK_CHAOS_REPORT"):
+        Path(out).write_text(json.dumps(result, indent=2, default=str))
+    return result
+
+
+def _schedules(report: dict[str, Any], strategy: str, mode: str) -> list[dict[str, Any]]:
+    found = [s for s in report["schedules"] if s["strategy"] == strategy and s["mode"] == mode]
+    assert found, f"no {strategy} {mode} schedule in the report"
+    return found
 
 
 def _schedule(report: dict[str, Any], strategy: str, mode: str) -> dict[str, Any]:
-    return next(s for s in report["schedules"] if s["strategy"] == strategy and s["mode"] == mode)
+    return _schedules(report, strategy, mode)[0]
 
 
 @pytest.mark.full
 @pytest.mark.parametrize("strategy", ["2pc", "txid-check", "idempotent"])
 def test_each_strategy_is_exactly_once_under_five_faults(report: dict[str, Any], strategy: str) -> None:
-    s = _schedule(report, strategy, "eosink")
-    assert s["ok"], f"{s['failure']}\nreplay: eosink chaos --sink postgres --seed {SEED} --strategy {strategy}"
-    assert s["faults_injected"] >= 5, [r["injected"] for r in s["runs"]]
-    assert s["crashes"] >= 2
-    assert s["lost"] == 0 and s["duplicated"] == 0
-    assert s["verdict"]["ok"] and s["verdict"]["found"] == s["verdict"]["expected"] > 0
-    assert not any(s["leftovers"].values()), s["leftovers"]
-    assert s["reader_polls"] > 0
+    runs = _schedules(report, strategy, "eosink")
+    assert len(runs) == SCHEDULES
+    for s in runs:
+        replay = f"eosink chaos --sink postgres --seed {s['seed']} --schedules 1 --strategy {strategy}"
+        assert s["ok"], f"{s['failure']}\nreplay: {replay}"
+        assert s["faults_injected"] >= 5, [r["injected"] for r in s["runs"]]
+        assert s["crashes"] >= 2
+        assert s["lost"] == 0 and s["duplicated"] == 0
+        assert s["verdict"]["ok"] and s["verdict"]["found"] == s["verdict"]["expected"] > 0
+        assert not any(s["leftovers"].values()), s["leftovers"]
+        assert s["reader_polls"] > 0
     row = next(r for r in report["results"] if r["strategy"] == strategy)
     assert row["atomic"] is (strategy != "idempotent")
     assert row["partial_reads"] == 0
@@ -93,7 +110,7 @@ def test_each_strategy_is_exactly_once_under_five_faults(report: dict[str, Any],
 @pytest.mark.full
 def test_naive_baseline_shows_what_eosink_prevents(report: dict[str, Any]) -> None:
     naive = report["naive"]
-    assert naive["schedules"] == 1 and naive["crashes"] >= 2
+    assert naive["schedules"] == SCHEDULES and naive["crashes"] >= 2 * SCHEDULES
     assert naive["lost"] + naive["duplicated"] > 0, "the plain foreachBatch writer survived the kills unharmed"
 
 
