@@ -39,6 +39,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import time
 import urllib.error
@@ -49,10 +50,10 @@ from typing import Any
 
 from eosink.errors import ServiceError
 from eosink.services._layout import cache_root
-from eosink.services._process import Proc, free_port, log_tail, spawn, wait_until
+from eosink.services._process import Proc, free_port, log_tail, spawn, stop, wait_until
 from eosink.services.base import Endpoint, Service
 
-__all__ = ["MINIO_MODULE", "MINIO_SUM", "MINIO_VERSION", "MinioService", "S3Endpoint"]
+__all__ = ["MINIO_MODULE", "MINIO_SUM", "MINIO_VERSION", "MinioServer", "MinioService", "S3Endpoint"]
 
 log = logging.getLogger("eosink.services")
 
@@ -183,27 +184,17 @@ class MinioService(Service[S3Endpoint]):
 
     def launch(self) -> tuple[Proc, S3Endpoint]:
         """Start ``minio server`` on fresh data with new credentials; wait until it reports ready."""
-        access_key = "eosink" + secrets.token_hex(6)  # MinIO: 3..20 characters
-        secret_key = secrets.token_urlsafe(30)  # 40 characters, MinIO's maximum
+        access_key, secret_key = _credentials()
         certs = self.run / "certs"  # empty: never pick up TLS certificates from ~/.minio/certs
         certs.mkdir(exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MINIO_")}
-        env.update(
-            MINIO_ROOT_USER=access_key,
-            MINIO_ROOT_PASSWORD=secret_key,
-            MINIO_BROWSER="off",
-            MINIO_UPDATE="off",
-            MINIO_CALLHOME_ENABLE="off",
-            MINIO_SITE_REGION="us-east-1",
-        )
+        env = _server_env(access_key, secret_key)
         for attempt in range(1, 4):
             # A port found free may be taken before MinIO binds it: then retry on other ports.
             port, console = free_port(), free_port()
             while console == port:
                 console = free_port()
             endpoint = S3Endpoint(f"http://127.0.0.1:{port}", access_key, secret_key, "us-east-1")
-            argv: list[str | os.PathLike[str]] = [self.binary, "server", self.data, "--address", f"127.0.0.1:{port}"]
-            argv += ["--console-address", f"127.0.0.1:{console}", "--certs-dir", certs, "--anonymous"]
+            argv = _server_argv(self.binary, self.data, port, console, certs)
             proc = spawn(argv, self.log_path, env=env, cwd=self.run)
             try:
                 wait_until(
@@ -294,6 +285,96 @@ class MinioService(Service[S3Endpoint]):
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+class MinioServer:
+    """A private MinIO on ``root``: the chaos harness and the demo restart and crash it on purpose (the
+    shared service is never restarted). It keeps its port, data and credentials across restarts, so a
+    fault proxy in front of it keeps working; it is stopped by its own PID."""
+
+    def __init__(self, root: Path, start_timeout_s: float = 120.0) -> None:
+        self.root = root
+        self.start_timeout_s = start_timeout_s
+        self.proc: Proc | None = None
+        self.port, self._console = free_port(), free_port()
+        access_key, secret_key = _credentials()
+        self.endpoint = S3Endpoint(f"http://127.0.0.1:{self.port}", access_key, secret_key, "us-east-1")
+
+    def __repr__(self) -> str:
+        return f"MinioServer({self.endpoint.endpoint_url}, root={str(self.root)!r})"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "minio.log"
+
+    def start(self) -> S3Endpoint:
+        """Start the server (building MinIO first if needed) and wait until it reports ready."""
+        service = MinioService()
+        service.provision()
+        certs = self.root / "certs"
+        for d in (self.root / "data", certs):
+            d.mkdir(parents=True, exist_ok=True)
+        argv = _server_argv(service.binary, self.root / "data", self.port, self._console, certs)
+        env = _server_env(self.endpoint.access_key, self.endpoint.secret_key)
+        self.proc = proc = spawn(argv, self.log_path, env=env, cwd=self.root)
+        wait_until(
+            functools.partial(_http_ok, f"{self.endpoint.endpoint_url}/minio/health/ready"),
+            what="a private MinIO",
+            proc=proc,
+            log_path=self.log_path,
+            timeout_s=self.start_timeout_s,
+            fix=f"read {self.log_path}",
+        )
+        return self.endpoint
+
+    def stop(self, *, crash: bool = False) -> None:
+        """Stop the server: SIGTERM, or with ``crash`` SIGKILL."""
+        if self.proc is not None:
+            stop(self.proc, what="private MinIO", sig=signal.SIGKILL if crash else signal.SIGTERM)
+            self.proc = None
+
+    def restart(self, *, crash: bool = False) -> None:
+        """Stop (``crash``: SIGKILL) and start again on the same port and data."""
+        self.stop(crash=crash)
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+
+
+def _credentials() -> tuple[str, str]:
+    """A new access key (MinIO: 3..20 characters) and secret key (40 characters, MinIO's maximum)."""
+    return "eosink" + secrets.token_hex(6), secrets.token_urlsafe(30)
+
+
+def _server_env(access_key: str, secret_key: str) -> dict[str, str]:
+    """The server's environment: its credentials, and no console, update check or call-home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIO_")}
+    env.update(
+        MINIO_ROOT_USER=access_key,
+        MINIO_ROOT_PASSWORD=secret_key,
+        MINIO_BROWSER="off",
+        MINIO_UPDATE="off",
+        MINIO_CALLHOME_ENABLE="off",
+        MINIO_SITE_REGION="us-east-1",
+    )
+    return env
+
+
+def _server_argv(binary: Path, data: Path, port: int, console: int, certs: Path) -> list[str | os.PathLike[str]]:
+    """``minio server`` on ``data``, loopback only, with an empty certs directory (no TLS)."""
+    return [
+        binary,
+        "server",
+        data,
+        "--address",
+        f"127.0.0.1:{port}",
+        "--console-address",
+        f"127.0.0.1:{console}",
+        "--certs-dir",
+        certs,
+        "--anonymous",
+    ]
 
 
 def _go_env() -> dict[str, str]:
