@@ -24,14 +24,22 @@ WITH_MINIO = $(EOSINK) services up minio && $(EOSINK) services check minio && $(
 # The same for Kafka alone.
 WITH_KAFKA = $(EOSINK) services up kafka && $(EOSINK) services check kafka && $(1); rc=$$?; \
 	$(EOSINK) services down kafka; exit $$rc
+# Every sink a Spark test writes into (the quick Spark tests of local-cluster and the PySpark matrix, the examples).
+WITH_SPARK_SERVICES = $(EOSINK) services up postgres kafka minio && $(EOSINK) services check postgres kafka minio && \
+	$(1); rc=$$?; $(EOSINK) services down postgres kafka minio; exit $$rc
+# The same for Kafka and MinIO.
+WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check kafka minio && $(1); rc=$$?; \
+	$(EOSINK) services down kafka minio; exit $$rc
 
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 spark services services-up services-check services-down \
-	services-status test test-full demo demo-kafka bench clean chaos chaos-quick examples example-files example-kafka example-files-to-kafka example-kafka-to-kafka \
+	services-status test test-full demo demo-kafka demo-s3 bench clean chaos chaos-quick examples example-files example-kafka \
+	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 \
 	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
 	@echo "make demo-kafka        the same into a private Kafka broker, eosink vs Spark's own Kafka sink"
+	@echo "make demo-s3           the same into a private MinIO (S3), eosink vs Spark's Parquet writer on s3a://"
 	@echo "make test       what CI runs, in timed stages (table at the end, build/test-times.json); <= 30 min"
 	@echo "make test-full  every fault point x strategy x sink, local-cluster, the PySpark matrix, chaos; <= 3 h"
 	@echo "make lint       ruff + mypy --strict"
@@ -45,7 +53,8 @@ help:
 	@echo "make services   the service harness's own tests against the real servers (starts and stops them)"
 	@echo "make spark-matrix   the quick Spark tests on PySpark $(MATRIX) (part of test-full)"
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
-	@echo "make examples   every example once against real PostgreSQL and Kafka (also: make example-files, example-kafka, example-files-to-kafka, example-kafka-to-kafka)"
+	@echo "make examples   every example once against real PostgreSQL, Kafka and MinIO (also: make example-files, example-kafka,"
+	@echo "                example-files-to-kafka, example-kafka-to-kafka, example-files-to-s3, example-kafka-to-s3)"
 	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S] [JOBS=J]   the end-to-end chaos harness -> results/chaos-SINK.json"
 	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy, baseline, non-deterministic)"
 	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1]   eosink vs Spark's built-in writers -> results/bench-<sink>.*"
@@ -121,13 +130,14 @@ test-kafka-full: venv java
 	@$(call WITH_KAFKA,$(PYTEST) tests/connectors/kafka tests/spark/test_kafka_pipeline.py -q --durations=10)
 
 # S3 (MinIO): the contract suite with Parquet objects (8 random schedules, the crash walks at every 4th
-# step); test-s3-full: the whole suite, Parquet and JSON lines.
+# step), one Spark kill-and-restart per strategy and one chaos schedule (against a private MinIO);
+# test-s3-full: the whole suite, Parquet and JSON lines, and every S3 pipeline.
 test-s3: venv java tools
-	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 -q -m "not full" --eosink-contract-examples=8 \
-		--eosink-crash-stride=4 --durations=10)
+	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 tests/spark/test_s3_pipeline.py tests/chaos/test_chaos_quick.py \
+		-q -m "not full" -k "not chaos or s3" --eosink-contract-examples=8 --eosink-crash-stride=4 --durations=10)
 
 test-s3-full: venv java tools
-	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 -q --durations=10)
+	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 tests/spark/test_s3_pipeline.py -q --durations=10)
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5
@@ -163,7 +173,7 @@ services-full: venv tools
 # total, also in build/test-times.json. The budgets are for a quiet, warm 2-core machine (docs/testing.md).
 STAGES = $(PYTHON) scripts/stages.py
 TEST_STAGES := lint:75 unit:90 package:75 docs:30 contracts:120 services:90 spark:240 \
-	$(foreach s,$(SINKS),test-$(s):240) examples:120
+	$(foreach s,$(SINKS),test-$(s):240) examples:180
 test: venv java tools
 	@$(STAGES) --title "make test" --budget 1800 --out build/test-times.json $(TEST_STAGES)
 
@@ -177,11 +187,12 @@ test-full: venv java tools
 
 # Every real-Spark test: every fault point x strategy on the reference sink, the demo's strategies, Spark Connect.
 spark-full: venv java
-	$(PYTEST) tests/spark -q --durations=20 --ignore=tests/spark/test_postgres_pipeline.py --ignore=tests/spark/test_kafka_pipeline.py
+	$(PYTEST) tests/spark -q --durations=20 --ignore=tests/spark/test_postgres_pipeline.py --ignore=tests/spark/test_kafka_pipeline.py \
+		--ignore=tests/spark/test_s3_pipeline.py
 
 # The quick Spark tests again with executors in JVMs of their own.
 local-cluster: venv java
-	@$(call WITH_PG_KAFKA,EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]" $(PYTEST) tests/spark -q \
+	@$(call WITH_SPARK_SERVICES,EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]" $(PYTEST) tests/spark -q \
 		-m "not full" --durations=10)
 
 # The chaos harness's whole mode (every strategy, the plain baseline, the non-deterministic mode), 3 schedules
@@ -194,10 +205,11 @@ chaos-full: venv java
 # the newest 3.5.x, the newest 4.0.x, and "latest": what a fresh `pip install 'eosink[spark,postgres]'` resolves
 # today, unpinned (PySpark 4.3 with pandas 3). The pinned 4.2 is the main virtualenv's: every Spark test ran on it
 # in spark-full, test-SINK-full and local-cluster, so the matrix does not run its quick subset again
-# (`make spark-on PYSPARK=4.2.0` does).
+# (`make spark-on PYSPARK=4.2.0` does). A virtualenv is made once per set of extras; eosink itself is
+# reinstalled from this tree at every run, so the matrix never tests an older copy.
 PINNED_PYSPARK := $(shell sed -n 's/^pyspark==//p' constraints.txt)
 MATRIX ?= 3.5.9 4.0.5 latest
-MATRIX_EXTRAS := spark,postgres,kafka,demo,contracts,services
+MATRIX_EXTRAS := spark,postgres,kafka,s3,demo,contracts,services
 spark-matrix: venv java
 	@echo "PySpark $(PINNED_PYSPARK) (pinned, .venv): its Spark tests ran in spark-full, test-SINK-full and local-cluster"
 	@for v in $(MATRIX); do $(MAKE) --no-print-directory spark-on PYSPARK=$$v || exit 1; done
@@ -205,14 +217,16 @@ spark-matrix: venv java
 spark-on: venv java
 	@test -n "$(PYSPARK)" || { echo "usage: make spark-on PYSPARK=3.5.9|latest" >&2; exit 2; }
 	@mv=.cache/matrix/pyspark-$(PYSPARK); \
-	if [ ! -f $$mv/.installed ]; then \
+	if [ "$$(cat $$mv/.installed 2>/dev/null)" != "$(MATRIX_EXTRAS)" ]; then \
 		rm -rf $$mv && $(PYTHON) -m venv $$mv && $$mv/bin/python -m pip install -q --upgrade pip uv && \
 		if [ "$(PYSPARK)" = latest ]; then pins=""; else pins="pyspark==$(PYSPARK) pandas<3"; fi && \
 		$$mv/bin/uv pip install --python $$mv/bin/python -q ".[$(MATRIX_EXTRAS)]" pytest pytest-timeout $$pins && \
-		{ $(VENV)/bin/uv cache prune -q || true; } && touch $$mv/.installed || exit 1; \
+		{ $(VENV)/bin/uv cache prune -q || true; } && echo "$(MATRIX_EXTRAS)" > $$mv/.installed || exit 1; \
+	else \
+		$$mv/bin/uv pip install --python $$mv/bin/python -q --no-deps --reinstall-package eosink . || exit 1; \
 	fi; \
 	$$mv/bin/python -c 'import pyspark, pandas; print("PySpark", pyspark.__version__, "pandas", pandas.__version__)'; \
-	$(call WITH_PG_KAFKA,PYSPARK_PYTHON=$(CURDIR)/$$mv/bin/python PYSPARK_DRIVER_PYTHON=$(CURDIR)/$$mv/bin/python \
+	$(call WITH_SPARK_SERVICES,PYSPARK_PYTHON=$(CURDIR)/$$mv/bin/python PYSPARK_DRIVER_PYTHON=$(CURDIR)/$$mv/bin/python \
 		$$mv/bin/python -m pytest -p no:cacheprovider tests/spark -q -m "not full" --durations=5)
 
 # The end-to-end chaos harness (docs/chaos.md). It starts a private server of its own.
@@ -228,15 +242,15 @@ chaos: venv java
 chaos-quick: venv java tools
 	$(PYTEST) tests/chaos/test_chaos_quick.py -q -m full --durations=10
 
-# The examples (examples/*.py) against the harness's PostgreSQL and Kafka: once each in `make test`, through a
-# kill and a restart in `make test-full`.
+# The examples (examples/*.py) against the harness's PostgreSQL, Kafka and MinIO: once each in `make test`,
+# through a kill and a restart in `make test-full`.
 WITH_PG_KAFKA = $(EOSINK) services up postgres kafka && $(EOSINK) services check postgres kafka && $(1); rc=$$?; \
 	$(EOSINK) services down postgres kafka; exit $$rc
 examples: venv java tools
-	@$(call WITH_PG_KAFKA,$(PYTEST) tests/examples -q -m "not full" --durations=5)
+	@$(call WITH_SPARK_SERVICES,$(PYTEST) tests/examples -q -m "not full" --durations=5)
 
 examples-full: venv java tools
-	@$(call WITH_PG_KAFKA,$(PYTEST) tests/examples -q --durations=5)
+	@$(call WITH_SPARK_SERVICES,$(PYTEST) tests/examples -q --durations=5)
 
 EXAMPLE_DIR ?= /tmp/eosink-example
 # Each starts afresh (the harness's server is new on every `services up`, so is the example's directory).
@@ -262,6 +276,17 @@ example-kafka-to-kafka: venv java tools
 		EOSINK_EXAMPLE_SPARK_JARS="$$($(PY) -c 'from eosink.services.spark_jars import SparkJars; print(SparkJars().spark_conf("kafka")["spark.jars"])')" \
 		$(PY) examples/kafka_to_kafka.py --checkpoint $(EXAMPLE_DIR)/k2k-checkpoint --produce 1000)
 
+example-files-to-s3: venv java tools
+	@rm -rf $(EXAMPLE_DIR)/f2s $(EXAMPLE_DIR)/f2s-checkpoint
+	@$(call WITH_MINIO,eval "$$($(EOSINK) services env minio)" && $(PY) examples/files_to_s3.py \
+		--input $(EXAMPLE_DIR)/f2s --checkpoint $(EXAMPLE_DIR)/f2s-checkpoint --generate 5)
+
+example-kafka-to-s3: venv java tools
+	@rm -rf $(EXAMPLE_DIR)/k2s-checkpoint
+	@$(call WITH_KAFKA_MINIO,eval "$$($(EOSINK) services env kafka minio)" && \
+		EOSINK_EXAMPLE_SPARK_JARS="$$($(PY) -c 'from eosink.services.spark_jars import SparkJars; print(SparkJars().spark_conf("kafka")["spark.jars"])')" \
+		$(PY) examples/kafka_to_s3.py --checkpoint $(EXAMPLE_DIR)/k2s-checkpoint --produce 1000)
+
 # make demo [ARGS="--strategy txid-check --seed 3 --batches 12"]
 demo: $(DEMO_STAMP) java
 	$(EOSINK) demo $(ARGS)
@@ -274,6 +299,15 @@ $(DEMO_KAFKA_STAMP): $(SOURCES)
 
 demo-kafka: $(DEMO_KAFKA_STAMP) java tools
 	$(EOSINK) demo --sink kafka $(ARGS)
+
+# `make demo-s3`: the same story into a private MinIO (built from its Go module on the first run; the s3a
+# jars from Maven Central), with Spark's own Parquet writer on s3a:// as the plain writer; needs eosink[demo,s3].
+DEMO_S3_STAMP := $(VENV)/.eosink-demo-s3-installed
+$(DEMO_S3_STAMP): $(SOURCES)
+	$(call install,demo$(COMMA)s3)
+
+demo-s3: $(DEMO_S3_STAMP) java tools
+	$(EOSINK) demo --sink s3 $(ARGS)
 
 # Throughput, streaming latency and driver RSS on the same generated data; starts what it needs.
 bench: venv java

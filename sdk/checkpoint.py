@@ -41,6 +41,8 @@ class CheckpointFS(Protocol):
     ``write_atomic`` replaces the file so that a reader sees the old or the new text, never a
     part; ``delete`` of a missing file is no error; ``move`` renames a file (creating the
     parent). Errors are ``OSError`` (turned into TransientError by :class:`SparkCheckpoint`).
+    An optional ``poll_interval_s`` attribute (seconds) bounds how often a waiting 2PC batch looks
+    for its commit file: on an object store each look is a paid request.
     """
 
     def read_text(self, path: str) -> str | None: ...
@@ -211,6 +213,13 @@ class SparkCheckpoint:
         else:
             arrow = _ArrowFS(text)
             self._fs, self.root = arrow, arrow.root
+
+    @property
+    def poll_interval_s(self) -> float:
+        """How often a 2PC batch should look for its ``commits/N`` here: the file system's ``poll_interval_s``
+        (each look is a request on an object store), 0 when it has none (local disk: as often as the
+        coordinator's policy says)."""
+        return float(getattr(self._fs, "poll_interval_s", 0.0))
 
     def __repr__(self) -> str:
         return f"SparkCheckpoint({self.location!r})"

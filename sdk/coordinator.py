@@ -117,7 +117,7 @@ class Coordinator:
             checkpoint,
             self._commit_spark_committed,
             lock=self._lock,
-            interval_s=self.policy.watch_interval_s,
+            interval_s=max(self.policy.watch_interval_s, getattr(checkpoint, "poll_interval_s", 0.0)),
             name=f"eosink-commit-{app_id}",
             threaded=self.watch_in_background,
         )

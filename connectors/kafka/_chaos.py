@@ -50,6 +50,9 @@ class KafkaChaosTarget:
 
     def start(self) -> None:
         from eosink.services.kafka import KafkaServer
+        from eosink.services.spark_jars import SparkJars
+
+        SparkJars().fetch("kafka")  # the baseline's Kafka sink, fetched once into the cache
 
         root = self.dir.open()
         self.server = KafkaServer(root / "kafka")

@@ -55,6 +55,9 @@ class KafkaDemoTarget:
 
     def start(self) -> None:
         from eosink.services.kafka import KafkaServer
+        from eosink.services.spark_jars import SparkJars
+
+        SparkJars().fetch("kafka")  # the plain writer's Kafka sink, fetched once into the cache
 
         self.server = KafkaServer(self.dir.open() / "kafka")
         self.server.start()

@@ -41,7 +41,9 @@ class PostgresChaosTarget:
 
     def start(self) -> None:
         from eosink.services.postgres import PostgresServer
+        from eosink.services.spark_jars import SparkJars
 
+        SparkJars().fetch("jdbc")  # the baseline's JDBC driver, fetched once into the cache
         root = self.dir.open()
         os.chmod(root, 0o755)  # under root the server runs as another user, who must reach its directory
         self.server = PostgresServer(root / "pg", max_prepared=64)

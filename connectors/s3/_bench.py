@@ -1,0 +1,516 @@
+"""The benchmark's S3 adapter: the harness's MinIO, eosink's S3Sink, and Spark's own streaming file sink.
+
+Every run writes the data set's rows as Parquet objects under a prefix of its own
+(``eosink-bench/<ns>/`` in the bucket ``eosink-bench``), removed again after the run.
+Baselines: Spark's streaming Parquet file sink to ``s3a://`` (``spark-file-sink``: the
+``FileStreamSink`` that ``writeStream.format("parquet")`` runs, called per micro-batch from
+foreachBatch so that it pays the same streaming overhead as every other run; its
+``_spark_metadata`` log makes it exactly-once for readers of that log), with the ``hadoop-aws``
+jars from :class:`~eosink.services.spark_jars.SparkJars`; and a raw boto3 upload of the data set's
+own Parquet files (``raw-upload``: boto3's managed transfer, multipart, its default threads): the
+store's ingest limit for one client.
+
+``eosink-at-least-once`` is eosink's data path with the exactly-once bookkeeping taken out: the
+same ``mapInArrow`` participants, the same row checks and the same Parquet encoder streaming parts
+into a multipart upload (:class:`~eosink.connectors.s3._encode.ObjectEncoder` over a
+:class:`~eosink.connectors.s3._upload.PartWriter`), but each object is completed by its task at
+once: no epoch, commit marker, bundle or commit step. A retried task leaves its rows twice.
+
+Latency: a poll lists the app_id's commit markers (one LIST, nothing downloaded) and stamps each new
+batch with the moment it was first seen; the rows' ``at`` stamps are read afterwards, in a poll that
+found nothing new, so reading them never delays the sight of a batch. The local clock serves (the
+store and the job share the machine). Credentials reach the job through its environment (the JVM's
+s3a through the AWS SDK's environment provider), never through argv or Spark's configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eosink.bench.datasets import Dataset
+from eosink.bench.runs import Baseline, BatchFunction, BenchGoals, RunSpec, generic_runs
+from eosink.errors import ConfigurationError
+
+__all__ = ["S3Adapter", "app_id", "object_prefix"]
+
+BUCKET = "eosink-bench"
+ROOT = "eosink-bench"
+_ENV = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY", "EOSINK_S3_REGION")
+_ALO = "alo-"
+"""Names of eosink-at-least-once's objects start so: ``alo-<batch:020d>-p<partition>-a<attempt>-<hex>``."""
+_ENV_CREDENTIALS = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
+_FILE_SINKS = (
+    "org.apache.spark.sql.execution.streaming.sinks.FileStreamSink",  # Spark 4
+    "org.apache.spark.sql.execution.streaming.FileStreamSink",  # Spark 3.5
+)
+
+
+def object_prefix(ns: str) -> str:
+    """The prefix of namespace ``ns``'s objects (and eosink's bookkeeping under it)."""
+    return f"{ROOT}/{ns}"
+
+
+def app_id(ns: str) -> str:
+    """The app_id of namespace ``ns``'s eosink writer."""
+    return f"bench-{ns}"
+
+
+@dataclass(frozen=True, repr=False)
+class _Store:
+    """Where the store is and how to sign requests; the secret never in ``repr``."""
+
+    endpoint_url: str
+    access_key: str
+    secret_key: str = field(repr=False)
+    region: str = "us-east-1"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> _Store | None:
+        endpoint, access, secret = (env.get(name, "") for name in _ENV[:3])
+        if not (endpoint and access and secret):
+            return None
+        return cls(endpoint, access, secret, env.get(_ENV[3]) or "us-east-1")
+
+    def connection(self) -> Any:
+        """The :class:`~eosink.connectors.s3.S3Connection` of the store (path-style, as for any endpoint)."""
+        from eosink.connectors.s3 import S3Connection
+
+        return S3Connection(
+            self.endpoint_url, self.region, access_key_id=self.access_key, secret_access_key=self.secret_key
+        )
+
+    def env(self) -> dict[str, str]:
+        """``EOSINK_S3_*`` for eosink, ``AWS_*`` for the JVM's s3a (the SDK's environment provider)."""
+        return {
+            _ENV[0]: self.endpoint_url,
+            _ENV[1]: self.access_key,
+            _ENV[2]: self.secret_key,
+            _ENV[3]: self.region,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+        }
+
+    def __repr__(self) -> str:
+        return f"_Store({self.endpoint_url!r}, region={self.region!r})"
+
+
+class _DirectPut:
+    """``mapInArrow`` function of eosink-at-least-once: the partition's rows as one object, completed at once."""
+
+    def __init__(self, config: Any, batch_id: int) -> None:
+        self.config = config
+        self.batch_id = batch_id
+
+    def key(self) -> str:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        part, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
+        name = f"{_ALO}{self.batch_id:020d}-p{part}-a{attempt}-{uuid.uuid4().hex[:8]}.parquet"
+        return f"{self.config.prefix}/{name}"
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from eosink.connectors.s3 import _client
+        from eosink.connectors.s3._encode import ObjectEncoder, check_record_sizes
+        from eosink.connectors.s3._upload import PartWriter
+
+        encoder: ObjectEncoder | None = None
+        rows = 0
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                check_record_sizes(batch, self.config.max_record_bytes, "at-least-once")
+                if encoder is None:
+                    s3 = _client.client(self.config.connection())
+                    encoder = ObjectEncoder(self.config, PartWriter(self.config, s3, self.key()), batch.schema)
+                encoder.write(batch)
+                rows += batch.num_rows
+            if encoder is not None:
+                encoder.finish(transactional=False)
+        except BaseException:
+            if encoder is not None:
+                encoder.abort()
+            raise
+        yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+
+class _FileStreamSink:
+    """foreachBatch of spark-file-sink: Spark's streaming Parquet file sink, made at the first batch."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._sink: Any = None
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if self._sink is None:
+            self._sink = self._make(df.sparkSession)
+        self._sink.addBatch(batch_id, df._jdf)
+
+    def _make(self, session: Any) -> Any:
+        jvm = session.sparkContext._jvm
+        found = [c for name in _FILE_SINKS if type(c := _jvm_class(jvm, name)).__name__ == "JavaClass"]
+        if not found:
+            raise ConfigurationError("This Spark has no FileStreamSink class.", f"Expected one of {_FILE_SINKS}.")
+        utils = jvm.org.apache.spark.api.python.PythonUtils
+        parquet = jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
+        no_columns = utils.toSeq(jvm.java.util.ArrayList())
+        no_options = utils.toScalaMap(jvm.java.util.HashMap())
+        return found[0](session._jsparkSession, self.path, parquet, no_columns, no_options)
+
+
+def _jvm_class(jvm: Any, name: str) -> Any:
+    """``jvm``'s view of ``name``: a JavaClass when the class exists, a JavaPackage when it does not."""
+    node = jvm
+    for part in name.split("."):
+        node = getattr(node, part)
+    return node
+
+
+@dataclass
+class _Poll:
+    """What the latency poll of one namespace has seen: the newest key, and batches whose rows are unread."""
+
+    mode: str | None = None
+    """``markers`` (eosink) or ``objects`` (at-least-once), once the first batch shows which."""
+    last_key: str | None = None
+    last_batch: int = -1
+    seen: set[str] = field(default_factory=set)
+    pending: list[tuple[float, str]] = field(default_factory=list)
+    """(first seen, wall clock s; key of a marker or an at-least-once object) whose rows are unread."""
+
+
+def latency_buckets(at: pa.Array, seen_s: float, warm_from_us: int) -> dict[int, int]:
+    """Rows per whole millisecond from their ``at`` to ``seen_s``; rows stamped before ``warm_from_us``: -1."""
+    import numpy as np
+
+    stamps = pc.cast(pc.cast(at, pa.timestamp("us", "UTC")), pa.int64()).to_numpy(zero_copy_only=False)
+    ms = np.where(stamps < warm_from_us, -1, (int(seen_s * 1_000_000) - stamps) // 1000)
+    values, counts = np.unique(ms, return_counts=True)
+    return {int(v): int(c) for v, c in zip(values, counts, strict=True)}
+
+
+class S3Adapter:
+    """:class:`~eosink.bench.runs.BenchAdapter` for S3 (the harness's MinIO, or ``EOSINK_S3_*``)."""
+
+    name = "s3"
+    worker_modules = ("eosink.connectors.s3", "boto3", "pyarrow.parquet")
+
+    all_modes: tuple[str, ...] = ("default",)
+
+    def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
+        self.modes = modes
+        self._started = False
+        self._store: _Store | None = _Store.from_env(os.environ)
+        self._bucket_made = False
+        self._polls: dict[str, _Poll] = {}
+
+    # -- parent side ------------------------------------------------------------------------------
+
+    def start(self) -> dict[str, Any]:
+        from eosink.services import get_service
+        from eosink.services._maven import fetch_jars
+        from eosink.services.spark_jars import SparkJars
+
+        service = get_service("minio")
+        if service.external() is None and service.pid() is None:
+            service.up()
+            self._started = True
+        ep: Any = service.endpoint()
+        self._store = _Store(str(ep.endpoint_url), str(ep.access_key), str(ep.secret_key), str(ep.region))
+        jars = SparkJars()
+        fetch_jars(jars.artifacts("s3"), jars.directory("s3"), what="Spark's s3a file system")
+        self._ensure_bucket()
+        return {
+            "server_version": "MinIO (harness)" if service.external() is None else "external",
+            "settings": {"bucket": BUCKET, "part size": "8 MiB", "format": "parquet (snappy)"},
+            "started_by_bench": self._started,
+        }
+
+    def stop(self) -> None:
+        if self._started:
+            from eosink.services import get_service
+
+            get_service("minio").down()
+            self._started = False
+
+    def child_env(self) -> dict[str, str]:
+        return self._require_store().env()
+
+    def goals(self) -> BenchGoals:
+        """Spark's file sink (best exactly-once >= 1.0x), the raw upload (shown only); 2pc >= 0.85x at-least-once,
+        visible at most 150 ms p50 after Spark's commit log."""
+        return BenchGoals(
+            baselines=(Baseline("spark-file-sink", "spark-file-sink", 1.0), Baseline("raw-upload", "raw-upload")),
+            vs_at_least_once=(("2pc", 0.85),),
+            commit_p50_ms=None,
+            visible_after_commit_log_p50_ms=150.0,
+        )
+
+    def runs(self) -> list[RunSpec]:
+        return [
+            *generic_runs(self.modes, ()),
+            RunSpec("spark-file-sink", "spark"),
+            RunSpec("raw-upload", "external"),
+        ]
+
+    def prepare(self, ns: str, *, keyed: bool = False) -> None:
+        """Nothing to create but the bucket: a namespace is a fresh prefix (``keyed`` needs nothing of the store)."""
+        self._ensure_bucket()
+
+    def verify(self, ns: str) -> int:
+        """Rows readers of the run's own commit protocol see: for eosink, the objects its markers name (distinct
+        ids when its markers carry upsert keys); otherwise every Parquet object under the prefix."""
+        from eosink.connectors.s3 import committed_markers
+
+        config = self.config(ns)
+        if not self._has_bookkeeping(ns):
+            return int(self._dataset(config, None).count_rows())
+        markers = committed_markers(config, app_id(ns))
+        keys = [o.key for m in markers for o in m.objects]
+        if not keys:
+            return 0
+        found = self._dataset(config, keys)
+        if any(m.keys for m in markers):
+            return int(pc.count_distinct(found.to_table(columns=["id"]).column("id")).as_py())
+        return int(found.count_rows())
+
+    def drop(self, ns: str) -> None:
+        """Abort the prefix's uploads and delete its objects."""
+        from eosink.connectors.s3.testing import empty_prefix
+
+        self._polls.pop(ns, None)
+        with contextlib.suppress(Exception):
+            empty_prefix(self._client(), BUCKET, object_prefix(ns))
+
+    def run_external(self, spec: RunSpec, ns: str, dataset: Dataset) -> float:
+        """``raw-upload``: boto3's managed upload of the data set's Parquet files, one after the other."""
+        if spec.name != "raw-upload":
+            raise ConfigurationError(f"No external run {spec.name!r} for S3.", "Use raw-upload.")
+        from boto3.s3.transfer import TransferConfig
+
+        s3 = self._client()
+        transfer = TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20)
+        files = sorted(Path(dataset.parquet).glob("*.parquet"))
+        started = time.monotonic()
+        for path in files:
+            s3.upload_file(str(path), BUCKET, f"{object_prefix(ns)}/{path.name}", Config=transfer)
+        return time.monotonic() - started
+
+    # -- in the Spark job ---------------------------------------------------------------------------
+
+    def spark_conf(self) -> dict[str, str]:
+        """The s3a jars and where the store is; credentials come from the environment (never the conf: PySpark
+        hands its conf to the JVM on the command line).
+
+        The jars go on the class path, not in ``spark.jars``: those are copied into every session's scratch
+        directory (the AWS SDK bundle alone is some 650 MB), which would put that much disk writing beside
+        every run. The driver and executors run on this machine, so the cached jars serve them in place.
+        """
+        from eosink.services.spark_jars import SparkJars
+
+        store = self._require_store()
+        classpath = os.pathsep.join(str(p) for p in SparkJars().jars("s3"))
+        hadoop = "spark.hadoop.fs.s3a."
+        return {
+            "spark.driver.extraClassPath": classpath,
+            "spark.executor.extraClassPath": classpath,
+            f"{hadoop}endpoint": store.endpoint_url,
+            f"{hadoop}endpoint.region": store.region,
+            f"{hadoop}path.style.access": "true",
+            f"{hadoop}connection.ssl.enabled": str(store.endpoint_url.startswith("https://")).lower(),
+            f"{hadoop}aws.credentials.provider": _ENV_CREDENTIALS,
+        }
+
+    def config(self, ns: str) -> Any:
+        """The S3Config of namespace ``ns`` (Parquet, snappy, the default 8 MiB parts)."""
+        from eosink.connectors.s3 import S3Config
+
+        store = self._require_store()
+        return S3Config(
+            BUCKET,
+            object_prefix(ns),
+            endpoint_url=store.endpoint_url,
+            access_key_id=store.access_key,
+            secret_access_key=store.secret_key,
+            region=store.region,
+        )
+
+    def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
+        if spec.kind == "eosink":
+            import eosink
+            from eosink.connectors.s3 import S3Sink
+
+            strategy: Any = eosink.Idempotent(["id"]) if spec.strategy == "idempotent" else spec.strategy
+            return eosink.foreach_batch(
+                S3Sink(self.config(ns)),
+                app_id=app_id(ns),
+                strategy=strategy,
+                checkpoint_location=checkpoint,
+                participants=participants,
+            )
+        if spec.kind == "at-least-once":
+            config = self.config(ns)
+
+            def at_least_once(df: Any, batch_id: int) -> None:
+                df.coalesce(participants).mapInArrow(_DirectPut(config, batch_id), "rows long").collect()
+
+            return at_least_once
+        if spec.kind == "spark":
+            return _FileStreamSink(f"s3a://{BUCKET}/{object_prefix(ns)}")
+        if spec.kind == "floor":
+            from eosink.bench.runner import floor_function
+
+            return floor_function(participants)
+        raise ConfigurationError(f"Run {spec.name!r} ({spec.kind}) is not a Spark run.", "Run it with run_external.")
+
+    def poll_visible(self, ns: str, after_id: int, warm_from_us: int) -> tuple[list[tuple[int, int]], int, int | None]:
+        """New batches are stamped as soon as a LIST shows them; their rows are read in a later poll that finds
+        nothing new (see the module docstring)."""
+        state = self._polls.setdefault(ns, _Poll())
+        if self._list_new(ns, state):
+            return [], after_id, self._batch(state)
+        buckets, hi = self._read_pending(ns, state, warm_from_us)
+        return sorted(buckets.items()), max(after_id, hi), self._batch(state)
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the secret key."""
+        if self._store is None or not self._store.secret_key:
+            return text
+        return text.replace(self._store.secret_key, "***")
+
+    def close(self) -> None:
+        self._polls.clear()
+
+    # -- latency poll --------------------------------------------------------------------------------
+
+    def _list_new(self, ns: str, state: _Poll) -> bool:
+        """List what became visible since the last poll; stamp it. True when something new was seen."""
+        now = time.time()
+        if state.mode in (None, "markers"):
+            keys = self._new_markers(ns, state)
+            if keys:
+                state.mode, state.last_key = "markers", keys[-1]
+                state.pending += [(now, k) for k in keys]
+                return True
+        if state.mode in (None, "objects"):
+            keys = self._new_objects(ns, state)
+            if keys:
+                state.mode = "objects"
+                state.seen.update(keys)
+                state.pending += [(now, k) for k in keys]
+                return True
+        return False
+
+    def _new_markers(self, ns: str, state: _Poll) -> list[str]:
+        from eosink.connectors.s3._layout import Layout
+        from eosink.connectors.s3._markers import list_marker_keys
+
+        layout = Layout(object_prefix(ns))
+        keys = list_marker_keys(self._client(), BUCKET, layout, app_id(ns), state.last_key)
+        for key in keys:
+            state.last_batch = max(state.last_batch, Layout.marker_batch(key) or 0)
+        return keys
+
+    def _new_objects(self, ns: str, state: _Poll) -> list[str]:
+        """At-least-once objects not seen before, listed from the newest batch seen (older ones are complete)."""
+        root = f"{object_prefix(ns)}/{_ALO}"
+        args: dict[str, Any] = {"Bucket": BUCKET, "Prefix": root}
+        if state.last_batch >= 0:
+            args["StartAfter"] = f"{root}{state.last_batch:020d}"
+        reply = self._client().list_objects_v2(**args)
+        keys = [str(o["Key"]) for o in reply.get("Contents", []) if o["Key"] not in state.seen]
+        for key in keys:
+            state.last_batch = max(state.last_batch, int(key[len(root) :][:20]))
+        return keys
+
+    def _batch(self, state: _Poll) -> int | None:
+        """The newest committed batch (markers only: at-least-once has no commit to be late after)."""
+        return state.last_batch if state.mode == "markers" and state.last_batch >= 0 else None
+
+    def _read_pending(self, ns: str, state: _Poll, warm_from_us: int) -> tuple[dict[int, int], int]:
+        buckets: dict[int, int] = {}
+        hi = -1
+        for seen, key in state.pending:
+            for table in self._tables(key, state.mode):
+                for ms, count in latency_buckets(table.column("at"), seen, warm_from_us).items():
+                    buckets[ms] = buckets.get(ms, 0) + count
+                if table.num_rows:
+                    hi = max(hi, int(pc.max(table.column("id")).as_py()))
+        state.pending.clear()
+        return buckets, hi
+
+    def _tables(self, key: str, mode: str | None) -> list[pa.Table]:
+        """``id`` and ``at`` of the objects a marker names (mode ``markers``), or of the object ``key``."""
+        import pyarrow.parquet as pq
+
+        from eosink.connectors.s3._markers import CommitMarker
+
+        s3 = self._client()
+        keys = [key]
+        if mode == "markers":
+            marker = CommitMarker.decode(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+            keys = [o.key for o in marker.objects]
+        return [
+            pq.read_table(io.BytesIO(s3.get_object(Bucket=BUCKET, Key=k)["Body"].read()), columns=["id", "at"])
+            for k in keys
+        ]
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _require_store(self) -> _Store:
+        if self._store is None:
+            raise ConfigurationError("The benchmark has no S3 store yet.", "Call start() first.")
+        return self._store
+
+    def _client(self) -> Any:
+        from eosink.connectors.s3 import _client
+
+        return _client.client(self._require_store().connection())
+
+    def _ensure_bucket(self) -> None:
+        if self._bucket_made:
+            return
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client().create_bucket(Bucket=BUCKET)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise
+        self._bucket_made = True
+
+    def _has_bookkeeping(self, ns: str) -> bool:
+        """Whether an eosink writer ran in ``ns`` (it fences, so it leaves ``_eosink/``)."""
+        reply = self._client().list_objects_v2(Bucket=BUCKET, Prefix=f"{object_prefix(ns)}/_eosink/", MaxKeys=1)
+        return bool(reply.get("KeyCount", 0))
+
+    def _dataset(self, config: Any, keys: list[str] | None) -> Any:
+        """A pyarrow Parquet dataset of ``keys``, or of every object under the prefix (``_``-folders skipped)."""
+        import pyarrow.dataset as ds
+        from pyarrow import fs as pafs
+
+        store = self._require_store()
+        scheme, _, host = store.endpoint_url.partition("://")
+        filesystem = pafs.S3FileSystem(
+            access_key=store.access_key,
+            secret_key=store.secret_key,
+            region=store.region,
+            endpoint_override=host,
+            scheme=scheme,
+            force_virtual_addressing=False,
+        )
+        source: Any = [f"{BUCKET}/{k}" for k in keys] if keys is not None else f"{BUCKET}/{config.prefix}"
+        return ds.dataset(source, format="parquet", filesystem=filesystem)

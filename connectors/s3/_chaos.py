@@ -1,0 +1,206 @@
+"""The chaos harness's S3 target (:class:`~eosink.chaos.target.ChaosTarget`).
+
+A private :class:`~eosink.services.minio.MinioServer` that the harness restarts and crashes on
+purpose; :class:`~eosink.connectors.s3.S3Sink` writing Parquet objects under the schedule's
+prefix (its ``table``; the control objects live under ``<prefix>/_eosink/``, so the control
+schema is not used); Spark's own ``df.write.parquet("s3a://...")`` as the plain baseline. The fault
+proxy sits in front of the server and cuts the reply of a commit marker's PUT.
+
+Two readers, as users have them: where eosink wrote (its epoch object exists from the first
+fence, before any data object), a reader of the commit markers
+(:func:`~eosink.connectors.s3.read_committed`); where the baseline wrote, a reader that lists
+the prefix, as ``spark.read.parquet`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from eosink.chaos.oracle import Row
+from eosink.chaos.target import Names, PrivateRoot, Snapshot
+
+__all__ = ["S3ChaosTarget"]
+
+BUCKET = "eosink-chaos"
+ENDPOINT_VAR = "EOSINK_S3_ENDPOINT"
+DIRECT_VAR = "EOSINK_CHAOS_S3_DIRECT"
+JARS_VAR = "EOSINK_CHAOS_JARS"
+CONTROL = "_eosink"
+COLUMNS = ("batch_id", "key", "running_sum", "concat", "n_tokens")
+
+
+class S3ChaosTarget:
+    """S3: a private MinIO (restarted and crashed on purpose), :class:`~eosink.connectors.s3.S3Sink` with
+    Parquet objects, and Spark's Parquet writer to ``s3a://`` as the baseline."""
+
+    name = "s3"
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.dir = PrivateRoot(root, "eosink-chaos-s3-")
+        self.server: Any = None
+
+    # -- the runner's side -------------------------------------------------------------------
+
+    def start(self) -> None:
+        from eosink.services.minio import MinioServer
+        from eosink.services.spark_jars import SparkJars
+
+        SparkJars().fetch("s3")  # the baseline's s3a filesystem, fetched once into the cache
+
+        self.server = MinioServer(self.dir.open() / "minio")
+        self.server.start()
+        self._client().create_bucket(Bucket=BUCKET)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        self.dir.close()
+
+    def restart(self, *, crash: bool) -> None:
+        self.server.restart(crash=crash)
+
+    def address(self) -> tuple[str, int]:
+        return "127.0.0.1", int(self.server.port)
+
+    def proxy_port(self) -> int:
+        return 0  # any: the job is told the proxy's address
+
+    def job_env(self, proxy_port: int | None) -> dict[str, str]:
+        from eosink.services.spark_jars import SparkJars
+
+        direct = self.server.endpoint
+        env = direct.env()
+        if proxy_port is not None:
+            env[ENDPOINT_VAR] = f"http://127.0.0.1:{proxy_port}"
+        return {**env, DIRECT_VAR: direct.endpoint_url, JARS_VAR: SparkJars().spark_conf("s3")["spark.jars"]}
+
+    def atomic(self, strategy: str) -> bool:
+        return strategy != "idempotent"  # readers of the markers see whole batches (S3Sink's capabilities)
+
+    def _client(self) -> Any:
+        from eosink.connectors.s3._client import client
+
+        return client(self._config("").connection())
+
+    def _config(self, prefix: str) -> Any:
+        from eosink.connectors.s3 import S3Config
+
+        ep = self.server.endpoint
+        return S3Config(
+            BUCKET,
+            prefix,
+            endpoint_url=ep.endpoint_url,
+            access_key_id=ep.access_key,
+            secret_access_key=ep.secret_key,
+            region=ep.region,
+        )
+
+    def _written_by_eosink(self, s3: Any, prefix: str) -> bool:
+        listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/{CONTROL}/", MaxKeys=1)
+        return bool(listed.get("KeyCount", 0))
+
+    def _tables(self, names: Names) -> tuple[list[dict[str, Any]], frozenset[int] | None]:
+        """The rows a reader sees, and the batches with a commit marker (None: the baseline's prefix, read
+        by listing it). The markers are read first and the rows of later markers left out: one snapshot."""
+        from eosink.connectors.s3 import committed_markers, read_committed
+
+        s3 = self._client()
+        if not self._written_by_eosink(s3, names.table):
+            return _listed_rows(s3, names.table), None
+        config = self._config(names.table)
+        markers = frozenset(m.batch_id for m in committed_markers(config, names.app_id))
+        table: Any = read_committed(config, names.app_id, columns=list(COLUMNS))
+        return [r for r in table.to_pylist() if r["batch_id"] in markers], markers
+
+    def read_rows(self, names: Names) -> list[Row]:
+        rows, _ = self._tables(names)
+        return [
+            (int(r["batch_id"]), str(r["key"]), int(r["running_sum"]), str(r["concat"]), int(r["n_tokens"]))
+            for r in rows
+        ]
+
+    def snapshotter(self, names: Names) -> Callable[[], Snapshot | None]:
+        """A poll function: committed rows per batch and the batches with a marker; None while the server
+        is down (it is restarted on purpose). The baseline's prefix has no markers."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from eosink.errors import EosinkError
+
+        def poll() -> Snapshot | None:
+            try:
+                rows, markers = self._tables(names)
+            except (BotoCoreError, ClientError, EosinkError, OSError):
+                return None
+            counts: dict[int, int] = {}
+            for r in rows:
+                counts[int(r["batch_id"])] = counts.get(int(r["batch_id"]), 0) + 1
+            return Snapshot(counts, markers or frozenset())
+
+        return poll
+
+    def leftovers(self, names: Names) -> dict[str, int]:
+        """In-doubt work of the schedule left behind: its incomplete multipart uploads."""
+        listed = self._client().list_multipart_uploads(Bucket=BUCKET, Prefix=f"{names.table}/")
+        return {"incomplete_uploads": len(listed.get("Uploads", []))}
+
+    def drop(self, names: Names) -> None:
+        from eosink.connectors.s3.testing import empty_prefix
+
+        empty_prefix(self._client(), BUCKET, names.table)
+
+    def scrub(self, text: str) -> str:
+        if self.server is None:
+            return text
+        return text.replace(self.server.endpoint.secret_key, "***")
+
+    # -- the job's side ----------------------------------------------------------------------
+
+    def job_sink(self, table: str, control_schema: str) -> Any:
+        """The eosink sink, reaching the store through the fault proxy (``EOSINK_S3_ENDPOINT``)."""
+        from eosink.connectors.s3 import S3Config, S3Sink
+
+        return S3Sink(S3Config.from_env(BUCKET, table, part_size_bytes=5 << 20))
+
+    def job_frame(self, df: Any) -> Any:
+        return df  # S3Sink reserves no column name
+
+    def job_naive_writer(self, table: str) -> Callable[[Any, int], None]:
+        """Spark's Parquet writer appending each batch under ``s3a://`` (at-least-once: what eosink replaces).
+        It passes fault point ``F8`` after its write, the window in which a crash duplicates the batch."""
+        from eosink import faults
+        from eosink.connectors.s3 import S3Connection
+        from eosink.connectors.s3.spark import s3a_options
+        from eosink.faults import FaultPoint
+
+        connection = S3Connection.from_env(endpoint_url=os.environ[DIRECT_VAR])
+        target = f"s3a://{BUCKET}/{table}"
+
+        options = s3a_options(connection)  # as write options: Spark redacts them in plans and logs
+
+        def write(df: Any, batch_id: int) -> None:
+            df.write.mode("append").options(**options).parquet(target)
+            faults.hit(FaultPoint.F8, batch_id)
+
+        return write
+
+
+def _listed_rows(s3: Any, prefix: str) -> list[dict[str, Any]]:
+    """Every row of every Parquet object under ``prefix/`` but hidden names (``_`` or ``.``), as a reader that
+    lists the prefix (``spark.read.parquet``) reads them."""
+    import pyarrow.parquet as pq
+
+    rows: list[dict[str, Any]] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{prefix}/"):
+        for obj in page.get("Contents", []):
+            if any(part.startswith(("_", ".")) for part in obj["Key"][len(prefix) + 1 :].split("/")):
+                continue
+            with contextlib.suppress(s3.exceptions.NoSuchKey):  # replaced meanwhile
+                body = s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
+                rows += pq.read_table(io.BytesIO(body), columns=list(COLUMNS)).to_pylist()
+    return rows

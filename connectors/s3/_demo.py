@@ -1,0 +1,214 @@
+"""The demo's S3 target (:class:`~eosink.demo.target.DemoTarget`).
+
+A private MinIO of the demo's own (:class:`~eosink.services.minio.MinioServer`), one bucket and
+two prefixes of payments: ``payments_eosink``, written by :class:`~eosink.connectors.s3.S3Sink`
+(Parquet objects and a commit marker per batch), and ``payments_plain``, written by what Spark
+users have today, Spark's own Parquet writer on ``s3a://`` (``df.write.parquet`` in
+``foreachBatch``, mode append: a replayed batch is written again, as new objects).
+
+eosink's side is read as its readers read it, through the commit markers
+(:func:`~eosink.connectors.s3.read_committed`; under the idempotent strategy, the newest row per
+payment id); the plain writer's by listing its prefix with pyarrow, as ``spark.read.parquet``
+does (folders and files starting with ``_`` or ``.``, such as ``_temporary/``, skipped).
+
+Each side reaches MinIO through its fault proxy. eosink's lost COMMIT reply is the reply to the
+commit marker's PUT (:data:`~eosink.connectors.s3.testing.COMMIT_REQUEST_MARKER`). The plain
+writer's job commit is a series of copies and deletes with no one request to cut, which the S3A
+client retries: the demo cuts none there and crashes a run before Spark's commit log instead,
+where a replay writes the batch again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from eosink.demo.target import JARS_VAR, Payment, Side
+
+__all__ = ["BUCKET", "PREFIXES", "S3DemoTarget"]
+
+BUCKET = "eosink-demo"
+PREFIXES: dict[Side, str] = {"eosink": "payments_eosink", "plain": "payments_plain"}
+ENDPOINT_VARS: dict[Side, str] = {"eosink": "EOSINK_DEMO_EOSINK_S3", "plain": "EOSINK_DEMO_PLAIN_S3"}
+ACCESS_VAR = "EOSINK_DEMO_S3_ACCESS_KEY"
+SECRET_VAR = "EOSINK_DEMO_S3_SECRET_KEY"
+REGION = "us-east-1"
+COLUMNS = ("id", "account", "amount")
+
+
+class S3DemoTarget:
+    """S3 (a private MinIO), as the demo drives it."""
+
+    title = "a private MinIO (S3)"
+    plain_cuts = False
+    plain_title = "Spark's Parquet writer (s3a)"
+
+    def __init__(self, root: Path | None = None) -> None:
+        from eosink.chaos.target import PrivateRoot
+
+        self.dir = PrivateRoot(root, "eosink-demo-s3-")
+        self.server: Any = None
+
+    def where(self, side: Side) -> str:
+        return f"s3://{BUCKET}/{PREFIXES[side]}/"
+
+    # -- the runner's side ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from eosink.services.minio import MinioServer
+        from eosink.services.spark_jars import SparkJars
+
+        SparkJars().fetch("s3")  # the plain writer's s3a filesystem, fetched once into the cache
+        self.server = MinioServer(self.dir.open() / "minio")
+        self.server.start()
+        self._client().create_bucket(Bucket=BUCKET)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        self.dir.close()
+
+    def address(self, side: Side) -> tuple[str, int]:
+        return "127.0.0.1", int(self.server.port)
+
+    def proxy_port(self, side: Side) -> int:
+        return 0
+
+    def job_env(self, proxy_ports: dict[Side, int]) -> dict[str, str]:
+        from eosink.services.spark_jars import SparkJars
+
+        env = {ENDPOINT_VARS[side]: f"http://127.0.0.1:{port}" for side, port in proxy_ports.items()}
+        env[ACCESS_VAR] = self.server.endpoint.access_key
+        env[SECRET_VAR] = self.server.endpoint.secret_key
+        env[JARS_VAR] = SparkJars().spark_conf("s3")["spark.jars"]
+        return env
+
+    def counts(self) -> dict[Side, tuple[int, int]] | None:
+        try:
+            out: dict[Side, tuple[int, int]] = {}
+            for side in PREFIXES:
+                ids = self._table(side).column("id").to_pylist()
+                out[side] = (len(ids), len(ids) - len(set(ids)))
+            return out
+        except Exception:  # an object being written or a busy server: the view waits for the next poll
+            return None
+
+    def payments(self, side: Side) -> Counter[Payment]:
+        rows = self._table(side).to_pylist()
+        return Counter((int(r["id"]), str(r["account"]), int(r["amount"])) for r in rows)
+
+    def in_doubt(self) -> int:
+        from eosink.connectors.s3.admin import S3Admin
+
+        return S3Admin(self._direct_config()).status().in_doubt  # incomplete uploads, orphans included
+
+    def _table(self, side: Side) -> Any:
+        """What a reader of ``side`` sees: eosink's committed batches, or every Parquet file of the prefix."""
+        if side == "eosink":
+            from eosink.connectors.s3 import read_committed
+
+            table = read_committed(self._direct_config())
+            return table.select(list(COLUMNS)) if table.num_columns else _empty()  # no batch committed yet
+        return _listed_parquet(self._filesystem(), f"{BUCKET}/{PREFIXES['plain']}")
+
+    def _direct_config(self) -> Any:
+        """eosink's side, reached directly (not through a fault proxy)."""
+        ep = self.server.endpoint
+        return _config(ep.endpoint_url, ep.access_key, ep.secret_key)
+
+    def _client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        ep = self.server.endpoint
+        return boto3.client(
+            "s3",
+            endpoint_url=ep.endpoint_url,
+            aws_access_key_id=ep.access_key,
+            aws_secret_access_key=ep.secret_key,
+            region_name=REGION,
+            config=Config(s3={"addressing_style": "path"}),
+        )
+
+    def _filesystem(self) -> Any:
+        from pyarrow import fs
+
+        ep = self.server.endpoint
+        host = ep.endpoint_url.split("://", 1)[1]
+        return fs.S3FileSystem(
+            access_key=ep.access_key,
+            secret_key=ep.secret_key,
+            endpoint_override=host,
+            scheme="http",
+            region=REGION,
+            force_virtual_addressing=False,
+        )
+
+    # -- the job's side ------------------------------------------------------------------------------
+
+    def job_sink(self, app_id: str) -> Any:
+        from eosink.connectors.s3 import S3Sink
+
+        return S3Sink(_config(os.environ[ENDPOINT_VARS["eosink"]], os.environ[ACCESS_VAR], os.environ[SECRET_VAR]))
+
+    def job_plain_writer(self) -> Callable[[Any, int], None]:
+        path = f"s3a://{BUCKET}/{PREFIXES['plain']}"
+        from eosink.connectors.s3.spark import s3a_options
+
+        # As write options: Spark hands a file writer's options to its Hadoop configuration, and redacts
+        # keys and secrets in plans and logs.
+        plain = _config(os.environ[ENDPOINT_VARS["plain"]], os.environ[ACCESS_VAR], os.environ[SECRET_VAR])
+        options = s3a_options(plain.connection())
+
+        def write(df: Any, batch_id: int) -> None:
+            df.write.mode("append").options(**options).parquet(path)
+
+        return write
+
+    def scrub(self, text: str) -> str:
+        secret = os.environ.get(SECRET_VAR) or (self.server.endpoint.secret_key if self.server else "")
+        return text.replace(secret, "***") if secret else text
+
+
+def _config(endpoint_url: str, access_key: str, secret_key: str) -> Any:
+    """eosink's side: Parquet objects under ``payments_eosink/`` of the demo's bucket."""
+    from eosink.connectors.s3 import S3Config
+
+    return S3Config(
+        BUCKET,
+        PREFIXES["eosink"],
+        endpoint_url=endpoint_url,
+        region=REGION,
+        access_key_id=access_key,
+        secret_access_key=secret_key,
+    )
+
+
+def _listed_parquet(filesystem: Any, root: str) -> Any:
+    """Every Parquet file under ``root``, as ``spark.read.parquet`` finds them: paths with a part
+    starting with ``_`` or ``.`` (``_temporary/``, ``_SUCCESS``) are skipped."""
+    import pyarrow.dataset as ds
+    from pyarrow import fs
+
+    infos = filesystem.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
+    paths = [
+        i.path
+        for i in infos
+        if i.type == fs.FileType.File
+        and i.path.endswith(".parquet")
+        and not any(part.startswith(("_", ".")) for part in i.path[len(root) + 1 :].split("/"))
+    ]
+    if not paths:
+        return _empty()
+    return ds.dataset(paths, filesystem=filesystem, format="parquet").to_table(columns=list(COLUMNS))
+
+
+def _empty() -> Any:
+    """No payments, in the payments' schema."""
+    import pyarrow as pa
+
+    return pa.schema([("id", pa.int64()), ("account", pa.string()), ("amount", pa.int64())]).empty_table()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eosink.connectors.s3._markers import FORMAT
@@ -10,7 +11,10 @@ from eosink.profiles import SinkProfile
 
 if TYPE_CHECKING:
     from eosink.admin import SinkAdmin
+    from eosink.bench.runs import BenchAdapter
+    from eosink.chaos.target import ChaosTarget
     from eosink.contracts.harness import SinkHarness
+    from eosink.demo.target import DemoTarget
 
 __all__ = ["PROFILE", "S3Profile"]
 
@@ -62,6 +66,21 @@ class S3Profile(SinkProfile):
         from eosink.connectors.s3.testing import S3Harness
 
         return S3Harness(**options)
+
+    def chaos_target(self, root: Path | None = None) -> ChaosTarget:
+        from eosink.connectors.s3._chaos import S3ChaosTarget
+
+        return S3ChaosTarget(root)
+
+    def bench_adapter(self) -> BenchAdapter:
+        from eosink.connectors.s3._bench import S3Adapter
+
+        return S3Adapter()
+
+    def demo_target(self) -> DemoTarget:
+        from eosink.connectors.s3._demo import S3DemoTarget
+
+        return S3DemoTarget()
 
 
 PROFILE = S3Profile()

@@ -142,7 +142,14 @@ def read_committed(
     table = _read_table(config, markers, keys)
     if keys:
         table = _merge(table, keys)
-    if columns is not None:
+    if columns is not None and markers and table.num_columns:  # nothing committed yet: no schema to select from
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:
+            raise ConfigurationError(
+                f"read_committed: no column {missing} in the committed objects under {config.root}; "
+                f"they have {table.column_names}.",
+                "Ask for columns the batches were written with.",
+            )
         table = table.select(list(columns))
     if as_dataset:
         import pyarrow.dataset as ds

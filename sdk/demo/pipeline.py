@@ -66,7 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     plain = target.job_plain_writer()
     jars = os.environ.get(JARS_VAR, "")
     if jars:  # the plain writer's own jars (Spark's Kafka sink, say)
-        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jars} pyspark-shell"
+        from eosink.services.spark_jars import class_path_submit_args
+
+        os.environ["PYSPARK_SUBMIT_ARGS"] = class_path_submit_args(jars)
     spark = job_session(args.master, f"eosink-demo-{args.strategy}")
     payments = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
 

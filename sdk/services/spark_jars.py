@@ -12,12 +12,17 @@ the extra jars always match it. Dependencies that Spark already ships are left o
 
     from eosink.services.spark_jars import SparkJars
     conf = SparkJars().spark_conf("jdbc")          # {"spark.jars": "/.../postgresql-42.7.8.jar"}
+
+The harness's own drivers put them on the class path instead (:func:`class_path_submit_args`):
+``spark.jars`` copies every jar into each application's temporary directory, 659 MB for the
+``s3`` group's AWS SDK bundle, and a SIGKILLed driver leaves that copy behind.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import re
 import time
 import zipfile
@@ -27,7 +32,14 @@ from eosink.errors import ServiceError
 from eosink.services._layout import provision_dir
 from eosink.services._maven import Artifact, fetch_jars
 
-__all__ = ["GROUPS", "KAFKA_TOKEN_PROVIDER_VERSION", "POSTGRES_JDBC_VERSION", "SparkJars", "SparkVersions"]
+__all__ = [
+    "GROUPS",
+    "KAFKA_TOKEN_PROVIDER_VERSION",
+    "POSTGRES_JDBC_VERSION",
+    "SparkJars",
+    "SparkVersions",
+    "class_path_submit_args",
+]
 
 log = logging.getLogger("eosink.services")
 
@@ -115,7 +127,11 @@ class SparkJars:
     def provision(self) -> None:
         """Fetch every group (cached; checksums enforced by Maven)."""
         for group in GROUPS:
-            fetch_jars(self.artifacts(group), self.directory(group), what=f"Spark's {group} jars for {self.versions}")
+            self.fetch(group)
+
+    def fetch(self, group: str) -> None:
+        """Fetch ``group``'s jars (cached; a no-op once fetched)."""
+        fetch_jars(self.artifacts(group), self.directory(group), what=f"Spark's {group} jars for {self.versions}")
 
     def jars(self, *groups: str) -> list[Path]:
         """The jars to add to Spark for ``groups`` (default: all), without what Spark already ships."""
@@ -163,3 +179,10 @@ class SparkJars:
             f"spark jars for spark {v.spark} / scala {v.scala} / hadoop {v.hadoop}: "
             f"{', '.join(counts)} jars, entry classes present ({time.monotonic() - started:.1f} s)"
         )
+
+
+def class_path_submit_args(jars: str) -> str:
+    """``PYSPARK_SUBMIT_ARGS`` putting ``jars`` (comma-separated, as in ``spark.jars``) on the driver's and the
+    local executors' class path, where nothing is copied per application (see the module docstring)."""
+    cp = jars.replace(",", os.pathsep)
+    return f"--driver-class-path {cp} --conf spark.executor.extraClassPath={cp} pyspark-shell"

@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from eosink._procs import driver_env, kill_session, parse_error_line, session_members, spark_cds_options
+from eosink._procs import (
+    driver_env,
+    is_stopped,
+    kill_session,
+    parse_error_line,
+    session_members,
+    signal_session,
+    spark_cds_options,
+)
 from eosink._waiting import wait_until
 from eosink.chaos.oracle import file_batch_ends
 from eosink.checkpoint import SparkCheckpoint
@@ -189,6 +197,27 @@ def assert_clean(run: Run) -> None:
 def assert_killed(run: Run, point: str) -> None:
     assert point in run.faults_fired, f"fault {point} never fired; fired={run.faults_fired}\n{run.stderr[-4000:]}"
     assert run.returncode == -signal.SIGKILL, f"expected SIGKILL, got {run.returncode}:\n{run.stderr[-4000:]}"
+
+
+def assert_zombie_fenced(pipeline: Pipeline, point: str) -> None:
+    """F10: the old driver is frozen (SIGSTOP of its whole session) at ``point`` of batch 1, a new driver takes
+    over and finishes, then the old one is thawed (SIGCONT).
+
+    Pass: the new driver ends cleanly with exact content; the zombie stops with FencedError (or
+    CommitAbortedError, or on Spark's own concurrent-writer check) and the content is still exact.
+    """
+    old = pipeline.start(f"{point}@1:stop")
+    wait_for(lambda: point in pipeline.fired(), 240, f"{point} to fire in the old driver")
+    wait_for(lambda: is_stopped(old.pid), 30, "the old driver to stop")
+    assert_clean(pipeline.run())
+    pipeline.assert_exact()
+    signal_session(old.pid, signal.SIGCONT)  # the whole frozen driver: Python, JVM, workers
+    zombie = pipeline.finish(old)
+    assert zombie.returncode == 3, f"the zombie did not stop with an error:\n{zombie.stderr[-3000:]}"
+    # Spark's own checkpoint-log fencing ("Multiple streaming jobs detected" / "... queries are concurrently using")
+    spark_refused = "Multiple streaming" in zombie.stderr
+    assert zombie.error_kind in ("FencedError", "CommitAbortedError") or spark_refused, zombie.stderr[-3000:]
+    pipeline.assert_exact()
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,10 @@ of the reference sink:
   control schema ``--namespace``; the URL from ``EOSINK_TEST_PG_URL``;
 * ``--sink kafka``: :class:`~eosink.connectors.kafka.KafkaSink` into topic ``--target`` (JSON
   values), progress topic and transactional-id prefix ``--namespace``; the brokers from
-  ``EOSINK_TEST_KAFKA_BOOTSTRAP``.
+  ``EOSINK_TEST_KAFKA_BOOTSTRAP``;
+* ``--sink s3``: :class:`~eosink.connectors.s3.S3Sink` writing Parquet objects under prefix
+  ``--target`` of bucket ``EOSINK_TEST_S3_BUCKET``; the store from ``EOSINK_S3_ENDPOINT`` and its keys.
+  An ``s3a://`` checkpoint location loads Spark's ``s3`` jars and points S3A at the same store.
 
 Connection settings never come from argv (a URL may hold a password). Two queries:
 
@@ -37,11 +40,13 @@ EXIT_EOSINK_ERROR = 3
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="sink_driver", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--sink", choices=["postgres", "kafka"], default="postgres")
+    ap.add_argument("--sink", choices=["postgres", "kafka", "s3"], default="postgres")
     ap.add_argument("--input", required=True)
     ap.add_argument("--checkpoint", required=True)
-    ap.add_argument("--target", required=True, help="the table or topic")
-    ap.add_argument("--namespace", required=True, help="the control schema, or the progress topic and txn-id prefix")
+    ap.add_argument("--target", required=True, help="the table, topic or prefix")
+    ap.add_argument(
+        "--namespace", required=True, help="the control schema, or the progress topic and txn-id prefix (not S3's)"
+    )
     ap.add_argument("--app-id", required=True)
     ap.add_argument("--strategy", default="2pc")
     ap.add_argument("--key-columns", default="", help="comma-separated user keys for the idempotent strategy")
@@ -54,6 +59,10 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _sink(args: argparse.Namespace) -> Any:
+    if args.sink == "s3":
+        from eosink.connectors.s3 import S3Config, S3Sink
+
+        return S3Sink(S3Config.from_env(os.environ["EOSINK_TEST_S3_BUCKET"], args.target, part_size_bytes=5 << 20))
     if args.sink == "kafka":
         from eosink.connectors.kafka import KafkaConfig, KafkaSink
 
@@ -83,12 +92,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     from eosink.faults import export_crash_scope
 
     export_crash_scope()  # a fault point that fires in an executor crashes this whole driver
+    on_s3 = args.checkpoint.startswith("s3a://")
+    if on_s3:
+        from eosink.services.spark_jars import SparkJars, class_path_submit_args
+
+        os.environ["PYSPARK_SUBMIT_ARGS"] = class_path_submit_args(SparkJars().spark_conf("s3")["spark.jars"])
     from pyspark.sql import functions as F
 
     import eosink
     from eosink._procs import error_line
 
     spark = job_session(args.master, f"eosink-{args.sink}-test")
+    if on_s3:  # the session's Hadoop settings: what the checkpoint's file manager uses
+        from eosink.connectors.s3 import S3Connection
+        from eosink.connectors.s3.spark import s3a_options
+
+        for key, value in s3a_options(S3Connection.from_env()).items():
+            spark.conf.set(key, value)
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
     output_mode = "append"
     if args.query == "balance":

@@ -64,3 +64,16 @@ def test_kafka_demo_is_exact_for_eosink_and_shows_spark_kafka_sinks_duplicates(t
     _, flat = _demo(tmp_path, "--sink", "kafka")
     assert "EXACT: every payment landed once in topic payments_eosink" in flat
     assert "Spark's Kafka sink" in flat
+
+
+@pytest.mark.full
+def test_s3_demo_is_exact_for_eosink_and_shows_spark_parquet_writers_duplicates(tmp_path: Path) -> None:
+    """``eosink demo --sink s3`` (2PC): a private MinIO, Spark's own Parquet writer on ``s3a://`` as the
+    plain writer.
+
+    Pass: as :func:`_demo`, with eosink's prefix payments_eosink read through its commit markers and a lost
+    reply to a commit marker's PUT. The Parquet writer duplicated the replayed batches, as a listing of its
+    prefix shows (its job commit has no one request to cut, so it gets a crash before Spark's commit log)."""
+    _, flat = _demo(tmp_path, "--sink", "s3")
+    assert "EXACT: every payment landed once in s3://eosink-demo/payments_eosink/" in flat
+    assert "Spark's Parquet writer (s3a)" in flat

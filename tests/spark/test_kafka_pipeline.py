@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -27,14 +26,13 @@ from typing import Any
 
 import pytest
 
-from eosink._procs import is_stopped, signal_session
 from eosink.connectors.kafka import KafkaConfig
 from eosink.connectors.kafka.admin import KafkaAdmin
 from eosink.connectors.kafka.testing import by_key, read_topic
 from eosink.errors import ServiceError
 from eosink.services import get_service
 
-from .conftest import Pipeline, assert_clean, assert_killed, wait_for
+from .conftest import Pipeline, assert_clean, assert_killed, assert_zombie_fenced, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -218,14 +216,4 @@ def test_a_zombie_driver_is_fenced(kafka_pipeline: KafkaPipeline, strategy: str,
     """
     p = kafka_pipeline
     p.strategy = strategy
-    old = p.start(f"{point}@1:stop")
-    wait_for(lambda: point in p.fired(), 240, f"{point} to fire in the old driver")
-    wait_for(lambda: is_stopped(old.pid), 30, "the old driver to stop")
-    assert_clean(p.run())
-    p.assert_exact()
-    signal_session(old.pid, signal.SIGCONT)
-    zombie = p.finish(old)
-    assert zombie.returncode == 3, f"the zombie did not stop with an error:\n{zombie.stderr[-3000:]}"
-    spark_refused = "Multiple streaming" in zombie.stderr
-    assert zombie.error_kind in ("FencedError", "CommitAbortedError") or spark_refused, zombie.stderr[-3000:]
-    p.assert_exact()
+    assert_zombie_fenced(p, point)

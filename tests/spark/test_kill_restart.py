@@ -15,13 +15,9 @@ plain baseline. Everything else runs in ``make test-full``.
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 
-from eosink._procs import is_stopped, signal_session
-
-from .conftest import AtomicityReader, Pipeline, assert_clean, assert_killed, wait_for
+from .conftest import AtomicityReader, Pipeline, assert_clean, assert_killed, assert_zombie_fenced
 
 pytestmark = pytest.mark.spark
 
@@ -138,19 +134,7 @@ def test_zombie_driver_is_fenced(pipeline: Pipeline, strategy: str) -> None:
     (or stops on Spark's own concurrent-writer check) and changes nothing.
     """
     pipeline.strategy = strategy
-    point = ZOMBIE_POINT[strategy]
-    old = pipeline.start(f"{point}@1:stop")
-    wait_for(lambda: point in pipeline.fired(), 240, f"{point} to fire in the old driver")
-    wait_for(lambda: is_stopped(old.pid), 30, "the old driver to stop")
-    assert_clean(pipeline.run())
-    pipeline.assert_exact()
-    signal_session(old.pid, signal.SIGCONT)  # the whole frozen driver: Python, JVM, workers
-    zombie = pipeline.finish(old)
-    assert zombie.returncode == 3, f"the zombie did not stop with an error:\n{zombie.stderr[-3000:]}"
-    # Spark's own checkpoint-log fencing ("Multiple streaming jobs detected" / "... queries are concurrently using")
-    spark_refused = "Multiple streaming" in zombie.stderr
-    assert zombie.error_kind in ("FencedError", "CommitAbortedError") or spark_refused, zombie.stderr[-3000:]
-    pipeline.assert_exact()
+    assert_zombie_fenced(pipeline, ZOMBIE_POINT[strategy])
 
 
 @pytest.mark.parametrize("strategy", ["txid-check", pytest.param("idempotent", marks=pytest.mark.full)])

@@ -1,0 +1,356 @@
+"""Real Spark streaming queries writing Parquet objects into a real S3 store (MinIO), SIGKILLed and restarted.
+
+The S3 counterpart of ``test_postgres_pipeline.py``: ``sink_driver.py --sink s3`` runs in a
+session of its own and writes through :class:`~eosink.connectors.s3.S3Sink` (executors stream
+Arrow batches into multipart uploads; the driver collects only committables,
+``spark.driver.maxResultSize=1m``). Each test kills the driver's whole process group at a named
+fault point of batch 1 (or at random moments, or freezes it, or crashes the store), restarts it on
+the same checkpoint, and reads the prefix back two ways: as a reader of the commit markers
+(:func:`~eosink.connectors.s3.read_committed`: exactly the input rows, one marker per batch of
+Spark's commit log) and as a reader that lists the prefix (what a plain ``spark.read.parquet``
+sees). No incomplete upload of the app is left behind. Every test has a prefix of its own.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eosink._procs import is_stopped, kill_session, signal_session
+from eosink.connectors.s3 import S3Config, committed_markers, read_committed
+from eosink.connectors.s3.admin import S3Admin
+from eosink.connectors.s3.testing import BUCKET, S3Harness, empty_prefix
+from eosink.errors import ServiceError
+from eosink.services import get_service
+from eosink.services.minio import MinioServer, S3Endpoint
+
+from .conftest import Pipeline, Run, assert_clean, assert_killed, assert_zombie_fenced, wait_for
+
+pytestmark = pytest.mark.spark
+
+SINK_DRIVER = Path(__file__).with_name("sink_driver.py")
+STRATEGIES = ["2pc", "txid-check", "idempotent"]
+# S3Sink passes F6 between completing the batch's uploads and creating its commit marker.
+COMMON_POINTS = ["F1", "F2", "F3", "F4", "F6", "F8"]
+# make test: one kill-and-restart per strategy. 2pc at F5 with the checkpoint on S3
+# (test_a_checkpoint_on_s3_...): batch 1's uploads are prepared (incomplete) and Spark's commit log
+# holds it, so only the restart's recovery can complete them from the upload ids the manifest kept.
+# txid-check mid-commit: some objects complete, the marker not yet. idempotent mid-write: a replay
+# writes the same object names again.
+QUICK = {("txid-check", "F6"), ("idempotent", "F2")}
+
+
+def _cases() -> list[Any]:
+    cases = [(s, p) for s in STRATEGIES for p in COMMON_POINTS] + [("2pc", "F5")]
+    return [pytest.param(s, p, marks=() if (s, p) in QUICK else pytest.mark.full, id=f"{s}-{p}") for s, p in cases]
+
+
+@pytest.fixture(scope="session")
+def minio() -> S3Endpoint:
+    """The MinIO service's endpoint; a missing server fails the test (never a skip)."""
+    try:
+        endpoint: S3Endpoint = get_service("minio").endpoint()
+    except ServiceError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return endpoint
+
+
+@dataclass
+class S3Pipeline(Pipeline):
+    """A :class:`Pipeline` whose driver writes Parquet objects under one prefix."""
+
+    files: int = 3
+    store: Any = None  # the S3Endpoint the driver and the checks use
+    prefix: str = ""
+    checkpoint_uri: str = ""  # an s3a:// checkpoint location instead of the local one
+    _harness: Any = field(default=None, repr=False)
+
+    def harness(self) -> S3Harness:
+        if self._harness is None:
+            self._harness = S3Harness()
+            self._harness._endpoint = self.store
+        harness: S3Harness = self._harness
+        return harness
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), **self.store.env(), "EOSINK_TEST_S3_BUCKET": BUCKET}
+
+    def command(self, mode: str, master: str) -> list[str]:
+        return [
+            *(str(SINK_DRIVER), "--sink", "s3"),
+            *("--input", str(self.input), "--checkpoint", self.checkpoint_uri or str(self.checkpoint)),
+            *("--target", self.prefix, "--namespace", self.prefix, "--app-id", self.app_id),
+            *("--strategy", self.strategy, "--master", master, "--stats-out", str(self.root / "stats.json")),
+        ]
+
+    def config(self) -> S3Config:
+        return self.harness().config(self.prefix)
+
+    def spark_committed(self) -> list[int]:
+        if not self.checkpoint_uri:
+            return super().spark_committed()
+        from eosink.checkpoint import SparkCheckpoint
+        from eosink.connectors.s3.checkpoint_fs import register
+
+        register(BUCKET, self.config().connection())
+        committed = SparkCheckpoint(self.checkpoint_uri).committed_batches()
+        assert committed == list(range(len(committed))) and committed, f"Spark's commit log: {committed}"
+        return committed
+
+    # -- reading S3 back --------------------------------------------------------------------------
+
+    def found(self, app_id: str | None = None) -> Counter[tuple[Any, ...]]:
+        """The rows a reader of the commit markers sees."""
+        table: Any = read_committed(self.config(), app_id or self.app_id)
+        return Counter((r["id"], r["account"], r["amount"]) for r in table.to_pylist())
+
+    def listed(self) -> Counter[tuple[Any, ...]]:
+        """The rows a reader that lists the prefix sees (every complete object outside ``_eosink/``)."""
+        import pyarrow.parquet as pq
+
+        s3 = self.harness().client()
+        rows: Counter[tuple[Any, ...]] = Counter()
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{self.prefix}/"):
+            for obj in page.get("Contents", []):
+                if any(part.startswith(("_", ".")) for part in obj["Key"].split("/")[1:]):
+                    continue  # hidden names, as Spark and pyarrow skip them
+                body = s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
+                for r in pq.read_table(io.BytesIO(body)).to_pylist():
+                    rows[(r["id"], r["account"], r["amount"])] += 1
+        return rows
+
+    def bundles(self) -> list[int]:
+        return [m.batch_id for m in committed_markers(self.config(), self.app_id)]
+
+    def in_doubt(self) -> list[str]:
+        apps = S3Admin(self.config()).status(self.app_id).apps
+        return [w.id for a in apps for w in a.in_doubt]
+
+    def uploads(self) -> list[str]:
+        s3 = self.harness().client()
+        found = s3.list_multipart_uploads(Bucket=BUCKET, Prefix=f"{self.prefix}/").get("Uploads", [])
+        return [str(u["Key"]) for u in found]
+
+    def assert_exact(self) -> None:
+        expected, found = self.expected(), self.found()
+        lost, duplicated = expected - found, found - expected
+        assert not lost and not duplicated, f"lost={dict(lost)} duplicated={dict(duplicated)}"
+        assert self.bundles() == self.spark_committed(), f"markers {self.bundles()}"
+        assert not self.in_doubt(), f"uploads left in doubt: {self.in_doubt()}"
+        assert not self.uploads(), f"incomplete uploads left behind: {self.uploads()}"
+
+    def close(self) -> None:
+        empty_prefix(self.harness().client(), BUCKET, self.prefix)
+
+
+def _pipeline(tmp_path: Path, java_opts: str, store: S3Endpoint) -> S3Pipeline:
+    p = S3Pipeline(tmp_path, java_opts=java_opts, store=store, prefix=f"sparks3-{uuid.uuid4().hex[:10]}")
+    p.harness().ensure_bucket()
+    return p
+
+
+@pytest.fixture
+def s3_pipeline(tmp_path: Path, driver_java_opts: str, minio: S3Endpoint) -> Iterator[S3Pipeline]:
+    pipeline = _pipeline(tmp_path, driver_java_opts, minio)
+    yield pipeline
+    pipeline.close()
+
+
+def _rows_of_files(p: S3Pipeline, files: set[int]) -> Counter[tuple[Any, ...]]:
+    return Counter({row: n for row, n in p.expected().items() if row[0] // 10_000 in files})
+
+
+@pytest.mark.parametrize(("strategy", "point"), _cases())
+def test_kill_at_fault_point_then_restart_is_exact(s3_pipeline: S3Pipeline, strategy: str, point: str) -> None:
+    """SIGKILL of the driver's process group at ``point`` of batch 1, then a restart from the checkpoint.
+
+    Pass: a reader of the commit markers sees exactly the input rows, one marker per batch, no
+    upload left incomplete. Under 2pc, killed at or before F5 (prepared, or just in Spark's commit
+    log), nothing of batch 1 is visible yet, not even to a reader that lists the prefix (its
+    uploads are incomplete) and the prepared uploads are listed as in doubt; under txid-check a
+    marker reader sees batch 0 only.
+    """
+    p = s3_pipeline
+    p.strategy = strategy
+    assert_killed(p.run(f"{point}@1:kill"), point)
+    if strategy != "idempotent" and point in ("F2", "F3", "F4", "F5"):
+        assert p.found() == _rows_of_files(p, {0}), "a killed batch's rows became visible before its marker"
+        if strategy == "2pc":
+            assert p.listed() == _rows_of_files(p, {0}), "a prepared object became visible before its commit"
+        if point in ("F3", "F4", "F5"):
+            assert p.in_doubt(), "the killed batch's prepared uploads are not listed as in doubt"
+    assert_clean(p.run())
+    p.assert_exact()
+    if strategy != "idempotent":
+        assert p.listed() == p.expected(), "a failed attempt's object is visible to a reader listing the prefix"
+
+
+def test_a_checkpoint_on_s3_carries_2pc_through_a_kill_at_f5(s3_pipeline: S3Pipeline) -> None:
+    """2pc with ``checkpointLocation`` on S3 (``s3a://``), SIGKILLed at F5 of batch 1 (in Spark's commit log
+    there, its uploads still incomplete), then restarted.
+
+    Pass: nothing of batch 1 visible after the kill, to either reader; after the restart exact, with
+    Spark's commit log and eosink's manifests on S3 (read through the connector's checkpoint file
+    system) and nothing written to a local checkpoint.
+    """
+    p = s3_pipeline
+    p.strategy = "2pc"
+    p.checkpoint_uri = f"s3a://{BUCKET}/{p.prefix}-checkpoint"
+    s3 = p.harness().client()
+    root = f"{p.prefix}-checkpoint"
+
+    def keys() -> list[str]:
+        return [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{root}/").get("Contents", [])]
+
+    try:
+        assert_killed(p.run("F5@1:kill"), "F5")
+        assert p.found() == p.listed() == _rows_of_files(p, {0}), "batch 1's rows became visible before its commit"
+        assert p.in_doubt(), "the killed batch's prepared uploads are not listed as in doubt"
+        assert f"{root}/commits/1" in keys() and any(k.endswith("/1.json") and "/eosink/" in k for k in keys())
+        assert_clean(p.run())
+        p.assert_exact()
+        assert f"{root}/commits/{p.files - 1}" in keys(), keys()
+        assert not p.checkpoint.exists()
+    finally:
+        empty_prefix(s3, BUCKET, root)
+
+
+class MarkerReader:
+    """A concurrent reader of the commit markers: records every partial batch it sees.
+
+    A row's file is ``id // 10000`` and a batch is usually one input file (Spark's offsets log
+    says when a batch took two). Each poll reads the committed rows; a file is partial when some
+    but not all of its rows are visible.
+    """
+
+    def __init__(self, pipeline: S3Pipeline) -> None:
+        self.pipeline = pipeline
+        self.per_file: Counter[int] = Counter()
+        for (row_id, _, _), n in pipeline.expected().items():
+            self.per_file[row_id // 10_000] += n
+        self.polls = 0
+        self.partial: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from eosink.errors import EosinkError
+
+        while not self._stop.wait(0.05):
+            try:
+                rows = self.pipeline.found()
+            except EosinkError:
+                continue  # nothing written yet, or the store busy: poll again
+            self.polls += 1
+            counts: Counter[int] = Counter()
+            for (row_id, _, _), n in rows.items():
+                counts[row_id // 10_000] += n
+            self.partial += [
+                f"file {f}: {n} of {self.per_file[f]} rows" for f, n in counts.items() if n != self.per_file[f]
+            ]
+
+    def __enter__(self) -> MarkerReader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def _run_and_kill(p: S3Pipeline, markers: int, jitter_s: float) -> Run:
+    """Start the driver; once ``markers`` more batches are committed (or its first batch is planned), wait
+    ``jitter_s`` and SIGKILL its group: kills land while batches are written and committed."""
+    before = len(p.bundles())
+    proc = p.start()
+    offsets = p.checkpoint / "offsets"
+
+    def progressed() -> bool:
+        planned = offsets.exists() and any(offsets.iterdir())
+        return proc.poll() is not None or (planned and len(p.bundles()) >= before + markers)
+
+    wait_for(progressed, 240, "the driver to make progress")
+    t0 = time.monotonic()
+    wait_for(lambda: proc.poll() is not None or time.monotonic() - t0 >= jitter_s, jitter_s + 30, "the kill moment")
+    if proc.poll() is None:
+        kill_session(proc.pid)
+    return p.finish(proc)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(("strategy", "seed"), [("2pc", 1), ("txid-check", 1), ("2pc", 2), ("idempotent", 2)])
+def test_random_kills_then_restart_is_exact(s3_pipeline: S3Pipeline, strategy: str, seed: int) -> None:
+    """Seeded random-moment SIGKILLs of the driver's group, restarts until the input is exhausted.
+
+    Pass: exact, one marker per batch, no upload left, and under 2pc and txid-check the concurrent
+    reader of the commit markers never saw part of a batch.
+    """
+    p = s3_pipeline
+    p.strategy = strategy
+    p.files = 5
+    p.__post_init__()  # rewrite the input: five batches
+    rng = random.Random(seed)
+    with MarkerReader(p) as reader:
+        runs = [_run_and_kill(p, rng.randint(0, 2), rng.uniform(0, 1.5)) for _ in range(2)]
+        runs.append(p.run())
+    assert_clean(runs[-1])
+    assert any(r.returncode == -signal.SIGKILL for r in runs), "no run was killed: the test proved nothing"
+    p.assert_exact()
+    assert reader.polls > 0
+    if strategy != "idempotent":
+        assert not reader.partial, reader.partial[:5]
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(("strategy", "point"), [("2pc", "F4"), ("txid-check", "F1")])
+def test_a_zombie_driver_is_fenced(s3_pipeline: S3Pipeline, strategy: str, point: str) -> None:
+    """F10: the old driver is frozen (SIGSTOP of its whole session) at ``point`` of batch 1, a new driver
+    takes over and finishes, then the old one is thawed (SIGCONT).
+
+    Pass: the new driver ends cleanly and the prefix is exact; the zombie stops with FencedError (its
+    epoch object was replaced) or on Spark's own concurrent-writer check; still exact afterwards.
+    """
+    p = s3_pipeline
+    p.strategy = strategy
+    assert_zombie_fenced(p, point)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("strategy", ["2pc", "txid-check"])
+def test_a_store_crashed_mid_batch_then_restarted_is_exact(
+    tmp_path: Path, driver_java_opts: str, strategy: str
+) -> None:
+    """A private MinIO is SIGKILLed and restarted while the driver is frozen mid-write of batch 1 (F2).
+
+    Pass: the thawed driver either finishes or stops with an eosink error; restarts from the
+    checkpoint (at most two) end cleanly, and the prefix is exact with no upload left.
+    """
+    server = MinioServer(tmp_path / "minio")
+    server.start()
+    try:
+        p = _pipeline(tmp_path / "job", driver_java_opts, server.endpoint)
+        p.strategy = strategy
+        proc = p.start("F2@1:stop")
+        wait_for(lambda: "F2" in p.fired(), 240, "F2 to fire")
+        wait_for(lambda: is_stopped(proc.pid), 30, "the driver to stop")
+        server.restart(crash=True)
+        signal_session(proc.pid, signal.SIGCONT)
+        runs = [p.finish(proc)]
+        while runs[-1].returncode != 0 and len(runs) < 3:
+            assert runs[-1].returncode == 3, f"driver failed ({runs[-1].returncode}):\n{runs[-1].stderr[-4000:]}"
+            runs.append(p.run())
+        assert_clean(runs[-1])
+        p.assert_exact()
+    finally:
+        server.close()
