@@ -101,6 +101,7 @@ class KafkaAdapter:
         self._admin: Any = None
         self._offsets: dict[str, dict[int, int]] = {}
         self._views: dict[str, Any] = {}
+        self._stamped: dict[str, int] = {}  # ns -> the newest batch a poll has returned
 
     # -- parent side ------------------------------------------------------------------------------
 
@@ -168,6 +169,7 @@ class KafkaAdapter:
                 self.admin().delete_topics([topic])
         self._offsets.pop(ns, None)
         self._views.pop(ns, None)
+        self._stamped.pop(ns, None)
 
     def run_external(self, spec: RunSpec, ns: str, dataset: Any) -> float:
         """``raw-producer``: Kafka's ProducerPerformance tool, one producer, every record acknowledged by all."""
@@ -243,13 +245,27 @@ class KafkaAdapter:
         raise ConfigurationError(f"Run {spec.name!r} ({spec.kind}) is not a Spark run.", "Kafka has no external runs.")
 
     def poll_visible(self, ns: str, after_id: int, warm_from_us: int) -> tuple[list[tuple[int, int]], int, int | None]:
-        """Records committed since the last poll, read up to the first open transaction of each partition."""
+        """Records committed since the last poll, read up to the first open transaction of each partition.
+
+        The newest bundle is read first, and a poll that finds a new one returns at once: the harness
+        stamps a batch visible when a poll returns it, and reading the records (decoded here, in Python)
+        must not delay that stamp. The records are read by the next poll (their latencies are then late
+        by up to one poll interval, never early)."""
         from kafka.errors import UnknownTopicOrPartitionError
 
         from eosink.connectors.kafka import _wire
         from eosink.connectors.kafka._progress import ProgressView
 
         admin = self.admin()
+        batch: int | None = None
+        view = self._views.setdefault(ns, ProgressView(_progress(ns)))
+        if _progress(ns) in set(admin.list_topics()):
+            view.refresh(admin)
+            last = view.last(app_id(ns))
+            batch = None if last is None else last.batch.batch_id
+            if batch is not None and batch > self._stamped.get(ns, -1):
+                self._stamped[ns] = batch
+                return [], after_id, batch
         offsets = self._offsets.setdefault(ns, dict.fromkeys(range(PARTITIONS), 0))
         now_us = time.time() * 1e6
         buckets: dict[int, int] = {}
@@ -270,12 +286,6 @@ class KafkaAdapter:
                 hi = max(hi, rid)
             first_open = min((rs[0].offset for rs in part.open.values() if rs), default=None)
             offsets[p] = part.high_watermark if first_open is None else first_open
-        batch: int | None = None
-        view = self._views.setdefault(ns, ProgressView(_progress(ns)))
-        if _progress(ns) in set(admin.list_topics()):
-            view.refresh(admin)
-            last = view.last(app_id(ns))
-            batch = None if last is None else last.batch.batch_id
         return sorted(buckets.items()), hi, batch
 
     def scrub(self, text: str) -> str:
