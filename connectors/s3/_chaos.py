@@ -146,8 +146,9 @@ class S3ChaosTarget:
 
     def leftovers(self, names: Names) -> dict[str, int]:
         """In-doubt work of the schedule left behind: its incomplete multipart uploads."""
-        listed = self._client().list_multipart_uploads(Bucket=BUCKET, Prefix=f"{names.table}/")
-        return {"incomplete_uploads": len(listed.get("Uploads", []))}
+        from eosink.connectors.s3.testing import incomplete_uploads
+
+        return {"incomplete_uploads": len(incomplete_uploads(self._client(), BUCKET, names.table))}
 
     def drop(self, names: Names) -> None:
         from eosink.connectors.s3.testing import empty_prefix

@@ -16,7 +16,7 @@ from eosink.connectors.s3._markers import FORMAT
 from eosink.contracts import Namespace, SinkHarness
 from eosink.services import get_service
 
-__all__ = ["COMMIT_REQUEST_MARKER", "S3Harness", "empty_prefix"]
+__all__ = ["COMMIT_REQUEST_MARKER", "S3Harness", "empty_prefix", "incomplete_uploads"]
 
 BUCKET = "eosink-tests"
 
@@ -113,13 +113,24 @@ class S3Harness(SinkHarness):
         empty_prefix(self.client(), self.bucket, ns.name)
 
 
+def incomplete_uploads(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
+    """The incomplete multipart uploads under ``prefix/`` (each with ``Key`` and ``UploadId``).
+
+    The whole bucket is listed and filtered here: MinIO lists only the uploads of a key equal to the
+    ``Prefix`` it is given, so a prefix filter on the request finds nothing there.
+    """
+    root = f"{prefix.strip('/')}/" if prefix else ""
+    found: list[dict[str, Any]] = []
+    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket):
+        found += [u for u in page.get("Uploads", []) if str(u["Key"]).startswith(root)]
+    return found
+
+
 def empty_prefix(s3: Any, bucket: str, prefix: str) -> None:
     """Abort every upload and delete every object under ``prefix/``."""
     root = f"{prefix.strip('/')}/" if prefix else ""
-    paginator = s3.get_paginator("list_multipart_uploads")
-    for page in paginator.paginate(Bucket=bucket, Prefix=root):
-        for upload in page.get("Uploads", []):
-            s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+    for upload in incomplete_uploads(s3, bucket, prefix):
+        s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
     paginator = s3.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=bucket, Prefix=root):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]

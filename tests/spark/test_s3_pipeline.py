@@ -14,8 +14,11 @@ sees). No incomplete upload of the app is left behind. Every test has a prefix o
 from __future__ import annotations
 
 import io
+import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -30,7 +33,7 @@ import pytest
 from eosink._procs import is_stopped, kill_session, signal_session
 from eosink.connectors.s3 import S3Config, committed_markers, read_committed
 from eosink.connectors.s3.admin import S3Admin
-from eosink.connectors.s3.testing import BUCKET, S3Harness, empty_prefix
+from eosink.connectors.s3.testing import BUCKET, S3Harness, empty_prefix, incomplete_uploads
 from eosink.errors import ServiceError
 from eosink.services import get_service
 from eosink.services.minio import MinioServer, S3Endpoint
@@ -139,8 +142,7 @@ class S3Pipeline(Pipeline):
 
     def uploads(self) -> list[str]:
         s3 = self.harness().client()
-        found = s3.list_multipart_uploads(Bucket=BUCKET, Prefix=f"{self.prefix}/").get("Uploads", [])
-        return [str(u["Key"]) for u in found]
+        return [str(u["Key"]) for u in incomplete_uploads(s3, BUCKET, self.prefix)]
 
     def assert_exact(self) -> None:
         expected, found = self.expected(), self.found()
@@ -354,3 +356,43 @@ def test_a_store_crashed_mid_batch_then_restarted_is_exact(
         p.assert_exact()
     finally:
         server.close()
+
+
+@pytest.mark.full
+def test_uploads_a_lifecycle_rule_aborted_stop_the_query_and_a_rewind_lands_the_batch_once(
+    s3_pipeline: S3Pipeline,
+) -> None:
+    """2pc SIGKILLed at F5 of batch 1 (Spark committed it, the sink did not); then every incomplete upload of
+    the prefix is aborted, as a bucket's lifecycle rule for incomplete uploads does.
+
+    Pass: the restart stops with PreparedWorkLostError (exit 3) naming batch 1 and the rewind, with
+    nothing of batch 1 visible; ``eosink recover --rewind`` prints its plan and changes nothing,
+    ``--yes`` carries it out; the next restart completes and the prefix is exact.
+    """
+    p = s3_pipeline
+    p.strategy = "2pc"
+    assert_killed(p.run("F5@1:kill"), "F5")
+    s3 = p.harness().client()
+    uploads = incomplete_uploads(s3, BUCKET, p.prefix)
+    assert uploads, "batch 1's prepared uploads should be there after a kill at F5"
+    for u in uploads:
+        s3.abort_multipart_upload(Bucket=BUCKET, Key=u["Key"], UploadId=u["UploadId"])
+    stopped = p.run()
+    assert stopped.returncode == 3 and stopped.error_kind == "PreparedWorkLostError", stopped.stderr[-3000:]
+    assert "Batch 1 of app_id" in stopped.stderr and "--rewind" in stopped.stderr
+    assert p.found() == p.listed() == _rows_of_files(p, {0}), "the query went on past the lost batch"
+    cli = [
+        *("recover", "--sink", "s3", "--bucket", BUCKET, "--prefix", p.prefix, "--app-id", p.app_id),
+        *("--checkpoint", str(p.checkpoint), "--rewind"),
+    ]
+    eosink = [sys.executable, "-m", "eosink.cli"]
+    env = {**os.environ, **p.store.env()}
+    dry = subprocess.run([*eosink, *cli], capture_output=True, text=True, env=env, timeout=120)
+    assert dry.returncode == 0 and "dry run: nothing changed" in dry.stdout, dry.stdout + dry.stderr
+    assert (p.checkpoint / "commits" / "1").exists()
+    done = subprocess.run([*eosink, *cli, "--yes"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "Start the query again" in done.stdout, done.stdout + done.stderr
+    assert not (p.checkpoint / "commits" / "1").exists() and (p.checkpoint / "offsets" / "1").exists()
+    assert_clean(p.run())
+    p.assert_exact()
+    assert p.store.secret_key not in dry.stdout + dry.stderr + done.stdout + done.stderr + stopped.stderr
