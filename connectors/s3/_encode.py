@@ -75,7 +75,8 @@ def check_record_sizes(batch: pa.RecordBatch, limit: int, where: str) -> None:
     """BadRecordError for a row larger than ``limit`` bytes (as Arrow holds it), before it is written."""
     if batch.num_rows == 0:
         return
-    sizes: Any = None
+    sizes: Any = pa.scalar(0, pa.int64())
+    nested = []
     for column in batch.columns:
         kind = column.type
         if (
@@ -84,17 +85,15 @@ def check_record_sizes(batch: pa.RecordBatch, limit: int, where: str) -> None:
             or pa.types.is_large_string(kind)
             or pa.types.is_large_binary(kind)
         ):
-            part = pc.fill_null(pc.binary_length(column), 0)
+            sizes = pc.add(sizes, pc.fill_null(pc.binary_length(column), 0))
+        elif (width := _bit_width(kind)) is not None:
+            sizes = pc.add(sizes, pa.scalar(max(width // 8, 1), pa.int64()))
         else:
-            width = _bit_width(kind)
-            size = max(width // 8, 1) if width is not None else column.nbytes // max(batch.num_rows, 1)
-            part = pa.scalar(size, pa.int64())
-        sizes = part if sizes is None else pc.add(sizes, part)
-    if isinstance(sizes, pa.Scalar):
-        biggest, at = int(sizes.as_py()), 0
-    else:
-        at = int(pc.index(sizes, pc.max(sizes)).as_py())
-        biggest = int(sizes[at].as_py())
+            nested.append(column)
+    if nested and _largest(sizes)[0] + sum(c.nbytes for c in nested) > limit:
+        for column in nested:  # lists, structs, maps: one huge value must not hide in the column's average
+            sizes = pc.add(sizes, pa.array([column.slice(i, 1).nbytes for i in range(batch.num_rows)], pa.int64()))
+    biggest, at = _largest(sizes)
     if biggest > limit:
         raise BadRecordError(
             f"A row of {biggest} bytes is larger than max_record_bytes={limit} ({where}, row {at} of its record "
@@ -102,6 +101,14 @@ def check_record_sizes(batch: pa.RecordBatch, limit: int, where: str) -> None:
             "Filter or truncate oversized rows, or raise max_record_bytes (and max_buffer_bytes) if such rows "
             "are expected.",
         )
+
+
+def _largest(sizes: Any) -> tuple[int, int]:
+    """(the largest size, its row) of per-row ``sizes`` (an array, or one scalar for every row)."""
+    if isinstance(sizes, pa.Scalar):
+        return int(sizes.as_py()), 0
+    at = int(pc.index(sizes, pc.max(sizes)).as_py())
+    return int(sizes[at].as_py()), at
 
 
 def _bit_width(kind: pa.DataType) -> int | None:

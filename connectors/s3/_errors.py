@@ -3,7 +3,8 @@
 Every part of the connector that talks to the store (the sink's two sides, the readers, the
 checkpoint file system, ``eosink status``) turns a botocore error into an eosink error here, so
 the same failure is the same class everywhere: a missing bucket, refused credentials or a
-missing permission are ConfigurationErrors (fix and restart), a dropped connection, a timeout
+missing permission are ConfigurationErrors (fix and restart), an object name the store refuses a
+BadRecordError (the partition values made it), a dropped connection, a timeout
 or a busy store a TransientError (retry), anything else an EosinkError naming the S3 code.
 No secret reaches the text: every message is scrubbed, and the botocore error is not chained.
 """
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from eosink.connectors.s3.config import S3Connection
-from eosink.errors import ConfigurationError, EosinkError, TransientError
+from eosink.errors import BadRecordError, ConfigurationError, EosinkError, TransientError
 
 __all__ = [
     "PERMISSIONS",
@@ -155,6 +156,12 @@ def translate(conn: S3Connection, exc: BaseException, what: str) -> EosinkError:
     ):
         return ConfigurationError(
             f"{where}: server-side encryption was refused ({detail}).", "Fix sse and sse_kms_key_id."
+        )
+    if code in ("KeyTooLongError", "XMinioInvalidObjectName"):
+        return BadRecordError(
+            f"{where}: the store refused the object's name ({detail}).",
+            "Shorten the prefix and the partition values: at most 1024 bytes per key, and (MinIO) 255 bytes "
+            "between two slashes.",
         )
     if code in _TRANSIENT_CODES or (http_status(exc) or 0) >= 500:
         return TransientError(f"{where} failed: the store is busy or failing ({detail}).", "Retry with backoff.")

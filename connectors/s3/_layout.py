@@ -26,7 +26,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from eosink.connectors.s3.config import MAX_KEY_BYTES
+from eosink.connectors.s3.config import MAX_KEY_BYTES, MAX_SEGMENT_BYTES
 from eosink.errors import BadRecordError, SchemaError
 
 __all__ = [
@@ -214,4 +214,18 @@ class Layout:
                 "the partition values make it too long.",
                 "Shorten the prefix or the partition values (or partition by fewer or shorter columns).",
             )
+        _check_segments(folder)
         return key
+
+
+def _check_segments(folder: str) -> None:
+    """BadRecordError for a partition folder name over MAX_SEGMENT_BYTES: MinIO refuses such a key only
+    at the upload of a part, with an error that does not say which value is at fault."""
+    for segment in folder.split("/"):
+        size = len(segment.encode("utf-8"))
+        if size > MAX_SEGMENT_BYTES:
+            raise BadRecordError(
+                f"The partition folder {segment[:80]!r}... would be {size} bytes, over the {MAX_SEGMENT_BYTES} "
+                "bytes that MinIO (and HDFS) allow between two slashes of a key.",
+                "Shorten the partition values (e.g. substring or hash them), or partition by another column.",
+            )

@@ -184,8 +184,8 @@ class _WriteSide(_S3Base):
         out = []
         for row, indices in groups.items():
             folder = "".join(escape_partition(c, v, where) for c, v in zip(cols, row, strict=True))
-            if folder not in txn.partitions:
-                txn.partitions[folder] = {c: partition_text(v) for c, v in zip(cols, row, strict=True)}
+            if folder not in txn.partitions:  # null and '' share the default folder: both are read back as null
+                txn.partitions[folder] = {c: partition_text(v) or None for c, v in zip(cols, row, strict=True)}
             out.append((folder, body if len(groups) == 1 else body.take(pa.array(indices, pa.int64()))))
         return out
 

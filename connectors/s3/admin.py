@@ -43,8 +43,8 @@ class S3Admin(SinkAdmin):
         s3 = _client.client(conn)
         layout = Layout(self.config.prefix)
         sink = self.make_sink()
+        sink._head_bucket()  # a 403 says whether the keys or a permission is wrong
         with translated(conn, f"reading the status of {self.config.root}"):
-            s3.head_bucket(Bucket=self.config.bucket)
             apps = [app_id] if app_id is not None else _app_ids(s3, self.config, layout)
             uploads = sink._uploads()
             now = dt.datetime.now(dt.timezone.utc)

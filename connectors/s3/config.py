@@ -25,6 +25,9 @@ MAX_PARTS = 10_000
 """S3's most parts per upload."""
 MAX_KEY_BYTES = 1024
 """S3's longest object key, in UTF-8 bytes."""
+MAX_SEGMENT_BYTES = 255
+"""The longest segment (between slashes) of a key eosink writes: MinIO keeps objects as files and refuses
+longer names (as HDFS does by default); AWS S3 would take them, but the dataset could then not be copied."""
 
 ENV_VARS = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY", "EOSINK_S3_REGION")
 """Where :meth:`S3Connection.from_env` looks first (the service harness's variables); boto3's chain after."""
@@ -144,7 +147,7 @@ class S3Config:
 
     * ``bucket`` and ``prefix``: objects go under ``s3://bucket/prefix/``; eosink's bookkeeping under
       ``prefix/_eosink/`` (Spark, Hive and pyarrow skip folders starting with ``_``). The prefix may
-      hold letters, digits and ``!-_.*'()/=``; no empty, ``.`` or ``..`` segment.
+      hold letters, digits and ``!-_.*'()/=``; no empty, ``.`` or ``..`` segment, none over 255 bytes.
     * ``format``: ``"parquet"`` (pyarrow; ``compression`` snappy by default, ``compression_level``) or
       ``"jsonl"`` (one JSON object per line; ``compression`` none or gzip).
     * ``partition_by``: columns written as ``key=value/`` folders, as Spark does (the columns leave the
@@ -157,7 +160,8 @@ class S3Config:
     * ``part_size_bytes`` (>= 5 MiB): bytes per uploaded part; ``row_group_bytes`` and ``row_group_rows``:
       a Parquet row group is written when either is reached; ``max_object_bytes``: a participant
       starts a new object beyond it; ``max_record_bytes``: a larger row is refused (BadRecordError);
-      ``max_buffer_bytes``: what a participant holds in memory across its open objects.
+      ``max_buffer_bytes``: what a participant holds in memory across its open objects (neither
+      ``max_record_bytes`` nor ``row_group_bytes`` may exceed it).
     * ``check_conditional_writes``: at setup, prove that the store honours ``If-None-Match: *`` and
       ``If-Match`` (commit markers and the epoch object rely on them).
 
@@ -255,11 +259,14 @@ class S3Config:
                 f"{self.part_size_bytes} bytes.",
                 "Raise part_size_bytes or lower max_object_bytes.",
             )
-        if self.max_record_bytes > self.max_buffer_bytes:
-            raise ConfigurationError(
-                "max_record_bytes is larger than max_buffer_bytes: such a record could never be buffered.",
-                "Keep max_record_bytes <= max_buffer_bytes.",
-            )
+        for name in ("max_record_bytes", "row_group_bytes"):
+            if getattr(self, name) > self.max_buffer_bytes:
+                raise ConfigurationError(
+                    f"{name}={getattr(self, name)} is larger than max_buffer_bytes={self.max_buffer_bytes}: "
+                    f"{'such a record' if name == 'max_record_bytes' else 'a row group that size'} could never be "
+                    "buffered.",
+                    f"Keep {name} <= max_buffer_bytes (raise max_buffer_bytes, or lower {name}).",
+                )
 
     @classmethod
     def from_env(cls, bucket: str, prefix: str = "", **options: Any) -> S3Config:
@@ -328,6 +335,13 @@ def _check_prefix(prefix: object) -> str:
     if any(s in ("", ".", "..") for s in segments):
         raise ConfigurationError(
             f"prefix={prefix!r} has an empty, '.' or '..' segment.", "Write the path without '//', './' or '../'."
+        )
+    long = [s for s in segments if len(s.encode()) > MAX_SEGMENT_BYTES]
+    if long:
+        raise ConfigurationError(
+            f"prefix={prefix!r} has a segment of {len(long[0].encode())} bytes: MinIO (and HDFS) refuse names over "
+            f"{MAX_SEGMENT_BYTES} bytes between two slashes.",
+            f"Split the prefix into shorter folders (at most {MAX_SEGMENT_BYTES} bytes each).",
         )
     if any(s.startswith("_eosink") for s in segments):
         raise ConfigurationError(f"prefix={prefix!r} is inside eosink's bookkeeping.", "Choose another prefix.")

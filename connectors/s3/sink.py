@@ -2,8 +2,10 @@
 
 The contract maps onto S3 like this (``ctl`` is ``<prefix>/_eosink/<app-dir>/``, see ``_layout``)::
 
-    setup(app_id)          HeadBucket; once per process and prefix, a probe that the store honours
-                           If-None-Match: * and If-Match (a store that ignores them is refused)
+    setup(app_id)          HeadBucket (a 403 is asked again as a one-key listing, whose error says
+                           whether the keys or a permission is wrong); once per process and prefix, a
+                           probe that the store honours If-None-Match: * and If-Match (a store that
+                           ignores them is refused)
     fence(app_id)          ctl/epoch.json read, then written as epoch + 1 with If-Match on the ETag
                            read (If-None-Match: * for the first): two writers fencing at once both
                            get an epoch of their own, and a lost reply is recognised by a nonce
@@ -48,7 +50,7 @@ import uuid
 from typing import Any
 
 from eosink.connectors.s3._commit_side import _CommitSide
-from eosink.connectors.s3._errors import is_connection_error, is_precondition_failed, translate
+from eosink.connectors.s3._errors import http_status, is_connection_error, is_precondition_failed, translate
 from eosink.connectors.s3._layout import Layout
 from eosink.connectors.s3._write_side import _Txn, _WriteSide
 from eosink.connectors.s3.config import S3Config
@@ -118,8 +120,7 @@ class S3Sink(_WriteSide, _CommitSide, Sink[_Txn]):
 
     def setup(self, app_id: str) -> None:
         """Check the bucket, and once per process and prefix that the store honours conditional writes."""
-        with self._errors(f"setup of {self.config.root}: HeadBucket"):
-            self._s3.head_bucket(Bucket=self.config.bucket)
+        self._head_bucket()
         if not self.config.check_conditional_writes:
             return
         key = (os.getpid(), self._conn, self.config.bucket, self.config.prefix)
@@ -129,6 +130,20 @@ class S3Sink(_WriteSide, _CommitSide, Sink[_Txn]):
         self._probe_conditional_writes()
         with _PROBE_LOCK:
             _PROBED.add(key)
+
+    def _head_bucket(self) -> None:
+        """HeadBucket; on a 403, a GET (a one-key listing) to learn why: a HEAD reply has no body, so its
+        403 cannot tell wrong credentials from a missing permission, and the two need different fixes."""
+        from botocore.exceptions import ClientError
+
+        with self._errors(f"setup of {self.config.root}: HeadBucket"):
+            try:
+                self._s3.head_bucket(Bucket=self.config.bucket)
+            except ClientError as exc:
+                if http_status(exc) != 403:
+                    raise
+                self._s3.list_objects_v2(Bucket=self.config.bucket, Prefix=self.layout.root, MaxKeys=1)
+                raise  # the listing is allowed: the HEAD's 403 stands
 
     def _probe_conditional_writes(self) -> None:
         """PUT a probe with If-None-Match: * twice and once with a wrong If-Match: the second and third must be
