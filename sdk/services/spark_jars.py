@@ -134,15 +134,13 @@ class SparkJars:
         fetch_jars(self.artifacts(group), self.directory(group), what=f"Spark's {group} jars for {self.versions}")
 
     def jars(self, *groups: str) -> list[Path]:
-        """The jars to add to Spark for ``groups`` (default: all), without what Spark already ships."""
+        """The jars to add to Spark for ``groups`` (default: all), without what Spark already ships; a group not
+        fetched yet is fetched first (from Maven Central, once, into the cache)."""
         selected = []
         for group in groups or tuple(GROUPS):
             directory = self.directory(group)
             if not (directory / ".complete").exists():
-                raise ServiceError(
-                    f"Spark's {group} jars have not been fetched yet.",
-                    "run `make services-up` (or `eosink services up`).",
-                )
+                self.fetch(group)
             for jar in sorted(directory.glob("*.jar")):
                 m = _VERSIONED.match(jar.name)
                 if m is None or m.group("name") not in self.versions.shipped:
