@@ -9,6 +9,7 @@ attempt alive at commit, and batch ids and epochs past 10.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,12 +131,14 @@ def run_schedules(
     visible: Callable[[Namespace], Counter[str]],
     examples: int = DEFAULT_EXAMPLES,
 ) -> None:
-    """Run :data:`ALWAYS` and ``examples`` random schedules; each gets a fresh namespace under ``root``."""
+    """Run :data:`ALWAYS` and ``examples`` random schedules; each gets a fresh namespace under ``root``, named
+    uniquely per run (a store that outlives one test run, your own S3 or database, may still hold older ones)."""
     counter = iter(range(10**9))
+    run = uuid.uuid4().hex[:8]
 
     def schedule(ops: list[Op], warmup: int) -> None:
         n = next(counter)
-        ns = Namespace(f"eosched{n}_{root.name[-6:].lower()}".replace("-", "_"), root / f"schedule-{n}")
+        ns = Namespace(f"eosched{n}_{run}", root / f"schedule-{n}")
         ns.path.mkdir(parents=True)
         sink = harness.make_sink(ns)
         try:
