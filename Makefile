@@ -190,10 +190,11 @@ spark-full: venv java
 	$(PYTEST) tests/spark -q --durations=20 --ignore=tests/spark/test_postgres_pipeline.py --ignore=tests/spark/test_kafka_pipeline.py \
 		--ignore=tests/spark/test_s3_pipeline.py
 
-# The quick Spark tests again with executors in JVMs of their own.
+# The quick Spark tests again with executors in JVMs of their own (but the demo: it runs its drivers on
+# local[2,4] whatever the tests' master, so it would only prove again what spark-full proved).
 local-cluster: venv java
 	@$(call WITH_SPARK_SERVICES,EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]" $(PYTEST) tests/spark -q \
-		-m "not full" --durations=10)
+		-m "not full" --deselect tests/spark/test_demo.py --durations=10)
 
 # The chaos harness's whole mode (every strategy, the plain baseline, the non-deterministic mode), 3 schedules
 # each, 2 at a time, checked by chaos-quick's full tests: a superset of `make chaos-quick`, so test-full runs only this.
