@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,6 +220,26 @@ def assert_zombie_fenced(pipeline: Pipeline, point: str) -> None:
     spark_refused = "Multiple streaming" in zombie.stderr
     assert zombie.error_kind in ("FencedError", "CommitAbortedError") or spark_refused, zombie.stderr[-3000:]
     pipeline.assert_exact()
+
+
+def run_and_kill(pipeline: Pipeline, bundles: Callable[[], Sequence[object]], batches: int, jitter_s: float) -> Run:
+    """Start the driver; once its first batch is planned and ``batches`` more batches have their bundle in the
+    sink (``bundles()``), wait ``jitter_s`` and SIGKILL its whole session: kills land while batches are
+    written and committed, not while the JVM starts."""
+    before = len(bundles())
+    proc = pipeline.start()
+    offsets = pipeline.checkpoint / "offsets"
+
+    def progressed() -> bool:
+        planned = offsets.exists() and any(offsets.iterdir())
+        return proc.poll() is not None or (planned and len(bundles()) >= before + batches)
+
+    wait_for(progressed, 240, "the driver to make progress")
+    t0 = time.monotonic()
+    wait_for(lambda: proc.poll() is not None or time.monotonic() - t0 >= jitter_s, jitter_s + 30, "the kill moment")
+    if proc.poll() is None:
+        kill_session(proc.pid)
+    return pipeline.finish(proc)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 import uuid
@@ -32,7 +34,7 @@ from eosink.connectors.kafka.testing import by_key, read_topic
 from eosink.errors import ServiceError
 from eosink.services import get_service
 
-from .conftest import Pipeline, assert_clean, assert_killed, assert_zombie_fenced, wait_for
+from .conftest import Pipeline, assert_clean, assert_killed, assert_zombie_fenced, run_and_kill, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -162,6 +164,27 @@ def test_kill_at_fault_point_then_restart_is_exact(kafka_pipeline: KafkaPipeline
         if point in ("F3", "F4", "F5"):
             assert p.in_doubt(), "the killed batch's prepared transactions are not listed as in doubt"
     assert_clean(p.run())
+    p.assert_exact()
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(("strategy", "seed"), [("2pc", 1), ("txid-check", 1), ("idempotent", 2)])
+def test_random_kills_then_restart_is_exact(kafka_pipeline: KafkaPipeline, strategy: str, seed: int) -> None:
+    """Seeded random-moment SIGKILLs of the driver's group (after a random number of committed batches, plus a
+    random delay), restarts until the input is exhausted.
+
+    Pass: a read_committed consumer sees every input record once (by key under idempotent), one bundle
+    per batch, no transaction left open.
+    """
+    p = kafka_pipeline
+    p.strategy = strategy
+    p.files = 5
+    p.__post_init__()  # rewrite the input: five batches
+    rng = random.Random(seed)
+    runs = [run_and_kill(p, p.bundles, rng.randint(0, 2), rng.uniform(0, 1.5)) for _ in range(2)]
+    runs.append(p.run())
+    assert_clean(runs[-1])
+    assert any(r.returncode == -signal.SIGKILL for r in runs), "no run was killed: the test proved nothing"
     p.assert_exact()
 
 

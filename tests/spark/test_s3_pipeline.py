@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from eosink._procs import is_stopped, kill_session, signal_session
+from eosink._procs import is_stopped, signal_session
 from eosink.connectors.s3 import S3Config, committed_markers, read_committed
 from eosink.connectors.s3.admin import S3Admin
 from eosink.connectors.s3.testing import BUCKET, S3Harness, empty_prefix, incomplete_uploads
@@ -38,7 +37,7 @@ from eosink.errors import ServiceError
 from eosink.services import get_service
 from eosink.services.minio import MinioServer, S3Endpoint
 
-from .conftest import Pipeline, Run, assert_clean, assert_killed, assert_zombie_fenced, wait_for
+from .conftest import Pipeline, assert_clean, assert_killed, assert_zombie_fenced, run_and_kill, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -271,25 +270,6 @@ class MarkerReader:
         self._thread.join(30)
 
 
-def _run_and_kill(p: S3Pipeline, markers: int, jitter_s: float) -> Run:
-    """Start the driver; once ``markers`` more batches are committed (or its first batch is planned), wait
-    ``jitter_s`` and SIGKILL its group: kills land while batches are written and committed."""
-    before = len(p.bundles())
-    proc = p.start()
-    offsets = p.checkpoint / "offsets"
-
-    def progressed() -> bool:
-        planned = offsets.exists() and any(offsets.iterdir())
-        return proc.poll() is not None or (planned and len(p.bundles()) >= before + markers)
-
-    wait_for(progressed, 240, "the driver to make progress")
-    t0 = time.monotonic()
-    wait_for(lambda: proc.poll() is not None or time.monotonic() - t0 >= jitter_s, jitter_s + 30, "the kill moment")
-    if proc.poll() is None:
-        kill_session(proc.pid)
-    return p.finish(proc)
-
-
 @pytest.mark.full
 @pytest.mark.parametrize(("strategy", "seed"), [("2pc", 1), ("txid-check", 1), ("2pc", 2), ("idempotent", 2)])
 def test_random_kills_then_restart_is_exact(s3_pipeline: S3Pipeline, strategy: str, seed: int) -> None:
@@ -304,7 +284,7 @@ def test_random_kills_then_restart_is_exact(s3_pipeline: S3Pipeline, strategy: s
     p.__post_init__()  # rewrite the input: five batches
     rng = random.Random(seed)
     with MarkerReader(p) as reader:
-        runs = [_run_and_kill(p, rng.randint(0, 2), rng.uniform(0, 1.5)) for _ in range(2)]
+        runs = [run_and_kill(p, p.bundles, rng.randint(0, 2), rng.uniform(0, 1.5)) for _ in range(2)]
         runs.append(p.run())
     assert_clean(runs[-1])
     assert any(r.returncode == -signal.SIGKILL for r in runs), "no run was killed: the test proved nothing"
