@@ -29,15 +29,16 @@ there leaves the batch prepared, which the suite's retry case covers)."""
 class S3Harness(SinkHarness):
     """One prefix per namespace in the bucket ``eosink-tests`` of the service harness's MinIO.
 
-    The endpoint is resolved at first use, not at import (the suite class is built at import).
+    The endpoint is resolved at first use, not at import (the suite class is built at import), unless one
+    is given (``endpoint``: another store, such as a private :class:`~eosink.services.minio.MinioServer`).
     """
 
     commit_request_marker = COMMIT_REQUEST_MARKER
 
-    def __init__(self, bucket: str = BUCKET, **options: Any) -> None:
+    def __init__(self, bucket: str = BUCKET, *, endpoint: Any = None, **options: Any) -> None:
         self.bucket = bucket
         self.options = options  # S3Config options every sink of this harness gets
-        self._endpoint: Any = None
+        self._endpoint: Any = endpoint
         self._made = False
         self._lock = threading.Lock()
 

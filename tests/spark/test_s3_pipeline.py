@@ -80,8 +80,7 @@ class S3Pipeline(Pipeline):
 
     def harness(self) -> S3Harness:
         if self._harness is None:
-            self._harness = S3Harness()
-            self._harness._endpoint = self.store
+            self._harness = S3Harness(endpoint=self.store)
         harness: S3Harness = self._harness
         return harness
 
