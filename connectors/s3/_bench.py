@@ -26,7 +26,6 @@ s3a through the AWS SDK's environment provider), never through argv or Spark's c
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import time
 import uuid
@@ -454,8 +453,7 @@ class S3Adapter:
 
     def _tables(self, key: str, mode: str | None) -> list[pa.Table]:
         """``id`` and ``at`` of the objects a marker names (mode ``markers``), or of the object ``key``."""
-        import pyarrow.parquet as pq
-
+        from eosink.connectors.s3._encode import parquet_table
         from eosink.connectors.s3._markers import CommitMarker
 
         s3 = self._client()
@@ -463,10 +461,7 @@ class S3Adapter:
         if mode == "markers":
             marker = CommitMarker.decode(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
             keys = [o.key for o in marker.objects]
-        return [
-            pq.read_table(io.BytesIO(s3.get_object(Bucket=BUCKET, Key=k)["Body"].read()), columns=["id", "at"])
-            for k in keys
-        ]
+        return [parquet_table(s3.get_object(Bucket=BUCKET, Key=k)["Body"].read(), ["id", "at"]) for k in keys]
 
     # -- helpers --------------------------------------------------------------------------------------
 

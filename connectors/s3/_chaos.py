@@ -14,8 +14,6 @@ the prefix, as ``spark.read.parquet`` does.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -109,10 +107,12 @@ class S3ChaosTarget:
         """The rows a reader sees, and the batches with a commit marker (None: the baseline's prefix, read
         by listing it). The markers are read first and the rows of later markers left out: one snapshot."""
         from eosink.connectors.s3 import committed_markers, read_committed
+        from eosink.connectors.s3.testing import listed_parquet
 
         s3 = self._client()
         if not self._written_by_eosink(s3, names.table):
-            return _listed_rows(s3, names.table), None
+            listed = listed_parquet(s3, BUCKET, names.table, COLUMNS)
+            return (listed.to_pylist() if listed is not None else []), None
         config = self._config(names.table)
         markers = frozenset(m.batch_id for m in committed_markers(config, names.app_id))
         table: Any = read_committed(config, names.app_id, columns=list(COLUMNS))
@@ -189,19 +189,3 @@ class S3ChaosTarget:
             faults.hit(FaultPoint.F8, batch_id)
 
         return write
-
-
-def _listed_rows(s3: Any, prefix: str) -> list[dict[str, Any]]:
-    """Every row of every Parquet object under ``prefix/`` but hidden names (``_`` or ``.``), as a reader that
-    lists the prefix (``spark.read.parquet``) reads them."""
-    import pyarrow.parquet as pq
-
-    rows: list[dict[str, Any]] = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{prefix}/"):
-        for obj in page.get("Contents", []):
-            if any(part.startswith(("_", ".")) for part in obj["Key"][len(prefix) + 1 :].split("/")):
-                continue
-            with contextlib.suppress(s3.exceptions.NoSuchKey):  # replaced meanwhile
-                body = s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
-                rows += pq.read_table(io.BytesIO(body), columns=list(COLUMNS)).to_pylist()
-    return rows

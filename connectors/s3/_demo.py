@@ -113,7 +113,10 @@ class S3DemoTarget:
 
             table = read_committed(self._direct_config())
             return table.select(list(COLUMNS)) if table.num_columns else _empty()  # no batch committed yet
-        return _listed_parquet(self._filesystem(), f"{BUCKET}/{PREFIXES['plain']}")
+        from eosink.connectors.s3.testing import listed_parquet
+
+        listed = listed_parquet(self._client(), BUCKET, PREFIXES["plain"], COLUMNS)
+        return listed if listed is not None else _empty()
 
     def _direct_config(self) -> Any:
         """eosink's side, reached directly (not through a fault proxy)."""
@@ -132,20 +135,6 @@ class S3DemoTarget:
             aws_secret_access_key=ep.secret_key,
             region_name=REGION,
             config=Config(s3={"addressing_style": "path"}),
-        )
-
-    def _filesystem(self) -> Any:
-        from pyarrow import fs
-
-        ep = self.server.endpoint
-        host = ep.endpoint_url.split("://", 1)[1]
-        return fs.S3FileSystem(
-            access_key=ep.access_key,
-            secret_key=ep.secret_key,
-            endpoint_override=host,
-            scheme="http",
-            region=REGION,
-            force_virtual_addressing=False,
         )
 
     # -- the job's side ------------------------------------------------------------------------------
@@ -186,25 +175,6 @@ def _config(endpoint_url: str, access_key: str, secret_key: str) -> Any:
         access_key_id=access_key,
         secret_access_key=secret_key,
     )
-
-
-def _listed_parquet(filesystem: Any, root: str) -> Any:
-    """Every Parquet file under ``root``, as ``spark.read.parquet`` finds them: paths with a part
-    starting with ``_`` or ``.`` (``_temporary/``, ``_SUCCESS``) are skipped."""
-    import pyarrow.dataset as ds
-    from pyarrow import fs
-
-    infos = filesystem.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
-    paths = [
-        i.path
-        for i in infos
-        if i.type == fs.FileType.File
-        and i.path.endswith(".parquet")
-        and not any(part.startswith(("_", ".")) for part in i.path[len(root) + 1 :].split("/"))
-    ]
-    if not paths:
-        return _empty()
-    return ds.dataset(paths, filesystem=filesystem, format="parquet").to_table(columns=list(COLUMNS))
 
 
 def _empty() -> Any:

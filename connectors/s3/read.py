@@ -13,7 +13,6 @@ row of the newest batch wins (within a batch, the later row).
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eosink.connectors.s3 import _client
-from eosink.connectors.s3._encode import schema_of
+from eosink.connectors.s3._encode import parquet_table, schema_of
 from eosink.connectors.s3._errors import translated
 from eosink.connectors.s3._layout import Layout, app_dir
 from eosink.connectors.s3._markers import CommitMarker, list_marker_keys
@@ -202,9 +201,7 @@ def _read_table(config: S3Config, markers: Sequence[CommitMarker], keys: Sequenc
 def _decode(data: bytes, file_format: str, key: str, full: pa.Schema, partition_by: Sequence[str]) -> pa.Table:
     body_schema = pa.schema([f for f in full if f.name not in partition_by])
     if file_format == "parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(io.BytesIO(data))
+        return parquet_table(data)
     import gzip
 
     import pyarrow.json as pj
@@ -214,7 +211,7 @@ def _decode(data: bytes, file_format: str, key: str, full: pa.Schema, partition_
     if not data.strip():
         return body_schema.empty_table()
     options = pj.ParseOptions(explicit_schema=body_schema, unexpected_field_behavior="ignore")
-    return pj.read_json(io.BytesIO(data), parse_options=options)
+    return pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(use_threads=False), parse_options=options)
 
 
 def _with_partition(table: pa.Table, full: pa.Schema, partition: dict[str, str | None]) -> pa.Table:

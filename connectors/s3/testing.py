@@ -9,14 +9,18 @@ objects and aborts its uploads.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from eosink.connectors.s3 import S3Config, S3Sink, read_committed
+from eosink.connectors.s3._encode import parquet_table
 from eosink.connectors.s3._markers import FORMAT
 from eosink.contracts import Namespace, SinkHarness
 from eosink.services import get_service
 
-__all__ = ["COMMIT_REQUEST_MARKER", "S3Harness", "empty_prefix", "incomplete_uploads"]
+__all__ = ["COMMIT_REQUEST_MARKER", "S3Harness", "empty_prefix", "incomplete_uploads", "listed_parquet"]
 
 BUCKET = "eosink-tests"
 
@@ -125,6 +129,24 @@ def incomplete_uploads(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]
     for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket):
         found += [u for u in page.get("Uploads", []) if str(u["Key"]).startswith(root)]
     return found
+
+
+def listed_parquet(s3: Any, bucket: str, prefix: str, columns: Sequence[str] | None = None) -> pa.Table | None:
+    """What a reader that lists ``prefix/`` reads (``spark.read.parquet``): every Parquet object under it, but
+    names with a part starting with ``_`` or ``.`` (``_eosink/``, ``_temporary/``, ``_SUCCESS``); None when
+    there is none. It lists the keys and reads each object itself, so a half-visible batch shows up."""
+    root = f"{prefix.strip('/')}/"
+    tables = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=root):
+        for obj in page.get("Contents", []):
+            if any(part.startswith(("_", ".")) for part in obj["Key"][len(root) :].split("/")):
+                continue
+            try:
+                body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+            except s3.exceptions.NoSuchKey:  # replaced meanwhile
+                continue
+            tables.append(parquet_table(body, columns))
+    return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
 def empty_prefix(s3: Any, bucket: str, prefix: str) -> None:

@@ -13,7 +13,6 @@ sees). No incomplete upload of the app is left behind. Every test has a prefix o
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import signal
@@ -32,7 +31,7 @@ import pytest
 from eosink._procs import is_stopped, signal_session
 from eosink.connectors.s3 import S3Config, committed_markers, read_committed
 from eosink.connectors.s3.admin import S3Admin
-from eosink.connectors.s3.testing import BUCKET, S3Harness, empty_prefix, incomplete_uploads
+from eosink.connectors.s3.testing import BUCKET, S3Harness, empty_prefix, incomplete_uploads, listed_parquet
 from eosink.errors import ServiceError
 from eosink.services import get_service
 from eosink.services.minio import MinioServer, S3Endpoint
@@ -118,18 +117,8 @@ class S3Pipeline(Pipeline):
 
     def listed(self) -> Counter[tuple[Any, ...]]:
         """The rows a reader that lists the prefix sees (every complete object outside ``_eosink/``)."""
-        import pyarrow.parquet as pq
-
-        s3 = self.harness().client()
-        rows: Counter[tuple[Any, ...]] = Counter()
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{self.prefix}/"):
-            for obj in page.get("Contents", []):
-                if any(part.startswith(("_", ".")) for part in obj["Key"].split("/")[1:]):
-                    continue  # hidden names, as Spark and pyarrow skip them
-                body = s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
-                for r in pq.read_table(io.BytesIO(body)).to_pylist():
-                    rows[(r["id"], r["account"], r["amount"])] += 1
-        return rows
+        table = listed_parquet(self.harness().client(), BUCKET, self.prefix)
+        return Counter((r["id"], r["account"], r["amount"]) for r in (table.to_pylist() if table is not None else []))
 
     def bundles(self) -> list[int]:
         return [m.batch_id for m in committed_markers(self.config(), self.app_id)]

@@ -1,7 +1,11 @@
-"""read_committed's edges: a prefix with nothing committed yet, and columns the batches do not have."""
+"""read_committed's edges: a prefix with nothing committed yet, columns the batches do not have, and a reading
+process that must exit cleanly afterwards."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -32,3 +36,34 @@ def test_a_column_the_batches_lack_is_a_configuration_error_naming_it(tmp_path: 
     with pytest.raises(ConfigurationError) as err:
         read_committed(HARNESS.config(prefix), "app", columns=["id", "balance"])
     assert "balance" in str(err.value) and "amount" in str(err.value)
+
+
+_COUNT_THREADS = textwrap.dedent(
+    """
+    import os, sys
+    from eosink.connectors.s3 import read_committed
+    from eosink.connectors.s3.testing import S3Harness
+
+    config = S3Harness().config(sys.argv[1], format=sys.argv[2])
+    before = len(os.listdir("/proc/self/task"))
+    rows = read_committed(config, "app").to_pylist()
+    print(len(rows), len(os.listdir("/proc/self/task")) - before)
+    """
+)
+
+
+@pytest.mark.parametrize("file_format", ["parquet", "jsonl"])
+def test_reading_starts_no_native_threads_so_the_reader_exits_cleanly(
+    tmp_path: Path, prefix: str, file_format: str
+) -> None:
+    """Pass: a fresh process reads both committed rows and has no more threads than before, and exits 0.
+    Arrow's pools, once started, can abort a process at exit (``terminate called without an active
+    exception``): the examples' readers hit it."""
+    config = HARNESS.config(prefix, format=file_format)
+    driver = SparkOrderDriver(tmp_path, TWO_PC, config, S3Sink, app_id="app")
+    driver.run([MemoryBatch([{"id": 1, "amount": 5}, {"id": 2, "amount": 6}])])
+    done = subprocess.run(
+        [sys.executable, "-c", _COUNT_THREADS, prefix, file_format], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2", "0"], done.stdout
