@@ -21,6 +21,9 @@ WITH_POSTGRES = $(EOSINK) services up postgres && $(EOSINK) services check postg
 # The same for MinIO alone.
 WITH_MINIO = $(EOSINK) services up minio && $(EOSINK) services check minio && $(1); rc=$$?; \
 	$(EOSINK) services down minio; exit $$rc
+# The same for HDFS alone.
+WITH_HDFS = $(EOSINK) services up hdfs && $(EOSINK) services check hdfs && $(1); rc=$$?; \
+	$(EOSINK) services down hdfs; exit $$rc
 # The same for Kafka alone.
 WITH_KAFKA = $(EOSINK) services up kafka && $(EOSINK) services check kafka && $(1); rc=$$?; \
 	$(EOSINK) services down kafka; exit $$rc
@@ -31,10 +34,10 @@ WITH_SPARK_SERVICES = $(EOSINK) services up postgres kafka minio && $(EOSINK) se
 WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check kafka minio && $(1); rc=$$?; \
 	$(EOSINK) services down kafka minio; exit $$rc
 
-.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 spark services services-up services-check services-down \
+.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs spark services services-up services-check services-down \
 	services-status test test-full demo demo-kafka demo-s3 bench clean chaos chaos-quick examples example-files example-kafka \
 	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 \
-	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full chaos-full examples-full services-full spark-matrix spark-on
+	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
@@ -111,7 +114,7 @@ spark: venv java
 
 # -- one pattern per sink: make test-SINK runs its contract suite and connector tests, one Spark
 # kill-and-restart per strategy and one chaos schedule (docs/testing.md). make test runs it for every sink.
-SINKS := postgres kafka s3
+SINKS := postgres kafka s3 hdfs
 test-postgres: venv java
 	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py \
 		tests/chaos/test_chaos_quick.py -q -m "not full" -k "not chaos or postgres" --durations=10)
@@ -138,6 +141,16 @@ test-s3: venv java tools
 
 test-s3-full: venv java tools
 	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 tests/spark/test_s3_pipeline.py -q --durations=10)
+
+# HDFS (the harness's MiniDFSCluster): the contract suite with Parquet files (8 random schedules, the crash
+# walks at every 4th step, the NameNode RPC cut by the proxy) and the connector's tests; test-hdfs-full: the
+# whole suite, Parquet and JSON lines.
+test-hdfs: venv java tools
+	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs -q -m "not full" --eosink-contract-examples=8 \
+		--eosink-crash-stride=4 --durations=10)
+
+test-hdfs-full: venv java tools
+	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs -q --durations=10)
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5

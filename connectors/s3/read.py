@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from eosink._newest import newest_per_key, with_order
 from eosink.connectors.s3 import _client
 from eosink.connectors.s3._encode import parquet_table, schema_of
 from eosink.connectors.s3._errors import translated
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
 __all__ = ["CommittedObject", "committed_files", "committed_markers", "read_committed"]
-
-_ORDER = "__eosink_order"
 
 
 @dataclass(frozen=True)
@@ -140,7 +138,7 @@ def read_committed(
         return _lazy_dataset(config, markers)
     table = _read_table(config, markers, keys)
     if keys:
-        table = _merge(table, keys)
+        table = newest_per_key(table, keys)
     if columns is not None and markers and table.num_columns:  # nothing committed yet: no schema to select from
         missing = [c for c in columns if c not in table.column_names]
         if missing:
@@ -190,7 +188,7 @@ def _read_table(config: S3Config, markers: Sequence[CommitMarker], keys: Sequenc
                 part = _decode(data, m.format, o.key, full, m.schema.get("partition_by", []) if m.schema else [])
                 part = _with_partition(part, full, o.partition)
                 if keys:
-                    part = part.append_column(_ORDER, pa.array(range(order, order + part.num_rows), pa.int64()))
+                    part = with_order(part, order)
                     order += part.num_rows
                 tables.append(part)
     if not tables:
@@ -227,15 +225,6 @@ def _with_partition(table: pa.Table, full: pa.Schema, partition: dict[str, str |
         else:
             columns.append(table.column(f.name))
     return pa.table(columns, names=full.names)
-
-
-def _merge(table: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """Per key, the row with the highest read order (the newest batch, then the later row)."""
-    if table.num_rows == 0:
-        return table.drop_columns([_ORDER]) if _ORDER in table.column_names else table
-    newest = table.group_by(list(keys), use_threads=False).aggregate([(_ORDER, "max")])
-    keep = pc.is_in(table.column(_ORDER), value_set=newest.column(f"{_ORDER}_max"))
-    return table.filter(keep).sort_by(_ORDER).drop_columns([_ORDER])
 
 
 def _lazy_dataset(config: S3Config, markers: Sequence[CommitMarker]) -> ds.Dataset:

@@ -5,8 +5,9 @@
 // A port of 0 lets the kernel pick one; the READY line names the ports actually bound:
 //   READY rpc=127.0.0.1:<port> http=127.0.0.1:<port>
 // Every listener (NameNode RPC and HTTP, DataNode transfer, HTTP and IPC) is bound to 127.0.0.1.
-// WebHDFS is on; permission checking is off (any user may read and write anything). The process
-// runs until SIGTERM (or SIGINT), which stops the cluster cleanly and exits with status 0.
+// WebHDFS is on. Permission checking is on: the user who runs this JVM is HDFS's superuser (so a client
+// of the same login may write anywhere), any other user needs permissions; /tmp is world-writable (1777).
+// The process runs until SIGTERM (or SIGINT), which stops the cluster cleanly and exits with status 0.
 
 import java.io.File;
 import java.net.InetSocketAddress;
@@ -15,6 +16,9 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.permission.FsPermission;
 import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
 import org.apache.hadoop.util.ShutdownHookManager;
@@ -40,9 +44,12 @@ public final class MiniHdfs {
 
         Configuration conf = new HdfsConfiguration();
         conf.set("hadoop.tmp.dir", new File(base, "tmp").getPath());
-        conf.setBoolean("dfs.permissions.enabled", false);
+        conf.setBoolean("dfs.permissions.enabled", true);
         conf.setBoolean("dfs.webhdfs.enabled", true);
         conf.setInt("dfs.replication", 1);
+        // A file may close while its last block is committed but not yet reported by the DataNode: a
+        // client's close() then returns at once instead of polling the NameNode for ~100-200 ms.
+        conf.setInt("dfs.namenode.file.close.num-committed-allowed", 1);
         // Loopback only: the builder keeps these because of checkDataNodeAddrConfig(true).
         conf.set("dfs.datanode.address", "127.0.0.1:0");
         conf.set("dfs.datanode.http.address", "127.0.0.1:0");
@@ -66,6 +73,9 @@ public final class MiniHdfs {
         ShutdownHookManager.get().addShutdownHook(() -> shutdown(cluster), HOOK_PRIORITY, 25, TimeUnit.SECONDS);
         cluster.waitActive();
         cluster.waitClusterUp();
+        FileSystem fs = cluster.getFileSystem();
+        fs.mkdirs(new Path("/tmp"));
+        fs.setPermission(new Path("/tmp"), new FsPermission((short) 01777));
 
         InetSocketAddress rpc = cluster.getNameNode().getNameNodeAddress();
         InetSocketAddress http = cluster.getNameNode().getHttpAddress();

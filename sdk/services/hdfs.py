@@ -13,8 +13,10 @@ the NameNode's RPC and HTTP ports on its ``READY`` line. The endpoint is
 * ``EOSINK_HDFS_URL``    ``hdfs://127.0.0.1:<rpc port>`` — what ``hdfs_native`` and Spark use;
 * ``EOSINK_WEBHDFS_URL`` ``http://127.0.0.1:<http port>/webhdfs/v1`` — WebHDFS (REST) on the NameNode.
 
-Data: fresh under ``run/hdfs/data`` at every start, replication 1, permission checks off (any
-user name may write anywhere). The JVM runs with ``-Xmx768m``, the serial GC and the C1 JIT only,
+Data: fresh under ``run/hdfs/data`` at every start, replication 1, permission checks on: the
+login that runs the cluster is HDFS's superuser, so a client of the same login (the default) may
+write anywhere, and another user name (``HADOOP_USER_NAME``) needs permissions; ``/tmp`` is
+world-writable. The JVM runs with ``-Xmx768m``, the serial GC and the C1 JIT only,
 and with a class-data-sharing archive made at provisioning by one training start: together they
 roughly halve the start time, at some cost in peak throughput that tests do not notice.
 

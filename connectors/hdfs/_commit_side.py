@@ -1,0 +1,346 @@
+"""The coordinator side of HdfsSink (driver): commit, abort, commit_status, recover, fetch_last_bundle.
+
+A transactional batch's commit, step by step (each step can be repeated after a crash)::
+
+    1. epoch checked (FencedError); the destination T/eosink_batch=<app>-<batch> looked up:
+       there with the same committables -> done (a lost reply, a roll-forward); another's -> refused
+    2. every committable's files counted (pending and already staged) against the count its
+       prepared name records: one missing -> CommitAbortedError (the coordinator's lost-work path)
+    3. gather: each file renamed from pending/<batch>/<task>/ into staging/<batch>/ (its name now
+       carries the task), the emptied task directory removed
+    4. the batch record (bundle, files, schema, keys) written beside the files
+    5. rename staging/<batch> -> T/eosink_batch=<app>-<batch>, without overwrite: the batch appears
+       whole, record included; a lost reply raises AmbiguousCommitError, and commit_status looks
+
+The staging directory is shared by every attempt to commit the batch: two coordinators that
+commit the same committables (a zombie and its successor) gather into one place, and the one
+rename that wins publishes them all; the loser finds the same bundle in place.
+
+Idempotent (non-transactional) committables are visible already: the commit deletes files of
+the batch's directory that no committable names (an earlier attempt's) and writes the record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+
+from eosink import faults
+from eosink.connectors.hdfs import _layout as L
+from eosink.connectors.hdfs._base import _SinkBase
+from eosink.connectors.hdfs._errors import is_connection_error
+from eosink.connectors.hdfs._files import check_schema_doc
+from eosink.connectors.hdfs._fs import RenameNotDone, base
+from eosink.connectors.hdfs._record import BatchRecord
+from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint
+from eosink.errors import AmbiguousCommitError, CommitAbortedError, SchemaError
+
+__all__ = ["_CommitSide"]
+
+log = logging.getLogger("eosink.hdfs")
+
+
+class _CommitSide(_SinkBase):
+    """The coordinator side of :class:`HdfsSink`."""
+
+    # -- reading state ------------------------------------------------------------------------
+
+    def _read_record(self, final: str) -> BatchRecord | None:
+        data = self.fs.read_bytes(f"{final}/{L.BUNDLE_FILE}")
+        return None if data is None else BatchRecord.decode(data, f"{final}/{L.BUNDLE_FILE}")
+
+    def _staged(self, app_id: str, batch_id: int) -> dict[str, list[str]]:
+        """Task (committable id) -> its files in staging/<batch>/, as paths relative to it."""
+        stage = self._staging(app_id, batch_id)
+        found: dict[str, list[str]] = {}
+        for status in self.fs.walk_files(stage):
+            task = L.task_of_file(base(status))
+            if task is not None:
+                found.setdefault(task, []).append(status.path[len(stage) + 1 :])
+        return found
+
+    def _pending_tasks(self, app_id: str, batch_id: int) -> set[str]:
+        return {n for n in self.fs.names(self._pending(app_id, batch_id)) if L.parse_task(n) is not None}
+
+    def _missing_files(self, app_id: str, c: Committable, pending: set[str], staged: dict[str, list[str]]) -> int:
+        """How many of committable ``c``'s files are neither pending nor staged (its prepared name has the count)."""
+        parsed = L.parse_task(c.id)
+        if parsed is None:
+            return 1
+        have = len(staged.get(c.id, []))
+        if c.id in pending:
+            have += len(self.fs.walk_files(f"{self._pending(app_id, c.batch.batch_id)}/{c.id}"))
+        return max(0, parsed.files - have)
+
+    # -- commit -----------------------------------------------------------------------------------
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        """Make the batch visible with its record, in one rename (see the module docstring). Idempotent."""
+        self._ensure_target()
+        app, batch_id = batch.app_id, batch.batch_id
+        final = self._final(app, batch_id)
+        with self._errors(f"commit of batch {batch}"):
+            self._check_epoch(app, bundle.epoch, "commit")
+            found = self._read_record(final)
+            if found is not None:
+                self._same_bundle(batch, found.bundle, bundle)
+                return
+            self._check_fingerprint(batch, committables, bundle)
+            schema = self._batch_schema(batch, committables)
+            known = self._target_schema()
+            keys = _user_keys(committables)
+            if any("files" in c.payload for c in committables):
+                self._commit_visible(batch, committables, bundle, schema, keys)
+            else:
+                stage = self._staging(app, batch_id)
+                files = self._gather(batch, committables, stage)
+                record = BatchRecord(bundle, tuple(files), schema, keys)
+                self.fs.replace(f"{stage}/{L.BUNDLE_FILE}", record.encode())
+                self._check_epoch(app, bundle.epoch, "commit")
+                self._rename_into_place(batch, stage, final, bundle)
+            if known is None and schema is not None:
+                self._store_schema(schema)
+
+    def _batch_schema(self, batch: BatchRef, committables: Sequence[Committable]) -> tuple[tuple[str, str], ...] | None:
+        """The batch's columns (its participants must agree), checked against the target's."""
+        docs = {json.dumps(c.payload["schema"]) for c in committables if c.payload.get("schema")}
+        if len(docs) > 1:
+            raise SchemaError(
+                f"The participants of batch {batch} wrote different columns: {sorted(docs)}.",
+                "Give every partition of a batch the same schema (select and cast the columns in the query).",
+            )
+        schema = BatchRecord.schema_of([json.loads(d) for d in docs])
+        known = self._target_schema()
+        if schema is not None and known is not None:
+            check_schema_doc(known, [list(c) for c in schema], f"batch {batch}")
+        return schema
+
+    def _rename_into_place(self, batch: BatchRef, stage: str, final: str, bundle: Bundle) -> None:
+        """Step 5: the one rename that makes the batch visible; a lost reply is ambiguous."""
+        try:
+            self.fs.rename(stage, final, checked=True)
+        except FileExistsError:
+            found = self._read_record(final)
+            if found is None:
+                raise CommitAbortedError(
+                    f"{final} exists but holds no batch record: something other than eosink wrote it.",
+                    "Move that directory away, then restart the query.",
+                ) from None
+            self._same_bundle(batch, found.bundle, bundle)  # another coordinator's rename of the same batch
+        except RenameNotDone as exc:
+            raise AmbiguousCommitError(
+                f"The rename making batch {batch} visible answered success, but the batch is not in place: "
+                f"{exc.problem}",
+                "Ask commit_status (the coordinator does): it looks whether the batch's directory exists with its "
+                "record.",
+            ) from None
+        except (OSError, RuntimeError) as exc:
+            if is_connection_error(exc):
+                raise AmbiguousCommitError(
+                    f"The rename making batch {batch} visible got no reply ({self.config.scrub(str(exc)[:300])}).",
+                    "Ask commit_status (the coordinator does): it looks whether the batch's directory exists with "
+                    "its record; never assume either outcome.",
+                ) from None
+            raise
+
+    def _gather(self, batch: BatchRef, committables: Sequence[Committable], stage: str) -> list[str]:
+        """Steps 2 and 3: every committable's files, counted, then moved into ``stage``; their paths in it."""
+        app, batch_id = batch.app_id, batch.batch_id
+        staged = self._staged(app, batch_id)
+        pending = self._pending_tasks(app, batch_id)
+        for c in committables:
+            missing = self._missing_files(app, c, pending, staged)
+            if missing:
+                raise CommitAbortedError(
+                    f"Committable {c.id} of batch {batch} lost {missing} of its prepared files (neither pending nor "
+                    "staged); the batch cannot be committed.",
+                    "Abort the batch's other committables and replay the batch.",
+                )
+        wanted = {c.id for c in committables}
+        for task in set(staged) - wanted:  # another attempt's files from an earlier commit: back to pending
+            for rel in staged.pop(task):
+                self._move(f"{stage}/{rel}", f"{self._pending(app, batch_id)}/{task}/{_unstaged(rel, task)}")
+        made: set[str] = set()
+        for n, c in enumerate(committables):
+            if c.id in pending:
+                src = f"{self._pending(app, batch_id)}/{c.id}"
+                for status in self.fs.walk_files(src):
+                    rel = _staged_name(status.path[len(src) + 1 :], c.id)
+                    parent = f"{stage}/{rel}".rsplit("/", 1)[0]
+                    if parent not in made:
+                        self.fs.mkdirs(parent)
+                        made.add(parent)
+                    self.fs.rename(status.path, f"{stage}/{rel}", overwrite=True, checked=False)
+                    staged.setdefault(c.id, []).append(rel)
+                self.fs.delete(src)
+            if n == 0:
+                faults.hit(faults.FaultPoint.F6, batch_id)  # one participant gathered, the others not yet
+        if stage not in made:
+            self.fs.mkdirs(stage)
+        return sorted(rel for c in committables for rel in staged.get(c.id, []))
+
+    def _move(self, src: str, dst: str) -> None:
+        try:
+            self.fs.rename(src, dst, overwrite=True, checked=False)
+        except FileNotFoundError:
+            self.fs.mkdirs(dst.rsplit("/", 1)[0])
+            self.fs.rename(src, dst, overwrite=True, checked=False)
+
+    def _check_fingerprint(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        total = sum((c.fingerprint for c in committables), Fingerprint())
+        if total.rows and total != bundle.fingerprint:
+            raise CommitAbortedError(
+                f"The committables of batch {batch} add up to fingerprint {total}, not the bundle's "
+                f"{bundle.fingerprint}.",
+                "Commit a batch with the bundle made from its own committables.",
+            )
+        for c in committables:
+            parsed = L.parse_task(c.id)
+            if parsed is not None and c.rows and parsed.rows != c.rows:
+                raise CommitAbortedError(
+                    f"Committable {c.id} of batch {batch} says {c.rows} rows, but its attempt wrote {parsed.rows}.",
+                    "Abort the batch's committables and replay the batch.",
+                )
+
+    def _commit_visible(
+        self,
+        batch: BatchRef,
+        committables: Sequence[Committable],
+        bundle: Bundle,
+        schema: tuple[tuple[str, str], ...] | None,
+        keys: tuple[str, ...],
+    ) -> None:
+        """Idempotent: drop files no committable names (an earlier attempt's), then write the record."""
+        final = self._final(batch.app_id, batch.batch_id)
+        keep = {f for c in committables for f in c.payload.get("files", ())}
+        present = {status.path[len(final) + 1 :] for status in self.fs.walk_files(final)}
+        missing = keep - present
+        if missing:
+            raise CommitAbortedError(
+                f"Files of batch {batch} are gone: {sorted(missing)[:3]}.", "Replay the batch (restart the query)."
+            )
+        for rel in present - keep:
+            if not any(part.startswith(("_", ".")) for part in rel.split("/")):
+                self.fs.delete(f"{final}/{rel}", False)
+        self._check_epoch(batch.app_id, bundle.epoch, "commit")
+        record = BatchRecord(bundle, tuple(sorted(keep)), schema, keys)
+        if not self.fs.create_only(f"{final}/{L.BUNDLE_FILE}", record.encode()):
+            found = self._read_record(final)
+            assert found is not None
+            self._same_bundle(batch, found.bundle, bundle)
+
+    @staticmethod
+    def _same_bundle(batch: BatchRef, existing: Bundle, bundle: Bundle) -> None:
+        if set(existing.committables) != set(bundle.committables):
+            raise CommitAbortedError(
+                f"Batch {batch} was already committed by another attempt "
+                f"(committables {list(existing.committables)}, not {list(bundle.committables)}).",
+                "Abort this attempt's committables; the batch is done.",
+            )
+
+    # -- abort, status, recovery --------------------------------------------------------------
+
+    def abort(self, committables: Sequence[Committable]) -> None:
+        """Delete prepared (and staged) files; aborting committed work raises CommitAbortedError. Idempotent.
+
+        An idempotent committable's files are left alone: they are visible already, under names a
+        replay of the same participant overwrites, and the batch's commit removes what it does not name.
+        """
+        if not committables:
+            return
+        with self._errors("abort"):
+            by_batch: dict[BatchRef, list[Committable]] = {}
+            for c in committables:
+                by_batch.setdefault(c.batch, []).append(c)
+            for batch, group in by_batch.items():
+                found = self._read_record(self._final(batch.app_id, batch.batch_id))
+                done = [c.id for c in group if found is not None and c.id in found.bundle.committables]
+                if done:
+                    raise CommitAbortedError(
+                        f"Cannot abort committed work {done}: its rows are visible.",
+                        "Do not abort a batch whose commit succeeded; check commit_status first.",
+                    )
+                staged = self._staged(batch.app_id, batch.batch_id)
+                stage = self._staging(batch.app_id, batch.batch_id)
+                for c in group:
+                    self.fs.delete(f"{self._pending(batch.app_id, batch.batch_id)}/{c.id}")
+                    for rel in staged.pop(c.id, []):
+                        self.fs.delete(f"{stage}/{rel}", False)
+                if not staged and self.fs.info(stage) is not None:
+                    self.fs.delete(stage)
+
+    def fetch_last_bundle(self, app_id: str) -> Bundle | None:
+        """The bundle of ``app_id``'s newest batch directory that has a record."""
+        with self._errors("fetch_last_bundle"):
+            ids = sorted(
+                (b for b in (L.parse_batch_dir(n, app_id) for n in self.fs.names(self.root)) if b is not None),
+                reverse=True,
+            )
+            for batch_id in ids:
+                found = self._read_record(self._final(app_id, batch_id))
+                if found is not None:
+                    return found.bundle
+        return None
+
+    def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
+        """COMMITTED if the batch's directory holds its record; PREPARED if every committable's files are
+        there (pending, staged, or, idempotent, in the batch's directory); else ABORTED."""
+        app, batch_id = batch.app_id, batch.batch_id
+        with self._errors("commit_status"):
+            final = self._final(app, batch_id)
+            if self.fs.info(f"{final}/{L.BUNDLE_FILE}") is not None:
+                return CommitStatus.COMMITTED
+            pending = self._pending_tasks(app, batch_id)
+            staged = self._staged(app, batch_id)
+            visible: set[str] | None = None
+            for c in committables:
+                if "files" in c.payload:
+                    if visible is None:
+                        visible = {s.path[len(final) + 1 :] for s in self.fs.walk_files(final)}
+                    if not set(c.payload["files"]) <= visible:
+                        return CommitStatus.ABORTED
+                elif self._missing_files(app, c, pending, staged):
+                    return CommitStatus.ABORTED
+        return CommitStatus.PREPARED
+
+    def recover(self, app_id: str) -> list[Committable]:
+        """Every prepared, uncommitted attempt of ``app_id``: pending task directories and staged tasks."""
+        found: dict[str, Committable] = {}
+        with self._errors("recover"):
+            batches = set(self.fs.names(self._pending(app_id))) | set(self.fs.names(self._staging(app_id)))
+            for name in sorted(batches):
+                if not name.isdigit():
+                    continue
+                batch_id = int(name)
+                tasks = self._pending_tasks(app_id, batch_id) | set(self._staged(app_id, batch_id))
+                for task in tasks:
+                    parsed = L.parse_task(task)
+                    if parsed is None or parsed.batch_id != batch_id:
+                        continue
+                    found[task] = Committable(
+                        BatchRef(app_id, batch_id), parsed.epoch, parsed.participant, id=task, rows=parsed.rows
+                    )
+        return sorted(found.values(), key=lambda c: (c.batch.batch_id, c.id))
+
+
+def _user_keys(committables: Sequence[Committable]) -> tuple[str, ...]:
+    for c in committables:
+        keys = c.payload.get("keys")
+        if keys:
+            return tuple(str(k) for k in keys)
+    return ()
+
+
+def _staged_name(rel: str, task: str) -> str:
+    """``[pdir/]part-p<n>.<ext>`` -> ``[pdir/]part-p<n>-<task>.<ext>``."""
+    head, _, name = rel.rpartition("/")
+    stem, _, ext = name.rpartition(".")
+    staged = f"{stem}-{task}.{ext}"
+    return f"{head}/{staged}" if head else staged
+
+
+def _unstaged(rel: str, task: str) -> str:
+    head, _, name = rel.rpartition("/")
+    plain = name.replace(f"-{task}.", ".", 1)
+    return f"{head}/{plain}" if head else plain

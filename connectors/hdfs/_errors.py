@@ -1,0 +1,107 @@
+"""The HDFS connector's one error translator: hdfs-native's errors into eosink's error tree.
+
+hdfs-native raises Python built-ins for the common cases (``FileNotFoundError``,
+``FileExistsError``, ``PermissionError``, ``OSError`` for a refused or dropped connection) and a
+``RuntimeError`` whose text names the NameNode's Java exception for the rest
+(``RPCError("org.apache.hadoop.hdfs.protocol.DSQuotaExceededException", ...)``). Every part of the
+connector that talks to HDFS goes through :func:`translated`, so the same failure is the same class
+everywhere: a refused permission, an exceeded quota or a file where a directory belongs is a
+ConfigurationError (fix, then restart), an unreachable or restarting NameNode a TransientError
+(retry), anything else an EosinkError naming HDFS's own message. Secret-looking settings never
+reach the text (:meth:`HdfsConfig.scrub`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from eosink.connectors.hdfs.config import HdfsConfig
+from eosink.errors import ConfigurationError, EosinkError, TransientError
+
+__all__ = ["is_connection_error", "translate", "translated"]
+
+_TRANSIENT_MARKERS = (
+    "SafeModeException",
+    "StandbyException",
+    "RetriableException",
+    "ConnectException",
+    "connection",
+    "broken pipe",
+    "timed out",
+    "timeout",
+    "unexpected eof",
+    "early eof",
+    "reset by peer",
+    "no route to host",
+    "Failed to connect",
+    "failed to read",
+    "channel closed",
+    "disconnected",
+    "failed to complete file in time",  # close() could not confirm the file with the NameNode
+)
+_QUOTA = ("DSQuotaExceededException", "NSQuotaExceededException", "QuotaExceededException")
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a dropped or refused connection (the request may or may not have reached HDFS)."""
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, FileNotFoundError | FileExistsError | PermissionError):
+        return False
+    text = str(exc).lower()
+    return isinstance(exc, OSError | RuntimeError) and any(m.lower() in text for m in _TRANSIENT_MARKERS)
+
+
+def _detail(config: HdfsConfig, exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.split("\n\tat ", 1)[0].split("\\n\\tat ", 1)[0]  # the Java stack trace is noise here
+    return config.scrub(f"{type(exc).__name__}: {first[:600]}")
+
+
+def translate(config: HdfsConfig, exc: BaseException, what: str) -> EosinkError:
+    """The eosink error for ``exc``, raised while doing ``what`` (for the message)."""
+    detail = _detail(config, exc)
+    where = f"{what} on HDFS ({config.target_url})"
+    text = str(exc)
+    if isinstance(exc, PermissionError) or "AccessControlException" in text or "Permission denied" in text:
+        return ConfigurationError(
+            f"{where} was refused: {detail}.",
+            f"Grant the writing user ({config.user or 'the process user / HADOOP_USER_NAME'}) write and execute "
+            f"permission on {config.path} and its parent (hdfs dfs -chown / -chmod / -setfacl), or write elsewhere; "
+            "then restart the query.",
+        )
+    if any(q in text for q in _QUOTA):
+        return ConfigurationError(
+            f"{where}: the directory's quota is exceeded: {detail}.",
+            "Raise the quota (hdfs dfsadmin -setSpaceQuota / -setQuota) or free space under the target, then restart "
+            "the query; nothing of the failed batch is visible.",
+        )
+    if "ParentNotDirectoryException" in text or "is not a directory" in text:
+        return ConfigurationError(
+            f"{where}: a file stands where a directory belongs: {detail}.",
+            f"Point the sink at a directory: {config.path} and its parents must be directories (or missing).",
+        )
+    if "PathComponentTooLongException" in text or "MaxDirectoryItemsExceededException" in text:
+        return ConfigurationError(f"{where}: HDFS refused the path: {detail}.", "Use shorter names.")
+    if "InvalidPathException" in text:
+        return ConfigurationError(f"{where}: HDFS refused the path: {detail}.", "Give a valid HDFS path.")
+    if is_connection_error(exc):
+        return TransientError(
+            f"{where} failed: {detail}.", "Retry; check that the NameNode (and the DataNodes) are up and reachable."
+        )
+    if isinstance(exc, OSError):
+        return TransientError(f"{where} failed: {detail}.", "Retry; if it persists, check the cluster's health.")
+    return EosinkError(f"{where} failed: {detail}.", "See HDFS's message above.")
+
+
+@contextmanager
+def translated(config: HdfsConfig, what: str) -> Iterator[None]:
+    """Raise hdfs-native's errors of the block as eosink errors (:func:`translate`)."""
+    try:
+        yield
+    except EosinkError:
+        raise
+    except (OSError, RuntimeError) as exc:
+        config.scrub_chain(exc)
+        raise translate(config, exc, what) from None

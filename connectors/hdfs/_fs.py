@@ -1,0 +1,191 @@
+"""A small, guarded file-system layer over one ``hdfs_native.Client`` per process.
+
+hdfs-native's ``rename`` is HDFS's ``rename2``: it raises when the destination exists and never
+moves a directory *into* an existing one, unlike the two-argument ``rename`` that answers
+``false``. The layer still checks what a rename left behind (:meth:`Fs.rename`), so that a client or
+server with the other behaviour cannot make a batch land in the wrong place unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from eosink.connectors.hdfs.config import HdfsConfig
+from eosink.errors import ConfigurationError, EosinkError
+
+if TYPE_CHECKING:
+    from hdfs_native import Client, FileStatus, FileWriter
+
+__all__ = ["Fs", "RenameNotDone", "client_for"]
+
+_CLIENTS: dict[tuple[int, str], Client] = {}
+_LOCK = threading.Lock()
+_USER: dict[int, str] = {}
+"""The ``user`` this process's clients were made for (per pid): hdfs-native has one user per process."""
+
+
+def client_for(config: HdfsConfig) -> Client:
+    """This process's client for ``config``'s file system (one per process and settings; never pickled).
+
+    ``config.user`` becomes ``HADOOP_USER_NAME`` for the whole process: hdfs-native takes the user
+    from that variable whenever it connects, so one process cannot write as two users.
+    """
+    key = (os.getpid(), repr(sorted(config.client_kwargs().items(), key=lambda kv: kv[0])))
+    with _LOCK:
+        if config.user:
+            chosen = _USER.setdefault(os.getpid(), config.user)
+            if chosen != config.user:
+                raise ConfigurationError(
+                    f"This process already writes to HDFS as {chosen!r}; a sink for user {config.user!r} cannot "
+                    "join it (hdfs-native takes one user per process, from HADOOP_USER_NAME).",
+                    "Write as one user per Spark application (or per process), or leave user unset.",
+                )
+            os.environ["HADOOP_USER_NAME"] = config.user
+        client = _CLIENTS.get(key)
+        if client is None:
+            from hdfs_native import Client
+
+            client = Client(**config.client_kwargs())
+            _CLIENTS[key] = client
+        return client
+
+
+def forget_clients() -> None:
+    """Drop this process's clients (the next call connects again)."""
+    with _LOCK:
+        for key in [k for k in _CLIENTS if k[0] == os.getpid()]:
+            del _CLIENTS[key]
+
+
+class RenameNotDone(EosinkError):
+    """A rename answered success but did not leave the source gone and the destination in place."""
+
+
+def rename_not_done(src: str, dst: str) -> RenameNotDone:
+    return RenameNotDone(
+        f"HDFS answered that {src} was renamed to {dst}, but {dst} is not in place (or {src} is still there).",
+        "Check the NameNode's audit log for other writers in the target directory; retry the operation.",
+    )
+
+
+class Fs:
+    """The operations the sink needs, on paths of one file system."""
+
+    def __init__(self, config: HdfsConfig) -> None:
+        self.config = config
+
+    @property
+    def client(self) -> Client:
+        return client_for(self.config)
+
+    def info(self, path: str) -> FileStatus | None:
+        try:
+            return self.client.get_file_info(path)
+        except FileNotFoundError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return self.info(path) is not None
+
+    def entries(self, path: str) -> list[FileStatus]:
+        """The entries of a directory (none if it is missing)."""
+        try:
+            return list(self.client.list_status(path, False))
+        except FileNotFoundError:
+            return []
+
+    def names(self, path: str) -> list[str]:
+        return [s.path.rstrip("/").rsplit("/", 1)[-1] for s in self.entries(path)]
+
+    def walk_files(self, path: str) -> list[FileStatus]:
+        """Every file below ``path`` (recursively); none if it is missing."""
+        try:
+            return [s for s in self.client.list_status(path, True) if not s.isdir]
+        except FileNotFoundError:
+            return []
+
+    def mkdirs(self, path: str) -> None:
+        self.client.mkdirs(path, 0o755, True)
+
+    def delete(self, path: str, recursive: bool = True) -> bool:
+        try:
+            return bool(self.client.delete(path, recursive))
+        except FileNotFoundError:
+            return False
+
+    def rename(self, src: str, dst: str, *, overwrite: bool = False, checked: bool = True) -> None:
+        """Move ``src`` to exactly ``dst``: FileExistsError if ``dst`` exists (without ``overwrite``).
+
+        ``checked``: look afterwards, and raise RenameNotDone if the rename claimed success but
+        ``src`` is still there or ``dst`` is not (two more NameNode calls).
+        """
+        self.client.rename(src, dst, overwrite)
+        if checked and (self.info(dst) is None or self.info(src) is not None):
+            raise rename_not_done(src, dst)
+
+    def create(self, path: str, *, overwrite: bool = False, parents: bool = True) -> FileWriter:
+        from hdfs_native import WriteOptions
+
+        options = WriteOptions(
+            overwrite=overwrite,
+            create_parent=parents,
+            replication=self.config.replication,
+            block_size=self.config.block_size,
+        )
+        return self.client.create(path, options)
+
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            reader = self.client.read(path)
+        except FileNotFoundError:
+            return None
+        try:
+            return bytes(reader.read())
+        finally:
+            reader.close()
+
+    def read_text(self, path: str) -> str | None:
+        data = self.read_bytes(path)
+        return None if data is None else data.decode("utf-8")
+
+    def create_only(self, path: str, data: bytes = b"") -> bool:
+        """Create ``path`` holding ``data`` unless it exists: True if this call created it.
+
+        Atomic: the bytes go to a hidden temporary file first, renamed into place without overwrite,
+        so no reader ever sees a part of the file.
+        """
+        tmp = self._tmp_for(path)
+        self._write(tmp, data)
+        try:
+            self.client.rename(tmp, path, False)
+        except FileExistsError:
+            self.delete(tmp, False)
+            return False
+        return True
+
+    def replace(self, path: str, data: bytes) -> None:
+        """Write ``path`` atomically: a hidden temporary file, renamed over the old one."""
+        tmp = self._tmp_for(path)
+        self._write(tmp, data)
+        self.client.rename(tmp, path, True)
+
+    def _write(self, path: str, data: bytes) -> None:
+        writer = self.create(path, overwrite=False, parents=True)
+        try:
+            if data:
+                writer.write(data)
+        finally:
+            writer.close()
+
+    @staticmethod
+    def _tmp_for(path: str) -> str:
+        parent, _, name = path.rpartition("/")
+        return f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
+
+
+def base(status: Any) -> str:
+    """The last component of a listed entry's path."""
+    return str(status.path).rstrip("/").rsplit("/", 1)[-1]

@@ -1,0 +1,281 @@
+"""HdfsConfig: everything an HdfsSink needs, as one frozen, picklable value.
+
+The target is an ``hdfs://`` URL (``hdfs://namenode:8020/data/events``, ``hdfs://nameservice/data/events``
+for an HA name service) or an absolute path resolved against ``fs.defaultFS`` of a Hadoop
+configuration directory. Kerberos options and extra client settings are passed through to
+``hdfs-native`` untouched; what may be secret (a keytab path, token-like settings) never
+appears in ``repr``, logs or error text: :meth:`HdfsConfig.scrub` removes it from any text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import re
+import urllib.parse
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from eosink.errors import ConfigurationError
+
+__all__ = ["MAX_COMPONENT_BYTES", "MAX_PATH_CHARS", "HdfsConfig"]
+
+MAX_COMPONENT_BYTES = 255
+"""HDFS's default ``dfs.namenode.fs-limits.max-component-length``."""
+MAX_PATH_CHARS = 8000
+"""HDFS's longest path (``HdfsServerConstants.MAX_PATH_LENGTH``)."""
+_OWN_DEPTH_CHARS = 400
+"""The longest path eosink adds below the target (bookkeeping dirs, batch and attempt names, partitions not
+counted): a target longer than ``MAX_PATH_CHARS`` minus this is refused at construction."""
+
+#: Fail fast: hdfs-native's defaults retry an unreachable NameNode for minutes.
+_FAIL_FAST = {
+    "dfs.client.failover.max.attempts": "2",
+    "dfs.client.failover.sleep.base.millis": "100",
+    "dfs.client.failover.sleep.max.millis": "1000",
+}
+_SECRET_KEY_PARTS = ("token", "password", "secret", "keytab", "credential", "key.")
+
+
+def _secret_key(key: str) -> bool:
+    lowered = key.lower()
+    return any(part in lowered for part in _SECRET_KEY_PARTS)
+
+
+def default_fs(conf_dir: str) -> str | None:
+    """``fs.defaultFS`` from ``core-site.xml`` in a Hadoop configuration directory, or None."""
+    path = os.path.join(conf_dir, "core-site.xml")
+    try:
+        root = ET.parse(path).getroot()
+    except FileNotFoundError:
+        return None
+    except (ET.ParseError, OSError) as exc:
+        raise ConfigurationError(
+            f"Cannot read {path}: {exc}.", "Point hadoop_conf_dir at a valid Hadoop configuration directory."
+        ) from None
+    for prop in root.iter("property"):
+        if (prop.findtext("name") or "").strip() == "fs.defaultFS":
+            return (prop.findtext("value") or "").strip() or None
+    return None
+
+
+@dataclass(frozen=True, repr=False)
+class HdfsConfig:
+    """Configuration of a :class:`~eosink.connectors.hdfs.HdfsSink`.
+
+    * ``url``: the target directory, ``hdfs://<namenode or name service>[:port]/<path>``, or an
+      absolute path when ``hadoop_conf_dir`` names a ``core-site.xml`` with ``fs.defaultFS``.
+      Committed batches appear as directories right below it (see :mod:`eosink.connectors.hdfs.sink`).
+    * ``format``: ``"parquet"`` (default) or ``"jsonl"`` (JSON lines, one object per row).
+    * ``partition_by``: columns to partition by, Hive-style (``col=value`` directories inside
+      each batch directory; the columns leave the files, as Spark and Hive expect).
+    * ``mode`` / ``key_columns``: ``"upsert"`` replaces, by key, rows written by earlier batches
+      (their files are rewritten without them); ``"append"`` (default) adds.
+    * ``create_dirs``: create the target directory and its parents if missing (default); with
+      False a missing target is a ConfigurationError.
+    * ``hadoop_conf_dir``: a Hadoop configuration directory (``core-site.xml``, ``hdfs-site.xml``):
+      ``fs.defaultFS`` and HA name services are read from it (default: ``$HADOOP_CONF_DIR``).
+    * ``client_config``: extra ``hdfs-native`` settings (``dfs.nameservices``,
+      ``dfs.ha.namenodes.<ns>``, ``dfs.namenode.rpc-address.<ns>.<nn>`` for HA without a
+      configuration directory, ...). Values of keys that look secret are never shown.
+    * ``kerberos_principal``, ``kerberos_keytab``, ``kerberos_cache``: passed to ``hdfs-native``.
+    * ``user``: the HDFS user on a cluster without Kerberos (default: ``$HADOOP_USER_NAME`` or the login).
+    * ``replication``, ``block_size``: of the files written (None: the cluster's default).
+    * ``namenode_http``: the NameNode's HTTP address (``http://namenode:9870``), used to check
+      ``replication`` against the live DataNodes at setup (without it, no check).
+    * ``row_group_rows``: rows per Parquet row group.
+    """
+
+    url: str
+    format: Literal["parquet", "jsonl"] = "parquet"
+    partition_by: tuple[str, ...] = ()
+    mode: Literal["append", "upsert"] = "append"
+    key_columns: tuple[str, ...] = ()
+    create_dirs: bool = True
+    hadoop_conf_dir: str | None = None
+    client_config: Mapping[str, str] = field(default_factory=dict)
+    kerberos_principal: str | None = None
+    kerberos_keytab: str | None = None
+    kerberos_cache: str | None = None
+    user: str | None = None
+    replication: int | None = None
+    block_size: int | None = None
+    namenode_http: str | None = None
+    row_group_rows: int = 1 << 20
+    namenode: str = field(init=False, compare=False)
+    """``hdfs://authority`` of the file system (no path)."""
+    path: str = field(init=False, compare=False)
+    """The target directory's absolute path in that file system."""
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if self.hadoop_conf_dir is None and os.environ.get("HADOOP_CONF_DIR"):
+            set_(self, "hadoop_conf_dir", os.environ["HADOOP_CONF_DIR"])
+        if not isinstance(self.url, str) or not self.url.strip():
+            raise ConfigurationError("HdfsConfig needs a url.", "Pass url='hdfs://namenode:8020/path/to/target'.")
+        namenode, path = self._split(self.url.strip())
+        _check_path(path)
+        path = path.rstrip("/") or "/"
+        set_(self, "namenode", namenode)
+        set_(self, "path", path)
+        if self.format not in ("parquet", "jsonl"):
+            raise ConfigurationError(f"Unknown format {self.format!r} for HdfsSink.", "Use 'parquet' or 'jsonl'.")
+        for name in ("partition_by", "key_columns"):
+            raw: Any = getattr(self, name)
+            set_(self, name, (raw,) if isinstance(raw, str) else tuple(raw))
+        for column in (*self.partition_by, *self.key_columns):
+            if not isinstance(column, str) or not column or "/" in column or "=" in column:
+                raise ConfigurationError(
+                    f"{column!r} is not a usable column name for HdfsSink.", "Name columns without '/' or '='."
+                )
+        if self.mode not in ("append", "upsert"):
+            raise ConfigurationError(f"Unknown mode {self.mode!r} for HdfsSink.", "Use 'append' or 'upsert'.")
+        if self.mode == "upsert" and not self.key_columns:
+            raise ConfigurationError("HdfsSink(mode='upsert') needs key columns.", "Pass key_columns=[...].")
+        if set(self.key_columns) & set(self.partition_by):
+            raise ConfigurationError(
+                "A key column cannot also be a partition column.", "Partition by other columns, or not at all."
+            )
+        if self.replication is not None and not (isinstance(self.replication, int) and 0 < self.replication <= 512):
+            raise ConfigurationError(
+                f"replication={self.replication!r} is not a replication factor.", "Give 1..512, or None."
+            )
+        if self.block_size is not None and (not isinstance(self.block_size, int) or self.block_size < 1 << 20):
+            raise ConfigurationError("block_size must be at least 1 MiB.", "Give e.g. 128 * 1024 * 1024, or None.")
+        if self.row_group_rows < 1:
+            raise ConfigurationError("row_group_rows must be positive.", "Give e.g. 1_000_000.")
+        set_(self, "client_config", {str(k): str(v) for k, v in dict(self.client_config).items()})
+
+    def _split(self, url: str) -> tuple[str, str]:
+        if url.lower().startswith("hdfs:///"):  # Hadoop's "the default file system"
+            url = url[len("hdfs://") :]
+        if url.startswith("/"):
+            fs = default_fs(self.hadoop_conf_dir) if self.hadoop_conf_dir else None
+            if not fs:
+                raise ConfigurationError(
+                    f"The target {url!r} names no NameNode, and no fs.defaultFS is known to resolve it.",
+                    "Give a full hdfs:// URL, or hadoop_conf_dir (or $HADOOP_CONF_DIR) with a core-site.xml that "
+                    "sets fs.defaultFS.",
+                )
+            url = fs.rstrip("/") + url
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme.lower() != "hdfs" or not parts.netloc:
+            raise ConfigurationError(
+                f"The target {self._shown(url)!r} is not an hdfs:// URL.",
+                "Use hdfs://<namenode>:<port>/<path> or hdfs://<name service>/<path>.",
+            )
+        if parts.username or parts.password:
+            raise ConfigurationError(
+                "The hdfs:// URL holds user information; HDFS takes no password in URLs.",
+                "Remove it; give user=... or Kerberos options instead.",
+            )
+        if parts.query or parts.fragment:
+            raise ConfigurationError("The hdfs:// URL has a query or fragment.", "Give a plain hdfs:// URL.")
+        path = urllib.parse.unquote(parts.path) or "/"
+        return f"hdfs://{parts.netloc}", path
+
+    @staticmethod
+    def _shown(url: str) -> str:
+        parts = urllib.parse.urlsplit(url)
+        if parts.password:
+            return url.replace(parts.password, "***")
+        return url
+
+    # -- derived -----------------------------------------------------------------------------
+
+    @property
+    def target_url(self) -> str:
+        """The target as a full URL, ``hdfs://authority/path``."""
+        return self.namenode + self.path
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Arguments for ``hdfs_native.Client``: fail-fast retries, then the user's settings."""
+        config = {**_FAIL_FAST, **self.client_config}
+        return {
+            "url": self.namenode,
+            "config": config,
+            "config_dir": self.hadoop_conf_dir,
+            "kerberos_principal": self.kerberos_principal,
+            "kerberos_keytab": self.kerberos_keytab,
+            "kerberos_cache": self.kerberos_cache,
+        }
+
+    def with_address(self, host: str, port: int) -> HdfsConfig:
+        """The same target reached at ``host:port`` (e.g. through a fault proxy)."""
+        return replace(self, url=f"hdfs://{host}:{port}{self.path}")
+
+    def with_path(self, path: str) -> HdfsConfig:
+        """The same file system, another target directory."""
+        return replace(self, url=f"{self.namenode}{path}")
+
+    # -- secrets -----------------------------------------------------------------------------
+
+    def _secrets(self) -> list[str]:
+        found = {v for k, v in self.client_config.items() if _secret_key(k) and v}
+        for value in (self.kerberos_keytab, self.kerberos_cache):
+            if value:
+                found.add(value)
+        return sorted(found, key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret-looking setting (keytab and ticket cache paths, tokens) replaced by ``***``."""
+        for secret in self._secrets():
+            text = text.replace(secret, "***")
+        return text
+
+    def scrub_chain(self, exc: BaseException) -> None:
+        """Scrub the arguments of ``exc`` and of every exception chained to it."""
+        seen: set[int] = set()
+        todo = [exc]
+        while todo:
+            current = todo.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            with contextlib.suppress(Exception):
+                current.args = tuple(self.scrub(a) if isinstance(a, str) else a for a in current.args)
+            todo += [e for e in (current.__cause__, current.__context__) if e is not None]
+
+    def __repr__(self) -> str:
+        shown = {k: ("***" if _secret_key(k) else v) for k, v in self.client_config.items()}
+        return (
+            f"HdfsConfig(url={self.target_url!r}, format={self.format!r}, partition_by={self.partition_by!r}, "
+            f"mode={self.mode!r}, key_columns={self.key_columns!r}, create_dirs={self.create_dirs!r}, "
+            f"client_config={shown!r}, kerberos={'on' if self.kerberos_principal else 'off'})"
+        )
+
+    __str__ = __repr__
+
+
+def _check_path(path: str) -> None:
+    """Refuse a target path HDFS would refuse (or that escapes with ``..``) before anything is written."""
+    if not path.startswith("/"):
+        raise ConfigurationError(f"The target path {path!r} is not absolute.", "Give an absolute path.")
+    parts = path.split("/")
+    if any(p in (".", "..") for p in parts):
+        raise ConfigurationError(
+            f"The target path {path!r} contains '.' or '..'.",
+            "Give the directory's normalised absolute path (HDFS does not resolve '..').",
+        )
+    if "\x00" in path or re.search(r"[\x00-\x1f]", path):
+        raise ConfigurationError("The target path contains control characters.", "Give a printable path.")
+    for part in parts:
+        if len(part.encode()) > MAX_COMPONENT_BYTES:
+            raise ConfigurationError(
+                f"The target path has a component of {len(part.encode())} bytes ({part[:24]!r}...); HDFS allows "
+                f"{MAX_COMPONENT_BYTES}.",
+                "Use shorter directory names.",
+            )
+    if len(path) > MAX_PATH_CHARS - _OWN_DEPTH_CHARS:
+        raise ConfigurationError(
+            f"The target path is {len(path)} characters long; with eosink's own directories below it, it would pass "
+            f"HDFS's limit of {MAX_PATH_CHARS}.",
+            f"Use a target path of at most {MAX_PATH_CHARS - _OWN_DEPTH_CHARS} characters.",
+        )
+    if path == "/":
+        raise ConfigurationError("The target is the file system's root.", "Give a directory below the root.")
+    if posixpath.normpath(path) != path.rstrip("/") and path != "/":
+        raise ConfigurationError(f"The target path {path!r} is not normalised.", "Remove doubled slashes.")

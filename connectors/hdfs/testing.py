@@ -1,0 +1,60 @@
+"""The HDFS sink's harness for the contract suite and the connector's own tests.
+
+It writes against the service harness's HDFS (``eosink services up hdfs``, or your own cluster
+through ``EOSINK_HDFS_URL``); a missing cluster is an error, never a skip. Each namespace is one
+target directory ``/eosink-tests/<name>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import urllib.parse
+from typing import Any
+
+from eosink.connectors.hdfs import HdfsConfig, HdfsSink, read_committed
+from eosink.connectors.hdfs._fs import Fs
+from eosink.connectors.hdfs._layout import COMMIT_REQUEST_MARKER
+from eosink.contracts import Namespace, SinkHarness
+from eosink.services import get_service
+
+__all__ = ["COMMIT_REQUEST_MARKER", "HdfsHarness"]
+
+TEST_ROOT = "/eosink-tests"
+
+
+class HdfsHarness(SinkHarness):
+    """One target directory per namespace; the endpoint is resolved at first use, not at import."""
+
+    commit_request_marker = COMMIT_REQUEST_MARKER
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options  # HdfsConfig options every sink of this harness gets
+        self._url: str | None = None
+
+    def url(self) -> str:
+        if self._url is None:
+            self._url = str(get_service("hdfs").endpoint().url).rstrip("/")  # ServiceError: start the cluster
+        return self._url
+
+    def config(self, ns: Namespace, **options: Any) -> HdfsConfig:
+        return HdfsConfig(f"{self.url()}{TEST_ROOT}/{ns.name}", **{**self.options, **options})
+
+    def make_sink(self, ns: Namespace) -> HdfsSink:
+        return HdfsSink(self.config(ns))
+
+    def fault_endpoint(self) -> tuple[str, int]:
+        parts = urllib.parse.urlsplit(self.url())
+        assert parts.hostname and parts.port, self.url()
+        return parts.hostname, parts.port
+
+    def make_sink_via(self, ns: Namespace, host: str, port: int) -> HdfsSink:
+        return HdfsSink(self.config(ns).with_address(host, port))
+
+    def read_committed(self, ns: Namespace) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = read_committed(self.config(ns)).to_pylist()
+        return rows
+
+    def cleanup(self, ns: Namespace) -> None:
+        config = self.config(ns)
+        with contextlib.suppress(Exception):
+            Fs(config).delete(config.path)
