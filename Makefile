@@ -28,8 +28,9 @@ WITH_HDFS = $(EOSINK) services up hdfs && $(EOSINK) services check hdfs && $(1);
 WITH_KAFKA = $(EOSINK) services up kafka && $(EOSINK) services check kafka && $(1); rc=$$?; \
 	$(EOSINK) services down kafka; exit $$rc
 # Every sink a Spark test writes into (the quick Spark tests of local-cluster and the PySpark matrix, the examples).
-WITH_SPARK_SERVICES = $(EOSINK) services up postgres kafka minio && $(EOSINK) services check postgres kafka minio && \
-	$(1); rc=$$?; $(EOSINK) services down postgres kafka minio; exit $$rc
+WITH_SPARK_SERVICES = $(EOSINK) services up postgres kafka minio hdfs && \
+	$(EOSINK) services check postgres kafka minio hdfs && \
+	$(1); rc=$$?; $(EOSINK) services down postgres kafka minio hdfs; exit $$rc
 # The same for Kafka and MinIO.
 WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check kafka minio && $(1); rc=$$?; \
 	$(EOSINK) services down kafka minio; exit $$rc
@@ -143,14 +144,15 @@ test-s3-full: venv java tools
 	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 tests/spark/test_s3_pipeline.py -q --durations=10)
 
 # HDFS (the harness's MiniDFSCluster): the contract suite with Parquet files (8 random schedules, the crash
-# walks at every 4th step, the NameNode RPC cut by the proxy) and the connector's tests; test-hdfs-full: the
-# whole suite, Parquet and JSON lines.
+# walks at every 4th step, the NameNode RPC cut by the proxy), the connector's tests and one Spark
+# kill-and-restart per strategy (2pc with its checkpoint on hdfs://); test-hdfs-full: the whole suite,
+# Parquet and JSON lines, and every HDFS pipeline.
 test-hdfs: venv java tools
-	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs -q -m "not full" --eosink-contract-examples=8 \
-		--eosink-crash-stride=4 --durations=10)
+	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py -q -m "not full" \
+		--eosink-contract-examples=8 --eosink-crash-stride=4 --durations=10)
 
 test-hdfs-full: venv java tools
-	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs -q --durations=10)
+	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py -q --durations=10)
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5
@@ -201,7 +203,7 @@ test-full: venv java tools
 # Every real-Spark test: every fault point x strategy on the reference sink, the demo's strategies, Spark Connect.
 spark-full: venv java
 	$(PYTEST) tests/spark -q --durations=20 --ignore=tests/spark/test_postgres_pipeline.py --ignore=tests/spark/test_kafka_pipeline.py \
-		--ignore=tests/spark/test_s3_pipeline.py
+		--ignore=tests/spark/test_s3_pipeline.py --ignore=tests/spark/test_hdfs_pipeline.py
 
 # The quick Spark tests again with executors in JVMs of their own (but the demo: it runs its drivers on
 # local[2,4] whatever the tests' master, so it would only prove again what spark-full proved).

@@ -192,8 +192,9 @@ class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
                 epoch += 1
                 if self.fs.create_only(f"{self._epochs(app_id)}/{epoch:020d}"):
                     break
-            if epoch == 1:  # the app_id itself, for eosink status (its directory name is a hash)
-                self.fs.create_only(f"{self._app(app_id)}/app_id", app_id.encode("utf-8"))
+            named = f"{self._app(app_id)}/app_id"  # the app_id itself, for eosink status (its directory is a hash)
+            if not self.fs.exists(named):  # also when a kill came between the first epoch and this file
+                self.fs.create_only(named, app_id.encode("utf-8"))
             for name in self.fs.names(self._epochs(app_id)):
                 if name.isdigit() and int(name) < epoch - 1:
                     self.fs.delete(f"{self._epochs(app_id)}/{name}", False)

@@ -12,6 +12,9 @@ of the reference sink:
 * ``--sink s3``: :class:`~eosink.connectors.s3.S3Sink` writing Parquet objects under prefix
   ``--target`` of bucket ``EOSINK_TEST_S3_BUCKET``; the store from ``EOSINK_S3_ENDPOINT`` and its keys.
   An ``s3a://`` checkpoint location loads Spark's ``s3`` jars and points S3A at the same store.
+* ``--sink hdfs``: :class:`~eosink.connectors.hdfs.HdfsSink` writing Parquet files into directory
+  ``--target`` of the file system ``EOSINK_HDFS_URL``. An ``hdfs://`` checkpoint location needs
+  nothing more: Spark's own Hadoop client reads it, eosink reads it through hdfs-native.
 
 Connection settings never come from argv (a URL may hold a password). Two queries:
 
@@ -40,10 +43,10 @@ EXIT_EOSINK_ERROR = 3
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="sink_driver", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--sink", choices=["postgres", "kafka", "s3"], default="postgres")
+    ap.add_argument("--sink", choices=["postgres", "kafka", "s3", "hdfs"], default="postgres")
     ap.add_argument("--input", required=True)
     ap.add_argument("--checkpoint", required=True)
-    ap.add_argument("--target", required=True, help="the table, topic or prefix")
+    ap.add_argument("--target", required=True, help="the table, topic, prefix or directory")
     ap.add_argument(
         "--namespace", required=True, help="the control schema, or the progress topic and txn-id prefix (not S3's)"
     )
@@ -59,6 +62,10 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _sink(args: argparse.Namespace) -> Any:
+    if args.sink == "hdfs":
+        from eosink.connectors.hdfs import HdfsConfig, HdfsSink
+
+        return HdfsSink(HdfsConfig(f"{os.environ['EOSINK_HDFS_URL'].rstrip('/')}/{args.target.lstrip('/')}"))
     if args.sink == "s3":
         from eosink.connectors.s3 import S3Config, S3Sink
 

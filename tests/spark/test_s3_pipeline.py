@@ -14,11 +14,9 @@ sees). No incomplete upload of the app is left behind. Every test has a prefix o
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
-import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -36,7 +34,14 @@ from eosink.errors import ServiceError
 from eosink.services import get_service
 from eosink.services.minio import MinioServer, S3Endpoint
 
-from .conftest import Pipeline, assert_clean, assert_killed, assert_zombie_fenced, run_and_kill, wait_for
+from .conftest import (
+    Pipeline,
+    assert_clean,
+    assert_killed,
+    assert_random_kills_exact,
+    assert_zombie_fenced,
+    wait_for,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -215,49 +220,6 @@ def test_a_checkpoint_on_s3_carries_2pc_through_a_kill_at_f5(s3_pipeline: S3Pipe
         empty_prefix(s3, BUCKET, root)
 
 
-class MarkerReader:
-    """A concurrent reader of the commit markers: records every partial batch it sees.
-
-    A row's file is ``id // 10000`` and a batch is usually one input file (Spark's offsets log
-    says when a batch took two). Each poll reads the committed rows; a file is partial when some
-    but not all of its rows are visible.
-    """
-
-    def __init__(self, pipeline: S3Pipeline) -> None:
-        self.pipeline = pipeline
-        self.per_file: Counter[int] = Counter()
-        for (row_id, _, _), n in pipeline.expected().items():
-            self.per_file[row_id // 10_000] += n
-        self.polls = 0
-        self.partial: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        from eosink.errors import EosinkError
-
-        while not self._stop.wait(0.05):
-            try:
-                rows = self.pipeline.found()
-            except EosinkError:
-                continue  # nothing written yet, or the store busy: poll again
-            self.polls += 1
-            counts: Counter[int] = Counter()
-            for (row_id, _, _), n in rows.items():
-                counts[row_id // 10_000] += n
-            self.partial += [
-                f"file {f}: {n} of {self.per_file[f]} rows" for f, n in counts.items() if n != self.per_file[f]
-            ]
-
-    def __enter__(self) -> MarkerReader:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-
 @pytest.mark.full
 @pytest.mark.parametrize(("strategy", "seed"), [("2pc", 1), ("txid-check", 1), ("2pc", 2), ("idempotent", 2)])
 def test_random_kills_then_restart_is_exact(s3_pipeline: S3Pipeline, strategy: str, seed: int) -> None:
@@ -266,20 +228,7 @@ def test_random_kills_then_restart_is_exact(s3_pipeline: S3Pipeline, strategy: s
     Pass: exact, one marker per batch, no upload left, and under 2pc and txid-check the concurrent
     reader of the commit markers never saw part of a batch.
     """
-    p = s3_pipeline
-    p.strategy = strategy
-    p.files = 5
-    p.__post_init__()  # rewrite the input: five batches
-    rng = random.Random(seed)
-    with MarkerReader(p) as reader:
-        runs = [run_and_kill(p, p.bundles, rng.randint(0, 2), rng.uniform(0, 1.5)) for _ in range(2)]
-        runs.append(p.run())
-    assert_clean(runs[-1])
-    assert any(r.returncode == -signal.SIGKILL for r in runs), "no run was killed: the test proved nothing"
-    p.assert_exact()
-    assert reader.polls > 0
-    if strategy != "idempotent":
-        assert not reader.partial, reader.partial[:5]
+    assert_random_kills_exact(s3_pipeline, strategy, seed, s3_pipeline.found)
 
 
 @pytest.mark.full

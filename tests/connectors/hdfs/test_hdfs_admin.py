@@ -77,3 +77,14 @@ def test_an_unknown_app_id_is_a_configuration_error_naming_the_known_ones(target
     with pytest.raises(ConfigurationError) as err:
         HdfsAdmin(HdfsConfig(target)).status("nope")
     assert "nope" in err.value.problem and err.value.fix is not None and APP in err.value.fix
+
+
+def test_a_kill_between_the_first_epoch_and_the_app_id_file_is_repaired_by_the_next_fence(target: str) -> None:
+    """The app_id's name file is written after its first epoch file: a driver killed in between left an app
+    that ``eosink status`` could not name. Pass: after the next fence it is known again."""
+    sink = HdfsSink(HdfsConfig(target))
+    sink.fence(APP)
+    sink.fs.delete(f"{sink._app(APP)}/app_id", False)  # what the kill left
+    assert HdfsAdmin(HdfsConfig(target)).app_ids() == []
+    sink.fence(APP)
+    assert HdfsAdmin(HdfsConfig(target)).app_ids() == [APP]
