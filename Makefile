@@ -37,7 +37,7 @@ WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check
 
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs spark services services-up services-check services-down \
 	services-status test test-full demo demo-kafka demo-s3 bench clean chaos chaos-quick examples example-files example-kafka \
-	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 \
+	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs \
 	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
@@ -58,7 +58,8 @@ help:
 	@echo "make spark-matrix   the quick Spark tests on PySpark $(MATRIX) (part of test-full)"
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
 	@echo "make examples   every example once against real PostgreSQL, Kafka and MinIO (also: make example-files, example-kafka,"
-	@echo "                example-files-to-kafka, example-kafka-to-kafka, example-files-to-s3, example-kafka-to-s3)"
+	@echo "                example-files-to-kafka, example-kafka-to-kafka, example-files-to-s3, example-kafka-to-s3,"
+	@echo "                example-files-to-hdfs)"
 	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S] [JOBS=J]   the end-to-end chaos harness -> results/chaos-SINK.json"
 	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy, baseline, non-deterministic)"
 	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1]   eosink vs Spark's built-in writers -> results/bench-<sink>.*"
@@ -296,6 +297,11 @@ example-files-to-s3: venv java tools
 	@rm -rf $(EXAMPLE_DIR)/f2s $(EXAMPLE_DIR)/f2s-checkpoint
 	@$(call WITH_MINIO,eval "$$($(EOSINK) services env minio)" && $(PY) examples/files_to_s3.py \
 		--input $(EXAMPLE_DIR)/f2s --checkpoint $(EXAMPLE_DIR)/f2s-checkpoint --generate 5)
+
+example-files-to-hdfs: venv java tools
+	@rm -rf $(EXAMPLE_DIR)/f2h $(EXAMPLE_DIR)/f2h-checkpoint
+	@$(call WITH_HDFS,eval "$$($(EOSINK) services env hdfs)" && $(PY) examples/files_to_hdfs.py \
+		--input $(EXAMPLE_DIR)/f2h --checkpoint $(EXAMPLE_DIR)/f2h-checkpoint --generate 5)
 
 example-kafka-to-s3: venv java tools
 	@rm -rf $(EXAMPLE_DIR)/k2s-checkpoint

@@ -264,6 +264,45 @@ def test_files_to_s3_through_a_kill(tmp_path: Path, s3_endpoint: Any) -> None:
     assert _s3_payments(s3_endpoint, prefix) == _sent(tmp_path / "in")
 
 
+def _hdfs_payments(hdfs_endpoint: Any, directory: str) -> list[tuple[Any, ...]]:
+    """Every payment a reader that lists ``directory`` reads (what ``spark.read.parquet`` finds)."""
+    from eosink.connectors.hdfs import HdfsConfig, read_committed
+    from eosink.connectors.hdfs._fs import Fs
+    from eosink.connectors.hdfs._read import read_rows
+
+    config = HdfsConfig(hdfs_endpoint.url.rstrip("/") + directory)
+    listed = sorted((r["id"], r["account"], r["amount"]) for r in read_rows(Fs(config), config.path, "parquet"))
+    committed = sorted((r["id"], r["account"], r["amount"]) for r in read_committed(config).to_pylist())
+    assert listed == committed, "a reader listing the directory and the batch records disagree"
+    return listed
+
+
+def test_files_to_hdfs_runs_as_documented(tmp_path: Path, hdfs_endpoint: Any) -> None:
+    """One run of the example, as a user runs it, with its checkpoint on HDFS. Pass: the 120 payments of 3
+    files are 120 rows of Parquet files that Spark's own reader finds in the directory, each payment once."""
+    directory = f"/eosink-examples/f2h-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, **hdfs_endpoint.env()}
+    checkpoint = f"{hdfs_endpoint.url.rstrip('/')}{directory}-checkpoint"
+    common = ["--input", str(tmp_path / "in"), "--checkpoint", checkpoint, "--directory", directory]
+    first = run("files_to_hdfs.py", [*common, "--generate", "3", "--rows", "40"], env)
+    assert f"{directory}: 120 rows for 120 distinct payments" in first.stdout, first.stdout
+    assert _hdfs_payments(hdfs_endpoint, directory) == _sent(tmp_path / "in")
+
+
+@pytest.mark.full
+def test_files_to_hdfs_through_a_kill(tmp_path: Path, hdfs_endpoint: Any) -> None:
+    """Pass: 3 files land once; a run killed at F5 (batch prepared and in Spark's commit log, not yet
+    renamed into place) and restarted lands 3 more once; the listed rows are exactly the payments sent."""
+    directory = f"/eosink-examples/f2h-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, **hdfs_endpoint.env()}
+    common = ["--input", str(tmp_path / "in"), "--checkpoint", str(tmp_path / "ckpt"), "--directory", directory]
+    run("files_to_hdfs.py", [*common, "--generate", "3", "--rows", "40"], env)
+    run("files_to_hdfs.py", [*common, "--generate", "3", "--rows", "40"], env, faults="F5@2:kill")
+    last = run("files_to_hdfs.py", common, env)
+    assert f"{directory}: 240 rows for 240 distinct payments" in last.stdout, last.stdout
+    assert _hdfs_payments(hdfs_endpoint, directory) == _sent(tmp_path / "in")
+
+
 def test_kafka_to_s3_runs_as_documented(tmp_path: Path, kafka_endpoint: Any, s3_endpoint: Any) -> None:
     """One run of the example, as a user runs it. Pass: 600 input records become 600 committed rows, each
     input (partition, offset) once, in one ``account=`` folder per account."""
