@@ -14,10 +14,11 @@ from typing import Any
 from eosink.connectors.hdfs import HdfsConfig, HdfsSink, read_committed
 from eosink.connectors.hdfs._fs import Fs
 from eosink.connectors.hdfs._layout import COMMIT_REQUEST_MARKER
+from eosink.connectors.hdfs._read import read_rows
 from eosink.contracts import Namespace, SinkHarness
 from eosink.services import get_service
 
-__all__ = ["COMMIT_REQUEST_MARKER", "HdfsHarness"]
+__all__ = ["COMMIT_REQUEST_MARKER", "HdfsHarness", "files_under", "listed_rows", "remove"]
 
 TEST_ROOT = "/eosink-tests"
 
@@ -58,3 +59,21 @@ class HdfsHarness(SinkHarness):
         config = self.config(ns)
         with contextlib.suppress(Exception):
             Fs(config).delete(config.path)
+
+
+def listed_rows(config: HdfsConfig) -> list[dict[str, Any]]:
+    """What a reader that lists the target reads (``spark.read.parquet``): every file outside hidden names,
+    partition columns (as strings) from the directory names."""
+    return read_rows(Fs(config), config.path, config.format)
+
+
+def files_under(url: str) -> list[str]:
+    """The paths of every file below an ``hdfs://`` URL (none when it is missing)."""
+    config = HdfsConfig(url)
+    return [status.path for status in Fs(config).walk_files(config.path)]
+
+
+def remove(url: str) -> None:
+    """Delete an ``hdfs://`` URL's directory (or file) and everything below it; no error when missing."""
+    config = HdfsConfig(url)
+    Fs(config).delete(config.path)

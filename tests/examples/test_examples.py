@@ -267,11 +267,10 @@ def test_files_to_s3_through_a_kill(tmp_path: Path, s3_endpoint: Any) -> None:
 def _hdfs_payments(hdfs_endpoint: Any, directory: str) -> list[tuple[Any, ...]]:
     """Every payment a reader that lists ``directory`` reads (what ``spark.read.parquet`` finds)."""
     from eosink.connectors.hdfs import HdfsConfig, read_committed
-    from eosink.connectors.hdfs._fs import Fs
-    from eosink.connectors.hdfs._read import read_rows
+    from eosink.connectors.hdfs.testing import listed_rows
 
     config = HdfsConfig(hdfs_endpoint.url.rstrip("/") + directory)
-    listed = sorted((r["id"], r["account"], r["amount"]) for r in read_rows(Fs(config), config.path, "parquet"))
+    listed = sorted((r["id"], r["account"], r["amount"]) for r in listed_rows(config))
     committed = sorted((r["id"], r["account"], r["amount"]) for r in read_committed(config).to_pylist())
     assert listed == committed, "a reader listing the directory and the batch records disagree"
     return listed

@@ -25,9 +25,8 @@ import pytest
 
 from eosink.checkpoint import SparkCheckpoint
 from eosink.connectors.hdfs import HdfsConfig, committed_batches, read_committed
-from eosink.connectors.hdfs._fs import Fs
-from eosink.connectors.hdfs._read import read_rows
 from eosink.connectors.hdfs.admin import HdfsAdmin
+from eosink.connectors.hdfs.testing import files_under, listed_rows, remove
 from eosink.errors import ServiceError
 from eosink.services import get_service
 from eosink.services.hdfs import HdfsEndpoint
@@ -102,9 +101,7 @@ class HdfsPipeline(Pipeline):
 
     def listed(self) -> Counter[tuple[Any, ...]]:
         """The rows a reader that lists the target sees (every file outside hidden names)."""
-        config = self.config()
-        rows = read_rows(Fs(config), config.path, config.format)
-        return Counter((r["id"], r["account"], r["amount"]) for r in rows)
+        return Counter((r["id"], r["account"], r["amount"]) for r in listed_rows(self.config()))
 
     def bundles(self) -> list[int]:
         return [r.bundle.batch.batch_id for _, r in committed_batches(self.config(), self.app_id)]
@@ -121,10 +118,9 @@ class HdfsPipeline(Pipeline):
         assert not self.in_doubt(), f"work left in doubt: {self.in_doubt()}"
 
     def close(self) -> None:
-        config = self.config()
-        Fs(config).delete(config.path)
+        remove(self.config().target_url)
         if self.checkpoint_uri:
-            Fs(config).delete(HdfsConfig(self.checkpoint_uri).path)
+            remove(self.checkpoint_uri)
 
 
 @pytest.fixture
@@ -173,15 +169,16 @@ def test_a_checkpoint_on_hdfs_carries_2pc_through_a_kill_at_f5(hdfs_pipeline: Hd
     p = hdfs_pipeline
     p.strategy = "2pc"
     p.checkpoint_uri = f"{p.cluster.url.rstrip('/')}{p.directory}-checkpoint"
-    fs, root = Fs(HdfsConfig(p.checkpoint_uri)), f"{p.directory}-checkpoint"
+    root = f"{p.directory}-checkpoint"
     assert_killed(p.run("F5@1:kill"), "F5")
     assert p.found() == p.listed() == _rows_of_files(p, {0}), "batch 1's rows became visible before its commit"
     assert p.in_doubt(), "the killed batch's prepared work is not listed as in doubt"
-    assert fs.exists(f"{root}/commits/1")
-    assert any(s.path.endswith("/1.json") and "/eosink/" in s.path for s in fs.walk_files(root))
+    written = files_under(p.checkpoint_uri)
+    assert f"{root}/commits/1" in written
+    assert any(path.endswith("/1.json") and "/eosink/" in path for path in written), written
     assert_clean(p.run())
     p.assert_exact()
-    assert fs.exists(f"{root}/commits/{p.files - 1}")
+    assert f"{root}/commits/{p.files - 1}" in files_under(p.checkpoint_uri)
     assert not p.checkpoint.exists()
 
 
