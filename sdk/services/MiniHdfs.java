@@ -1,4 +1,4 @@
-// A single-process HDFS for the eosink test harness: one NameNode and one DataNode (MiniDFSCluster).
+// A single-process HDFS for the eosink test harness: one NameNode and two DataNodes (MiniDFSCluster).
 //
 // Usage: java -cp <this class, jar or dir>:<hadoop jars>/* MiniHdfs <base dir> <namenode rpc port> <namenode http port>
 //
@@ -29,6 +29,7 @@ public final class MiniHdfs {
     /** Runs before Hadoop's own hooks (the FileSystem cache closes at priority 10). */
     private static final int HOOK_PRIORITY = 100;
     private static final AtomicBoolean STOPPING = new AtomicBoolean();
+    private static final int DATANODES = 2;
 
     private MiniHdfs() {}
 
@@ -46,9 +47,11 @@ public final class MiniHdfs {
         conf.set("hadoop.tmp.dir", new File(base, "tmp").getPath());
         conf.setBoolean("dfs.permissions.enabled", true);
         conf.setBoolean("dfs.webhdfs.enabled", true);
-        conf.setInt("dfs.replication", 1);
-        // A file may close while its last block is committed but not yet reported by the DataNode: a
-        // client's close() then returns at once instead of polling the NameNode for ~100-200 ms.
+        // Two DataNodes and replication 2, with a file allowed to close while its last block is
+        // committed but not yet reported by the DataNodes: the NameNode grants that only when the
+        // block has more expected replicas than the minimum (1). With one DataNode, a client's close()
+        // races the DataNode's block report, loses about half the time and waits 400-500 ms to retry.
+        conf.setInt("dfs.replication", DATANODES);
         conf.setInt("dfs.namenode.file.close.num-committed-allowed", 1);
         // Loopback only: the builder keeps these because of checkDataNodeAddrConfig(true).
         conf.set("dfs.datanode.address", "127.0.0.1:0");
@@ -60,7 +63,7 @@ public final class MiniHdfs {
         MiniDFSCluster cluster = new MiniDFSCluster.Builder(conf, base)
                 .nameNodePort(rpcPort)
                 .nameNodeHttpPort(httpPort)
-                .numDataNodes(1)
+                .numDataNodes(DATANODES)
                 .storagesPerDatanode(1)
                 .checkDataNodeAddrConfig(true)
                 .format(true)

@@ -1,4 +1,4 @@
-"""HDFS for the tests: one NameNode and one DataNode in a single JVM (Hadoop's MiniDFSCluster).
+"""HDFS for the tests: one NameNode and two DataNodes in a single JVM (Hadoop's MiniDFSCluster).
 
 What runs: ``MiniHdfs.java`` (next to this module), a small launcher compiled at provisioning
 time against ``org.apache.hadoop:hadoop-minicluster`` 3.5.0 from Maven Central — the
@@ -13,7 +13,9 @@ the NameNode's RPC and HTTP ports on its ``READY`` line. The endpoint is
 * ``EOSINK_HDFS_URL``    ``hdfs://127.0.0.1:<rpc port>`` — what ``hdfs_native`` and Spark use;
 * ``EOSINK_WEBHDFS_URL`` ``http://127.0.0.1:<http port>/webhdfs/v1`` — WebHDFS (REST) on the NameNode.
 
-Data: fresh under ``run/hdfs/data`` at every start, replication 1, permission checks on: the
+Data: fresh under ``run/hdfs/data`` at every start, replication 2 with
+``dfs.namenode.file.close.num-committed-allowed=1`` (a file closes at once instead of racing the
+DataNodes' block reports; with a single DataNode, every other close waited half a second), permission checks on: the
 login that runs the cluster is HDFS's superuser, so a client of the same login (the default) may
 write anywhere, and another user name (``HADOOP_USER_NAME``) needs permissions; ``/tmp`` is
 world-writable. The JVM runs with ``-Xmx768m``, the serial GC and the C1 JIT only,
@@ -104,7 +106,7 @@ class HdfsEndpoint(Endpoint):
 
 
 class HdfsService(Service[HdfsEndpoint]):
-    """A MiniDFSCluster (1 NameNode, 1 DataNode) on 127.0.0.1, or your own cluster."""
+    """A MiniDFSCluster (1 NameNode, 2 DataNodes) on 127.0.0.1, or your own cluster."""
 
     name = "hdfs"
     endpoint_type = HdfsEndpoint
@@ -266,7 +268,7 @@ class HdfsService(Service[HdfsEndpoint]):
         return ports[0]
 
     def launch(self) -> tuple[Proc, HdfsEndpoint]:
-        """Start MiniHdfs on fresh data; return once the NameNode is active and the DataNode registered."""
+        """Start MiniHdfs on fresh data; return once the NameNode is active and the DataNodes registered."""
         java, _ = _jdk()
         extra: list[str] = []
         archive = self._cds_archive(java, (self.home / "minihdfs.jar.sha256").read_text().strip())

@@ -254,15 +254,16 @@ def test_a_missing_parent_with_create_dirs_off_names_what_is_missing(tmp_path: P
 
 
 def test_a_replication_above_the_live_datanodes_is_refused_at_setup(tmp_path: Path, target: str) -> None:
-    """``replication=3`` against one live DataNode (read from the NameNode's JMX): ConfigurationError at the
-    query's start naming the count, fix "replication <= 1"; with replication=1, every batch once."""
+    """``replication=3`` against the harness's two live DataNodes (read from the NameNode's JMX):
+    ConfigurationError at the query's start naming the count, fix "replication <= 2"; with replication=2,
+    every batch once."""
     webhdfs_url = get_service("hdfs").endpoint().webhdfs_url
     http = webhdfs_url.rsplit("/webhdfs", 1)[0]
     bad = HdfsConfig(target, replication=3, namenode_http=http)
     err = stop_fix_resume(
-        Driver(tmp_path, bad), work(), ConfigurationError, config=dataclasses.replace(bad, replication=1)
+        Driver(tmp_path, bad), work(), ConfigurationError, config=dataclasses.replace(bad, replication=2)
     )
-    assert_names(err, ["replication=3", "1 live DataNode"], ["replication <= 1"])
+    assert_names(err, ["replication=3", "2 live DataNode"], ["replication <= 2"])
 
 
 def test_an_exceeded_space_quota_stops_the_query_before_its_batch_is_visible(tmp_path: Path, target: str) -> None:
