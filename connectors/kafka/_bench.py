@@ -10,9 +10,10 @@ as many records, each a line of the data set's CSV, with ``acks=all``: the broke
 for one producer.
 
 ``eosink-at-least-once`` is eosink's data path with the exactly-once bookkeeping taken out: the
-same ``mapInArrow`` participants and the same Arrow-to-record conversion
-(:func:`eosink.connectors.kafka._records.to_records`), sent by a plain idempotent producer with no
-transaction, marker, epoch, bundle or commit step.
+same ``mapInArrow`` participants, the same Arrow-to-record conversion
+(:func:`eosink.connectors.kafka._records.to_records`) and the same bulk encoding into record
+batches (:class:`eosink.connectors.kafka._bulk.BulkSender`), sent by a plain idempotent producer
+with no transaction, marker, epoch, bundle or commit step.
 
 Latency is the local clock at the poll minus the row's ``at`` (broker and job share the machine).
 """
@@ -61,9 +62,12 @@ class _DirectProduce:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from kafka import KafkaProducer
 
+        from eosink.connectors.kafka._bulk import BulkSender
         from eosink.connectors.kafka._records import to_records
 
         producer = KafkaProducer(**self.config.producer_kwargs())
+        errors: list[BaseException] = []
+        sender = BulkSender(producer, errors.append)
         rows = 0
         try:
             for batch in batches:
@@ -77,10 +81,12 @@ class _DirectProduce:
                     limit=self.config.record_limit,
                     where="at-least-once",
                 )
-                for r in records:
-                    producer.send(r.topic, value=r.value, key=r.key)
+                sender.send(records)
                 rows += len(records)
             producer.flush()
+            if errors:
+                raise errors[0]
+            sender.check("at-least-once")
         finally:
             producer.close(timeout=10)
         yield pa.RecordBatch.from_pydict({"rows": [rows]})

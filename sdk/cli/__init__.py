@@ -9,10 +9,27 @@ are the operator's view of a sink, whichever sink: its options come from its pro
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
+from types import FrameType
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "exit_on_sigterm", "main"]
+
+
+def exit_on_sigterm() -> None:
+    """Let SIGTERM unwind the command as Ctrl-C does, so that the servers, brokers and Spark drivers it
+    started are stopped by its own cleanup instead of outliving it (exit status 143).
+
+    Only the first SIGTERM unwinds; a second one, during the cleanup, ends the process at once."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _unwind)
+
+
+def _unwind(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise SystemExit(128 + signum)
 
 
 def _services(argv: list[str]) -> int:
@@ -73,6 +90,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``eosink COMMAND [...]``; ``eosink --version``."""
+    exit_on_sigterm()
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in COMMANDS:  # the command's own parser sees --help
         return COMMANDS[args[0]][0](args[1:])

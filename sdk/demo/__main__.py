@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from eosink.cli import exit_on_sigterm
 from eosink.demo import demo_main, job_main
 from eosink.demo.pipeline import main as pipeline_main
 
@@ -14,6 +15,7 @@ def main() -> int:
         return job_main(argv[1:])
     if argv[:1] == ["pipeline"]:
         return pipeline_main(argv[1:])
+    exit_on_sigterm()
     return demo_main(argv[1:] if argv[:1] == ["demo"] else argv)
 
 
