@@ -124,12 +124,12 @@ test-postgres: venv java
 test-postgres-full: venv java
 	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py -q --durations=10)
 
-# Kafka: every step is a broker round trip, so make test draws 8 random schedules and crashes the
-# walks at every 4th step; test-kafka-full runs the whole suite (60 schedules, every step) and every
+# Kafka: every step is a broker round trip, so make test draws 4 random schedules and crashes the
+# walks at every 8th step; test-kafka-full runs the whole suite (60 schedules, every step) and every
 # fault point x strategy under Spark. The chaos schedule runs against a private broker of its own.
 test-kafka: venv java
 	@$(call WITH_KAFKA,$(PYTEST) tests/connectors/kafka tests/spark/test_kafka_pipeline.py tests/chaos/test_chaos_quick.py \
-		-q -m "not full" -k "not chaos or kafka" --eosink-contract-examples=8 --eosink-crash-stride=4 --durations=10)
+		-q -m "not full" -k "not chaos or kafka" --eosink-contract-examples=4 --eosink-crash-stride=8 --durations=10)
 
 test-kafka-full: venv java
 	@$(call WITH_KAFKA,$(PYTEST) tests/connectors/kafka tests/spark/test_kafka_pipeline.py -q --durations=10)
@@ -144,7 +144,7 @@ test-s3: venv java tools
 test-s3-full: venv java tools
 	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 tests/spark/test_s3_pipeline.py -q --durations=10)
 
-# HDFS (the harness's MiniDFSCluster; every file close waits for the NameNode, ~0.1-0.5 s): the contract
+# HDFS (the harness's MiniDFSCluster; every step is a NameNode round trip, a file close several): the contract
 # suite with Parquet files (4 random schedules, the crash walks at every 8th step, the idempotent strategy
 # with user keys left to test-hdfs-full, the NameNode RPC cut by the proxy), the connector's tests and one Spark
 # kill-and-restart per strategy (2pc with its checkpoint on hdfs://); test-hdfs-full: the whole suite,

@@ -10,6 +10,7 @@ from eosink.profiles import SinkProfile
 
 if TYPE_CHECKING:
     from eosink.admin import SinkAdmin
+    from eosink.bench.runs import BenchAdapter
     from eosink.contracts.harness import SinkHarness
 
 __all__ = ["PROFILE", "HdfsProfile"]
@@ -50,6 +51,11 @@ class HdfsProfile(SinkProfile):
         from eosink.connectors.hdfs.testing import HdfsHarness
 
         return HdfsHarness(**options)
+
+    def bench_adapter(self) -> BenchAdapter:
+        from eosink.connectors.hdfs._bench import HdfsAdapter
+
+        return HdfsAdapter()
 
 
 PROFILE = HdfsProfile()

@@ -187,7 +187,9 @@ class KafkaAdapter:
 
         tools = KafkaService().home / "tools-jars"
         fetch_jars([Artifact("org.apache.kafka", "kafka-tools", KAFKA_VERSION)], tools, what="Kafka's tools")
-        argv = [_jdk.java("Kafka's producer benchmark"), "-Xmx512m", "-cp", f"{tools}{os.sep}*"]
+        # The tool reads every line of the payload file into memory first: some 300 bytes of heap per line.
+        heap_mb = 512 + dataset.rows * 400 // 1_000_000
+        argv = [_jdk.java("Kafka's producer benchmark"), f"-Xmx{heap_mb}m", "-cp", f"{tools}{os.sep}*"]
         argv += ["org.apache.kafka.tools.ProducerPerformance", "--topic", _topic(ns)]
         argv += ["--num-records", str(dataset.rows), "--throughput", "-1", "--payload-file", str(dataset.csv)]
         argv += ["--producer-props", f"bootstrap.servers={self._require_bootstrap()}", "acks=all", "linger.ms=5"]
@@ -195,7 +197,10 @@ class KafkaAdapter:
         done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
         seconds = time.monotonic() - started
         if done.returncode != 0:
-            raise RuntimeError(f"kafka-producer-perf-test failed: {(done.stdout + done.stderr).strip()[-500:]}")
+            output = (done.stdout + done.stderr).strip().splitlines()
+            causes = [line for line in output if "Exception" in line or "Error" in line] or output[-1:] or [""]
+            cause = causes[0]
+            raise RuntimeError(f"kafka-producer-perf-test failed (exit {done.returncode}): {cause.strip()[:300]}")
         return seconds
 
     # -- in the Spark job ---------------------------------------------------------------------------
@@ -217,25 +222,15 @@ class KafkaAdapter:
         )
 
     def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
+        from eosink.bench.session import arrow_task_function, eosink_function
+
         if spec.kind == "eosink":
-            import eosink
             from eosink.connectors.kafka import KafkaSink
 
-            strategy: Any = eosink.Idempotent(["id"]) if spec.strategy == "idempotent" else spec.strategy
-            return eosink.foreach_batch(
-                KafkaSink(self.config(ns)),
-                app_id=app_id(ns),
-                strategy=strategy,
-                checkpoint_location=checkpoint,
-                participants=participants,
-            )
+            return eosink_function(KafkaSink(self.config(ns)), spec.strategy, app_id(ns), checkpoint, participants)
         if spec.kind == "at-least-once":
             direct = _DirectProduce(self.config(ns))
-
-            def at_least_once(df: Any, batch_id: int) -> None:
-                df.coalesce(participants).mapInArrow(direct, "rows long").collect()
-
-            return at_least_once
+            return arrow_task_function(lambda batch_id: direct, participants)
         if spec.kind == "spark":
             bootstrap, topic = self._require_bootstrap(), _topic(ns)
 

@@ -120,22 +120,25 @@ class BulkSender:
 
     def _by_partition(self, records: Sequence[Record]) -> dict[Any, list[Record]]:
         from kafka import TopicPartition
-        from kafka.partitioner.default import murmur2
+
+        from eosink.connectors.kafka._murmur2 import partitions_of
 
         groups: dict[Any, list[Record]] = {}
         spread: dict[str, list[Record]] = {}
-        partitions: dict[str, list[int]] = {}
+        keyed: dict[str, list[Record]] = {}
         for r in records:
-            p = r.partition
-            if p is None:
-                if r.key is None:
-                    spread.setdefault(r.topic, []).append(r)
-                    continue
-                known = partitions.get(r.topic)
-                if known is None:
-                    known = partitions[r.topic] = sorted(self._producer.partitions_for(r.topic))
-                p = known[(murmur2(r.key) & 0x7FFFFFFF) % len(known)]
-            groups.setdefault(TopicPartition(r.topic, p), []).append(r)
+            if r.partition is not None:
+                groups.setdefault(TopicPartition(r.topic, r.partition), []).append(r)
+            elif r.key is None:
+                spread.setdefault(r.topic, []).append(r)
+            else:
+                keyed.setdefault(r.topic, []).append(r)
+        for topic, with_keys in keyed.items():
+            # Kafka's default partitioner: murmur2 of the key, hashed for all of a topic's keys at once.
+            known = sorted(self._producer.partitions_for(topic))
+            indexes = partitions_of([r.key for r in with_keys if r.key is not None], len(known))
+            for r, index in zip(with_keys, indexes.tolist(), strict=True):
+                groups.setdefault(TopicPartition(topic, known[index]), []).append(r)
         for topic, unkeyed in spread.items():
             # Unkeyed records fill whole batches, one partition after another from a random start.
             known = sorted(self._producer.partitions_for(topic))

@@ -177,18 +177,18 @@ def _keys(
     """Record keys: the upsert key columns when given (idempotent writes), else the ``key`` column, else none."""
     if not upsert_keys:
         return [_as_bytes(k) for k in key_column] if key_column is not None else [None] * n
-    columns = [data.column(data.schema.names.index(k)).to_pylist() for k in upsert_keys]
-    out: list[bytes | None] = []
-    for i in range(n):
-        values = [c[i] for c in columns]
-        for name, value in zip(upsert_keys, values, strict=True):
-            if value is None:
-                raise BadRecordError(
-                    f"Row {i} of {where} has a null in key column {name!r}; its record key would be null.",
-                    f"Filter out or fill rows where {name!r} is null before writing.",
-                )
-        if len(values) == 1 and isinstance(values[0], str | bytes):
-            out.append(_as_bytes(values[0]))
-        else:
-            out.append(_key_json(values).encode())
-    return out
+    arrays = [data.column(data.schema.names.index(k)) for k in upsert_keys]
+    nulls = [i for a in arrays if a.null_count for i, valid in enumerate(a.is_valid().to_pylist()) if not valid]
+    if nulls:
+        i = min(nulls)
+        name = next(k for k, a in zip(upsert_keys, arrays, strict=True) if not a[i].is_valid)
+        raise BadRecordError(
+            f"Row {i} of {where} has a null in key column {name!r}; its record key would be null.",
+            f"Filter out or fill rows where {name!r} is null before writing.",
+        )
+    columns = [a.to_pylist() for a in arrays]
+    if len(columns) == 1:
+        if pa.types.is_integer(arrays[0].type):  # what _key_json makes of [v], without its cost per row
+            return [b"[%d]" % v for v in columns[0]]
+        return [_as_bytes(v) if isinstance(v, str | bytes) else _key_json([v]).encode() for v in columns[0]]
+    return [_key_json(list(values)).encode() for values in zip(*columns, strict=True)]

@@ -214,22 +214,16 @@ class PostgresAdapter:
         return PostgresConfig(self._require_url(), (SCHEMA, _table(ns)), control_schema=_control(ns), commit_mode=mode)
 
     def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
+        from eosink.bench.session import arrow_task_function, eosink_function
+
         if spec.kind == "eosink":
-            import eosink
             from eosink.connectors.postgres import PostgresSink
 
             sink = PostgresSink(self.config(ns, str(spec.options.get("commit_mode", "atomic"))))
-            strategy: Any = eosink.Idempotent(["id"]) if spec.strategy == "idempotent" else spec.strategy
-            return eosink.foreach_batch(
-                sink, app_id=app_id(ns), strategy=strategy, checkpoint_location=checkpoint, participants=participants
-            )
+            return eosink_function(sink, spec.strategy, app_id(ns), checkpoint, participants)
         if spec.kind == "at-least-once":
             direct = _DirectCopy(self.config(ns))
-
-            def at_least_once(df: Any, batch_id: int) -> None:
-                df.coalesce(participants).mapInArrow(direct, "rows long").collect()
-
-            return at_least_once
+            return arrow_task_function(lambda batch_id: direct, participants)
         if spec.kind == "spark":
             from eosink.services.postgres import PostgresEndpoint
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eosink.bench.datasets import Dataset
-from eosink.bench.runs import Baseline, BatchFunction, BenchGoals, RunSpec, generic_runs
+from eosink.bench.file_sinks import (
+    AT_LEAST_ONCE_PREFIX,
+    SparkFileSink,
+    at_least_once_name,
+    file_sink_goals,
+    file_sink_runs,
+    latency_buckets,
+)
+from eosink.bench.runs import BatchFunction, BenchGoals, RunSpec
 from eosink.errors import ConfigurationError
 
 __all__ = ["S3Adapter", "app_id", "object_prefix"]
@@ -46,13 +53,7 @@ __all__ = ["S3Adapter", "app_id", "object_prefix"]
 BUCKET = "eosink-bench"
 ROOT = "eosink-bench"
 _ENV = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY", "EOSINK_S3_REGION")
-_ALO = "alo-"
-"""Names of eosink-at-least-once's objects start so: ``alo-<batch:020d>-p<partition>-a<attempt>-<hex>``."""
 _ENV_CREDENTIALS = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
-_FILE_SINKS = (
-    "org.apache.spark.sql.execution.streaming.sinks.FileStreamSink",  # Spark 4
-    "org.apache.spark.sql.execution.streaming.FileStreamSink",  # Spark 3.5
-)
 
 
 def object_prefix(ns: str) -> str:
@@ -113,12 +114,7 @@ class _DirectPut:
         self.batch_id = batch_id
 
     def key(self) -> str:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        part, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
-        name = f"{_ALO}{self.batch_id:020d}-p{part}-a{attempt}-{uuid.uuid4().hex[:8]}.parquet"
-        return f"{self.config.prefix}/{name}"
+        return f"{self.config.prefix}/{at_least_once_name(self.batch_id)}.parquet"
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from eosink.connectors.s3 import _client
@@ -146,38 +142,6 @@ class _DirectPut:
         yield pa.RecordBatch.from_pydict({"rows": [rows]})
 
 
-class _FileStreamSink:
-    """foreachBatch of spark-file-sink: Spark's streaming Parquet file sink, made at the first batch."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._sink: Any = None
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        if self._sink is None:
-            self._sink = self._make(df.sparkSession)
-        self._sink.addBatch(batch_id, df._jdf)
-
-    def _make(self, session: Any) -> Any:
-        jvm = session.sparkContext._jvm
-        found = [c for name in _FILE_SINKS if type(c := _jvm_class(jvm, name)).__name__ == "JavaClass"]
-        if not found:
-            raise ConfigurationError("This Spark has no FileStreamSink class.", f"Expected one of {_FILE_SINKS}.")
-        utils = jvm.org.apache.spark.api.python.PythonUtils
-        parquet = jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
-        no_columns = utils.toSeq(jvm.java.util.ArrayList())
-        no_options = utils.toScalaMap(jvm.java.util.HashMap())
-        return found[0](session._jsparkSession, self.path, parquet, no_columns, no_options)
-
-
-def _jvm_class(jvm: Any, name: str) -> Any:
-    """``jvm``'s view of ``name``: a JavaClass when the class exists, a JavaPackage when it does not."""
-    node = jvm
-    for part in name.split("."):
-        node = getattr(node, part)
-    return node
-
-
 @dataclass
 class _Poll:
     """What the latency poll of one namespace has seen: the newest key, and batches whose rows are unread."""
@@ -189,16 +153,6 @@ class _Poll:
     seen: set[str] = field(default_factory=set)
     pending: list[tuple[float, str]] = field(default_factory=list)
     """(first seen, wall clock s; key of a marker or an at-least-once object) whose rows are unread."""
-
-
-def latency_buckets(at: pa.Array, seen_s: float, warm_from_us: int) -> dict[int, int]:
-    """Rows per whole millisecond from their ``at`` to ``seen_s``; rows stamped before ``warm_from_us``: -1."""
-    import numpy as np
-
-    stamps = pc.cast(pc.cast(at, pa.timestamp("us", "UTC")), pa.int64()).to_numpy(zero_copy_only=False)
-    ms = np.where(stamps < warm_from_us, -1, (int(seen_s * 1_000_000) - stamps) // 1000)
-    values, counts = np.unique(ms, return_counts=True)
-    return {int(v): int(c) for v, c in zip(values, counts, strict=True)}
 
 
 class S3Adapter:
@@ -249,21 +203,10 @@ class S3Adapter:
         return self._require_store().env()
 
     def goals(self) -> BenchGoals:
-        """Spark's file sink (best exactly-once >= 1.0x), the raw upload (shown only); 2pc >= 0.85x at-least-once,
-        visible at most 150 ms p50 after Spark's commit log."""
-        return BenchGoals(
-            baselines=(Baseline("spark-file-sink", "spark-file-sink", 1.0), Baseline("raw-upload", "raw-upload")),
-            vs_at_least_once=(("2pc", 0.85),),
-            commit_p50_ms=None,
-            visible_after_commit_log_p50_ms=150.0,
-        )
+        return file_sink_goals("raw-upload")
 
     def runs(self) -> list[RunSpec]:
-        return [
-            *generic_runs(self.modes, ()),
-            RunSpec("spark-file-sink", "spark"),
-            RunSpec("raw-upload", "external"),
-        ]
+        return file_sink_runs(self.modes, "raw-upload")
 
     def prepare(self, ns: str, *, keyed: bool = False) -> None:
         """Nothing to create but the bucket: a namespace is a fresh prefix (``keyed`` needs nothing of the store)."""
@@ -348,27 +291,17 @@ class S3Adapter:
         )
 
     def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
+        from eosink.bench.session import arrow_task_function, eosink_function
+
         if spec.kind == "eosink":
-            import eosink
             from eosink.connectors.s3 import S3Sink
 
-            strategy: Any = eosink.Idempotent(["id"]) if spec.strategy == "idempotent" else spec.strategy
-            return eosink.foreach_batch(
-                S3Sink(self.config(ns)),
-                app_id=app_id(ns),
-                strategy=strategy,
-                checkpoint_location=checkpoint,
-                participants=participants,
-            )
+            return eosink_function(S3Sink(self.config(ns)), spec.strategy, app_id(ns), checkpoint, participants)
         if spec.kind == "at-least-once":
             config = self.config(ns)
-
-            def at_least_once(df: Any, batch_id: int) -> None:
-                df.coalesce(participants).mapInArrow(_DirectPut(config, batch_id), "rows long").collect()
-
-            return at_least_once
+            return arrow_task_function(lambda batch_id: _DirectPut(config, batch_id), participants)
         if spec.kind == "spark":
-            return _FileStreamSink(f"s3a://{BUCKET}/{object_prefix(ns)}")
+            return SparkFileSink(f"s3a://{BUCKET}/{object_prefix(ns)}")
         if spec.kind == "floor":
             from eosink.bench.runner import floor_function
 
@@ -425,7 +358,7 @@ class S3Adapter:
 
     def _new_objects(self, ns: str, state: _Poll) -> list[str]:
         """At-least-once objects not seen before, listed from the newest batch seen (older ones are complete)."""
-        root = f"{object_prefix(ns)}/{_ALO}"
+        root = f"{object_prefix(ns)}/{AT_LEAST_ONCE_PREFIX}"
         args: dict[str, Any] = {"Bucket": BUCKET, "Prefix": root}
         if state.last_batch >= 0:
             args["StartAfter"] = f"{root}{state.last_batch:020d}"

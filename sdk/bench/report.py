@@ -251,6 +251,12 @@ def compute_targets(report: Report) -> list[BenchTarget]:
     return targets
 
 
+def _cell(text: str, limit: int = 120) -> str:
+    """``text`` fit for one Markdown table cell: one line, no column separators, at most ``limit`` characters."""
+    flat = " ".join(text.split()).replace("|", "/")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -308,7 +314,7 @@ def render_markdown(report: Report, chart: str | None = None, level: int = 1) ->
                 lines.append(
                     f"| {r.name} | {r.mode or '-'} | failed | | |"
                     + " |" * len(refs)
-                    + f" {(r.error or 'row count differs')[:120]} |"
+                    + f" {_cell(r.error or 'row count differs')} |"
                 )
                 continue
             x = rel.get(r.name, {})
@@ -330,7 +336,7 @@ def render_markdown(report: Report, chart: str | None = None, level: int = 1) ->
         ]
         for lat in report.latency:
             if lat.error:
-                lines.append(f"| {lat.name} | {lat.mode or '-'} | {lat.rate:,} | failed | | | | | {lat.error[:120]} |")
+                lines.append(f"| {lat.name} | {lat.mode or '-'} | {lat.rate:,} | failed | | | | | {_cell(lat.error)} |")
                 continue
             after = (
                 "-"
@@ -352,7 +358,7 @@ def render_markdown(report: Report, chart: str | None = None, level: int = 1) ->
         ]
         for rss in report.rss:
             if rss.error:
-                lines.append(f"| {rss.name} | {rss.master} | {rss.rows:,} | failed: {rss.error[:120]} | | | |")
+                lines.append(f"| {rss.name} | {rss.master} | {rss.rows:,} | failed: {_cell(rss.error)} | | | |")
                 continue
             lines.append(
                 f"| {rss.name} | `{rss.master}` | {rss.rows:,} | {rss.python_mb:.0f} | {rss.jvm_mb:.0f} | "

@@ -8,7 +8,7 @@ commit log, and that commit is counted). :func:`floor_function` is the Arrow flo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -18,7 +18,18 @@ from eosink.bench.job import Job
 from eosink.bench.runs import BatchFunction, BenchAdapter
 from eosink.spark import BatchWriter
 
-__all__ = ["SPARK_SCHEMA", "finish_writer", "floor_function", "spark_session", "warm_up"]
+__all__ = [
+    "SPARK_SCHEMA",
+    "arrow_task_function",
+    "eosink_function",
+    "finish_writer",
+    "floor_function",
+    "spark_session",
+    "warm_up",
+]
+
+ArrowTask = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+"""A ``mapInArrow`` function that yields one row, ``rows``: what it wrote."""
 
 SPARK_SCHEMA = "id BIGINT NOT NULL, name STRING, amount DECIMAL(12,2), at TIMESTAMP, note STRING"
 
@@ -78,11 +89,28 @@ def warm_up(spark: Any, adapter: BenchAdapter, participants: int, data: str | No
 
 def floor_function(participants: int) -> BatchFunction:
     """foreachBatch of spark-arrow-floor: the batch handed to Python as Arrow, counted, dropped."""
+    return arrow_task_function(lambda batch_id: _discard, participants)
 
-    def floor(df: Any, batch_id: int) -> None:
-        df.coalesce(participants).mapInArrow(_discard, "rows long").collect()
 
-    return floor
+def arrow_task_function(task_for: Callable[[int], ArrowTask], participants: int) -> BatchFunction:
+    """foreachBatch that runs ``task_for(batch_id)`` on each of ``participants`` partitions (eosink's
+    at-least-once paths, the floor)."""
+
+    def run(df: Any, batch_id: int) -> None:
+        df.coalesce(participants).mapInArrow(task_for(batch_id), "rows long").collect()
+
+    return run
+
+
+def eosink_function(sink: Any, strategy: str | None, app_id: str, checkpoint: str, participants: int) -> BatchFunction:
+    """foreachBatch of an eosink run: ``eosink.foreach_batch`` with ``strategy`` (idempotent: keyed by the data
+    set's ``id``)."""
+    import eosink
+
+    chosen: Any = eosink.Idempotent(["id"]) if strategy == "idempotent" else strategy
+    return eosink.foreach_batch(
+        sink, app_id=app_id, strategy=chosen, checkpoint_location=checkpoint, participants=participants
+    )
 
 
 def finish_writer(fn: BatchFunction, strict: bool = True) -> list[float]:

@@ -138,6 +138,16 @@ def test_failed_runs_do_not_count() -> None:
     assert "| spark-jdbc-default | - | failed |" in text and "driver died" in text
 
 
+def test_a_failed_runs_multi_line_error_stays_in_its_table_row() -> None:
+    runs = _report().throughput[ROWS]
+    error = "tool failed: java.lang.OutOfMemoryError | heap\n\tat java.util.ArrayList.grow\n" + "x" * 300
+    runs[5] = RunResult("spark-jdbc-default", ROWS, 1.0, kind="spark", error=error)
+    text = render_markdown(_report(throughput={ROWS: runs}))
+    row = next(line for line in text.splitlines() if line.startswith("| spark-jdbc-default |"))
+    assert "OutOfMemoryError / heap at java.util.ArrayList.grow" in row and row.endswith("… |")
+    assert row.count("|") == next(line for line in text.splitlines() if line.startswith("| eosink-2pc |")).count("|")
+
+
 def test_markdown_names_missed_targets_and_json_round_trips(tmp_path: Path) -> None:
     report = _report()
     text = render_markdown(report)

@@ -14,9 +14,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from eosink.bench.file_sinks import latency_buckets
 from eosink.bench.runs import AT_LEAST_ONCE
 from eosink.connectors.s3 import S3Sink
-from eosink.connectors.s3._bench import BUCKET, S3Adapter, _DirectPut, app_id, latency_buckets, object_prefix
+from eosink.connectors.s3._bench import BUCKET, S3Adapter, _DirectPut, app_id, object_prefix
 from eosink.contract import BatchRef
 from eosink.contracts._steps import bundle_for
 from eosink.participant import WritePlan, run_participant
