@@ -144,14 +144,13 @@ test-s3: venv java tools
 test-s3-full: venv java tools
 	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 tests/spark/test_s3_pipeline.py -q --durations=10)
 
-# HDFS (the harness's MiniDFSCluster; every step is a NameNode round trip, a file close several): the contract
-# suite with Parquet files (4 random schedules, the crash walks at every 8th step, the idempotent strategy
-# with user keys left to test-hdfs-full, the NameNode RPC cut by the proxy), the connector's tests and one Spark
+# HDFS (the harness's MiniDFSCluster): the contract suite with Parquet files (8 random schedules, the crash
+# walks at every 4th step, the NameNode RPC cut by the proxy), the connector's tests and one Spark
 # kill-and-restart per strategy (2pc with its checkpoint on hdfs://); test-hdfs-full: the whole suite,
 # Parquet and JSON lines, and every HDFS pipeline.
 test-hdfs: venv java tools
 	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py -q -m "not full" \
-		-k "not idempotent-id" --eosink-contract-examples=4 --eosink-crash-stride=8 --durations=10)
+		--eosink-contract-examples=8 --eosink-crash-stride=4 --durations=10)
 
 test-hdfs-full: venv java tools
 	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py -q --durations=10)

@@ -299,7 +299,7 @@ def test_a_schema_change_between_batches_is_a_schema_error(tmp_path: Path, targe
 
 @pytest.mark.parametrize(
     "value",
-    ["../escape", *(pytest.param(v, marks=pytest.mark.full) for v in ("a/b", ".", "..", "tab\there", "x" * 300))],
+    ["../escape", *(pytest.param(v, marks=pytest.mark.full) for v in ("a/b", ".", "..")), "tab\there", "x" * 300],
 )
 def test_a_hostile_partition_value_is_a_bad_record(tmp_path: Path, target: str, value: str) -> None:
     """A partition value that is a path (``..``, a slash), a control character or over 255 bytes: BadRecordError
