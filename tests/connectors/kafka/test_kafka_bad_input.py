@@ -198,7 +198,10 @@ def test_transaction_timeout_above_the_brokers_maximum_is_refused_at_setup(ns: N
 def test_secrets_never_appear_in_reprs_or_errors(tmp_path: Path, ns: Namespace) -> None:
     secret = f"pw-{uuid.uuid4().hex}"
     options = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "u"}
-    config = HARNESS.config(ns, producer_options={**options, "sasl_plain_password": secret})
+    # A 3 s bootstrap bound (10 s by default): the handshake fails the same way, sooner.
+    config = HARNESS.config(
+        ns, producer_options={**options, "sasl_plain_password": secret, "bootstrap_timeout_ms": 3000}
+    )
     sink = KafkaSink(config)
     assert_secret_free(config, [secret])
     assert_secret_free(sink, [secret])
@@ -212,7 +215,9 @@ def test_secrets_never_appear_in_reprs_or_errors(tmp_path: Path, ns: Namespace) 
 
 def test_unreachable_broker_is_a_typed_error_and_the_restart_is_exact(tmp_path: Path, ns: Namespace) -> None:
     HARNESS.create_topics(ns)
-    dead = HARNESS.config(ns, bootstrap="127.0.0.1:1", producer_options={"request_timeout_ms": 3000})
+    dead = HARNESS.config(
+        ns, bootstrap="127.0.0.1:1", producer_options={"request_timeout_ms": 3000, "bootstrap_timeout_ms": 3000}
+    )
     driver = Driver(tmp_path, TWO_PC, dead)
     err = driver.fail(batches(), (ConfigurationError, TransientError))
     assert_refused(err, "127.0.0.1:1")
