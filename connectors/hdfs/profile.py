@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eosink.connectors.hdfs._layout import COMMIT_REQUEST_MARKER
@@ -10,6 +11,7 @@ from eosink.profiles import SinkProfile
 
 if TYPE_CHECKING:
     from eosink.admin import SinkAdmin
+    from eosink.chaos.target import ChaosTarget
     from eosink.contracts.harness import SinkHarness
 
 __all__ = ["PROFILE", "HdfsProfile"]
@@ -50,6 +52,11 @@ class HdfsProfile(SinkProfile):
         from eosink.connectors.hdfs.testing import HdfsHarness
 
         return HdfsHarness(**options)
+
+    def chaos_target(self, root: Path | None = None) -> ChaosTarget:
+        from eosink.connectors.hdfs._chaos import HdfsChaosTarget
+
+        return HdfsChaosTarget(root)
 
 
 PROFILE = HdfsProfile()
