@@ -146,12 +146,13 @@ test-s3-full: venv java tools
 
 # HDFS (the harness's MiniDFSCluster; every file close waits for the NameNode, ~0.1-0.5 s): the contract
 # suite with Parquet files (4 random schedules, the crash walks at every 8th step, the idempotent strategy
-# with user keys left to test-hdfs-full, the NameNode RPC cut by the proxy), the connector's tests and one Spark
-# kill-and-restart per strategy (2pc with its checkpoint on hdfs://); test-hdfs-full: the whole suite,
-# Parquet and JSON lines, and every HDFS pipeline.
+# with user keys left to test-hdfs-full, the NameNode RPC cut by the proxy), the connector's tests, one Spark
+# kill-and-restart per strategy (2pc with its checkpoint on hdfs://) and one chaos schedule (against a private
+# MiniDFSCluster); test-hdfs-full: the whole suite, Parquet and JSON lines, and every HDFS pipeline.
 test-hdfs: venv java tools
-	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py -q -m "not full" \
-		-k "not idempotent-id" --eosink-contract-examples=4 --eosink-crash-stride=8 --durations=10)
+	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py tests/chaos/test_chaos_quick.py \
+		-q -m "not full" -k "not idempotent-id and (not chaos or hdfs)" --eosink-contract-examples=4 \
+		--eosink-crash-stride=8 --durations=10)
 
 test-hdfs-full: venv java tools
 	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py -q --durations=10)
