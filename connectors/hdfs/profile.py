@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from eosink.admin import SinkAdmin
     from eosink.chaos.target import ChaosTarget
     from eosink.contracts.harness import SinkHarness
+    from eosink.demo.target import DemoTarget
 
 __all__ = ["PROFILE", "HdfsProfile"]
 
@@ -57,6 +58,11 @@ class HdfsProfile(SinkProfile):
         from eosink.connectors.hdfs._chaos import HdfsChaosTarget
 
         return HdfsChaosTarget(root)
+
+    def demo_target(self) -> DemoTarget:
+        from eosink.connectors.hdfs._demo import HdfsDemoTarget
+
+        return HdfsDemoTarget()
 
 
 PROFILE = HdfsProfile()
