@@ -36,7 +36,7 @@ WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check
 	$(EOSINK) services down kafka minio; exit $$rc
 
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs spark services services-up services-check services-down \
-	services-status test test-full demo demo-kafka demo-s3 bench clean chaos chaos-quick examples example-files example-kafka \
+	services-status test test-full demo demo-kafka demo-s3 demo-hdfs bench clean chaos chaos-quick examples example-files example-kafka \
 	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs \
 	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full chaos-full examples-full services-full spark-matrix spark-on
 
@@ -44,6 +44,7 @@ help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
 	@echo "make demo-kafka        the same into a private Kafka broker, eosink vs Spark's own Kafka sink"
 	@echo "make demo-s3           the same into a private MinIO (S3), eosink vs Spark's Parquet writer on s3a://"
+	@echo "make demo-hdfs         the same into a private HDFS (MiniDFSCluster), eosink vs Spark's Parquet writer"
 	@echo "make test       what CI runs, in timed stages (table at the end, build/test-times.json); <= 30 min"
 	@echo "make test-full  every fault point x strategy x sink, local-cluster, the PySpark matrix, chaos; <= 3 h"
 	@echo "make lint       ruff + mypy --strict"
@@ -145,12 +146,12 @@ test-s3-full: venv java tools
 	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 tests/spark/test_s3_pipeline.py -q --durations=10)
 
 # HDFS (the harness's MiniDFSCluster): the contract suite with Parquet files (8 random schedules, the crash
-# walks at every 4th step, the NameNode RPC cut by the proxy), the connector's tests and one Spark
-# kill-and-restart per strategy (2pc with its checkpoint on hdfs://); test-hdfs-full: the whole suite,
-# Parquet and JSON lines, and every HDFS pipeline.
+# walks at every 4th step, the NameNode RPC cut by the proxy), the connector's tests, one Spark
+# kill-and-restart per strategy (2pc with its checkpoint on hdfs://) and one chaos schedule (against a private
+# MiniDFSCluster); test-hdfs-full: the whole suite, Parquet and JSON lines, and every HDFS pipeline.
 test-hdfs: venv java tools
-	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py -q -m "not full" \
-		--eosink-contract-examples=8 --eosink-crash-stride=4 --durations=10)
+	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py tests/chaos/test_chaos_quick.py \
+		-q -m "not full" -k "not chaos or hdfs" --eosink-contract-examples=8 --eosink-crash-stride=4 --durations=10)
 
 test-hdfs-full: venv java tools
 	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py -q --durations=10)
@@ -330,6 +331,16 @@ $(DEMO_S3_STAMP): $(SOURCES)
 
 demo-s3: $(DEMO_S3_STAMP) java tools
 	$(EOSINK) demo --sink s3 $(ARGS)
+
+# `make demo-hdfs`: the same story into a private HDFS (a MiniDFSCluster; the Hadoop jars from Maven Central
+# on the first run, needs a JDK and Maven), with Spark's own Parquet writer on hdfs:// as the plain writer;
+# needs eosink[demo,hdfs].
+DEMO_HDFS_STAMP := $(VENV)/.eosink-demo-hdfs-installed
+$(DEMO_HDFS_STAMP): $(SOURCES)
+	$(call install,demo$(COMMA)hdfs)
+
+demo-hdfs: $(DEMO_HDFS_STAMP) java tools
+	$(EOSINK) demo --sink hdfs $(ARGS)
 
 # Throughput, streaming latency and driver RSS on the same generated data; starts what it needs.
 bench: venv java

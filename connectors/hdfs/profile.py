@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eosink.connectors.hdfs._layout import COMMIT_REQUEST_MARKER
@@ -11,7 +12,9 @@ from eosink.profiles import SinkProfile
 if TYPE_CHECKING:
     from eosink.admin import SinkAdmin
     from eosink.bench.runs import BenchAdapter
+    from eosink.chaos.target import ChaosTarget
     from eosink.contracts.harness import SinkHarness
+    from eosink.demo.target import DemoTarget
 
 __all__ = ["PROFILE", "HdfsProfile"]
 
@@ -51,6 +54,16 @@ class HdfsProfile(SinkProfile):
         from eosink.connectors.hdfs.testing import HdfsHarness
 
         return HdfsHarness(**options)
+
+    def chaos_target(self, root: Path | None = None) -> ChaosTarget:
+        from eosink.connectors.hdfs._chaos import HdfsChaosTarget
+
+        return HdfsChaosTarget(root)
+
+    def demo_target(self) -> DemoTarget:
+        from eosink.connectors.hdfs._demo import HdfsDemoTarget
+
+        return HdfsDemoTarget()
 
     def bench_adapter(self) -> BenchAdapter:
         from eosink.connectors.hdfs._bench import HdfsAdapter

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eosink.chaos.oracle import Row
-from eosink.chaos.target import Names, PrivateRoot, Snapshot
+from eosink.chaos.target import Names, PrivateRoot, Snapshot, oracle_rows, snapshot_of
 
 __all__ = ["S3ChaosTarget"]
 
@@ -119,11 +119,7 @@ class S3ChaosTarget:
         return [r for r in table.to_pylist() if r["batch_id"] in markers], markers
 
     def read_rows(self, names: Names) -> list[Row]:
-        rows, _ = self._tables(names)
-        return [
-            (int(r["batch_id"]), str(r["key"]), int(r["running_sum"]), str(r["concat"]), int(r["n_tokens"]))
-            for r in rows
-        ]
+        return oracle_rows(self._tables(names)[0])
 
     def snapshotter(self, names: Names) -> Callable[[], Snapshot | None]:
         """A poll function: committed rows per batch and the batches with a marker; None while the server
@@ -134,13 +130,9 @@ class S3ChaosTarget:
 
         def poll() -> Snapshot | None:
             try:
-                rows, markers = self._tables(names)
+                return snapshot_of(*self._tables(names))
             except (BotoCoreError, ClientError, EosinkError, OSError):
                 return None
-            counts: dict[int, int] = {}
-            for r in rows:
-                counts[int(r["batch_id"])] = counts.get(int(r["batch_id"]), 0) + 1
-            return Snapshot(counts, markers or frozenset())
 
         return poll
 

@@ -20,15 +20,15 @@ The commit-request marker the harness's fault proxy cuts on is the profile's
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from eosink.chaos.oracle import Row
 from eosink.profiles import get_profile
 
-__all__ = ["ChaosTarget", "Names", "PrivateRoot", "Snapshot", "get_target"]
+__all__ = ["ChaosTarget", "Names", "PrivateRoot", "Snapshot", "get_target", "oracle_rows", "snapshot_of"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,22 @@ class Snapshot:
 
     rows_per_batch: dict[int, int]
     bundles: frozenset[int]
+
+
+def oracle_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """The job's output read back as records (Parquet, JSON) as the oracle's rows."""
+    return [
+        (int(r["batch_id"]), str(r["key"]), int(r["running_sum"]), str(r["concat"]), int(r["n_tokens"]))
+        for r in records
+    ]
+
+
+def snapshot_of(records: Iterable[Mapping[str, Any]], bundles: frozenset[int] | None) -> Snapshot:
+    """One read of records (each with its ``batch_id``) and the batches with a bundle (None: none kept)."""
+    counts: dict[int, int] = {}
+    for r in records:
+        counts[int(r["batch_id"])] = counts.get(int(r["batch_id"]), 0) + 1
+    return Snapshot(counts, bundles or frozenset())
 
 
 class ChaosTarget(Protocol):
@@ -70,6 +86,14 @@ class ChaosTarget(Protocol):
     def job_naive_writer(self, table: str) -> Callable[[Any, int], None]: ...
 
 
+class _Server(Protocol):
+    def start(self) -> Any: ...
+    def close(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Server)
+
+
 class PrivateRoot:
     """Where a target keeps its private server: the ``root`` it was given (kept), or a temporary
     directory of its own (removed at :meth:`close`)."""
@@ -77,6 +101,14 @@ class PrivateRoot:
     def __init__(self, root: Path | None, prefix: str) -> None:
         self.root, self.prefix = root, prefix
         self._own: Path | None = None
+        self._server: _Server | None = None
+
+    def serve(self, make: Callable[[Path], S]) -> S:
+        """Open the root, make a server on it (``make(root)``) and start it; :meth:`close` closes it."""
+        server = make(self.open())
+        self._server = server
+        server.start()
+        return server
 
     def open(self) -> Path:
         if self.root is not None:
@@ -87,6 +119,9 @@ class PrivateRoot:
         return self._own
 
     def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
         if self._own is not None:
             import shutil
 

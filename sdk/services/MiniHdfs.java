@@ -1,13 +1,19 @@
 // A single-process HDFS for the eosink test harness: one NameNode and two DataNodes (MiniDFSCluster).
 //
-// Usage: java -cp <this class, jar or dir>:<hadoop jars>/* MiniHdfs <base dir> <namenode rpc port> <namenode http port>
+// Usage: java -cp <this class, jar or dir>:<hadoop jars>/* MiniHdfs <base dir> <namenode rpc port> <namenode http port> [keep]
+//
+// Without "keep", the base dir's name and data directories are formatted (emptied). With "keep", the
+// cluster starts on what an earlier run left there (the NameNode replays its edit log, the DataNodes
+// report their blocks, and the NameNode leaves safe mode once they have): a restart, also after SIGKILL.
+// A restart passes the ports the first start bound, so clients and proxies in front of them keep working.
 //
 // A port of 0 lets the kernel pick one; the READY line names the ports actually bound:
 //   READY rpc=127.0.0.1:<port> http=127.0.0.1:<port>
 // Every listener (NameNode RPC and HTTP, DataNode transfer, HTTP and IPC) is bound to 127.0.0.1.
 // WebHDFS is on. Permission checking is on: the user who runs this JVM is HDFS's superuser (so a client
 // of the same login may write anywhere), any other user needs permissions; /tmp is world-writable (1777).
-// The process runs until SIGTERM (or SIGINT), which stops the cluster cleanly and exits with status 0.
+// The process runs until SIGTERM (or SIGINT), which stops the cluster cleanly and exits with status 0,
+// leaving the data in place.
 
 import java.io.File;
 import java.net.InetSocketAddress;
@@ -34,8 +40,9 @@ public final class MiniHdfs {
     private MiniHdfs() {}
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 3) {
-            System.err.println("usage: MiniHdfs <base dir> <namenode rpc port> <namenode http port>");
+        boolean keep = args.length == 4 && args[3].equals("keep");
+        if (args.length != 3 && !keep) {
+            System.err.println("usage: MiniHdfs <base dir> <namenode rpc port> <namenode http port> [keep]");
             System.exit(2);
         }
         configureLogging();
@@ -66,7 +73,9 @@ public final class MiniHdfs {
                 .numDataNodes(DATANODES)
                 .storagesPerDatanode(1)
                 .checkDataNodeAddrConfig(true)
-                .format(true)
+                .format(!keep)
+                .manageNameDfsDirs(true) // base/name-0-*: the same directories at every start
+                .manageDataDfsDirs(true) // base/data/data<n>: the same per DataNode at every start
                 .build();
         // SIGTERM/SIGINT stop the cluster *before* the JVM begins its shutdown: stopping inside a
         // shutdown hook makes the DataNode's threads fail (they may not unregister their own hooks).
@@ -87,9 +96,14 @@ public final class MiniHdfs {
         Thread.currentThread().join();
     }
 
+    /**
+     * Stops the cluster and halts the JVM. MiniDFSCluster.shutdown() marks its whole base dir delete-on-exit;
+     * halting skips that hook (and the others, which the stopped cluster no longer needs), so a stopped
+     * cluster's data stays for a restart with "keep". The harness removes a service's data at its next start.
+     */
     private static void exit(MiniDFSCluster cluster) {
         shutdown(cluster);
-        System.exit(0);
+        Runtime.getRuntime().halt(0);
     }
 
     /** Stops the cluster once; later calls return at once. */

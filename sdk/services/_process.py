@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 from eosink._procs import children, group_members, kill_pids, start_time, stat
 from eosink._waiting import wait_until as poll
@@ -24,6 +25,7 @@ from eosink.errors import ServiceError
 
 __all__ = [
     "Proc",
+    "ServerProcess",
     "children",
     "free_port",
     "group_members",
@@ -169,3 +171,30 @@ def _reap(pid: int, timeout_s: float = 10.0) -> None:
         if done == pid or time.monotonic() > deadline:
             return
         time.sleep(0.02)
+
+
+class ServerProcess:
+    """A private server that the chaos harness and the demos restart and crash on purpose (the shared
+    services are never restarted). A subclass starts it (:meth:`start`, setting :attr:`proc`); stopping
+    and restarting are these, by its own PID's process group."""
+
+    #: What logs and errors call it.
+    what: ClassVar[str] = "private server"
+    proc: Proc | None = None
+
+    def start(self) -> Any:
+        raise NotImplementedError
+
+    def stop(self, *, crash: bool = False) -> None:
+        """Stop the server: SIGTERM, or with ``crash`` SIGKILL."""
+        if self.proc is not None:
+            stop(self.proc, what=self.what, sig=signal.SIGKILL if crash else signal.SIGTERM)
+            self.proc = None
+
+    def restart(self, *, crash: bool = False) -> None:
+        """Stop (``crash``: SIGKILL) and start again on the same ports and data."""
+        self.stop(crash=crash)
+        self.start()
+
+    def close(self) -> None:
+        self.stop()

@@ -22,6 +22,10 @@ world-writable. The JVM runs with ``-Xmx768m``, the serial GC and the C1 JIT onl
 and with a class-data-sharing archive made at provisioning by one training start: together they
 roughly halve the start time, at some cost in peak throughput that tests do not notice.
 
+A private cluster that the chaos harness and the demo restart and crash on purpose is
+:class:`HdfsServer`: the same launcher on a directory of its own, restarted with ``keep`` (no
+format) on the same NameNode ports and data.
+
 Your own cluster: set ``EOSINK_HDFS_URL=hdfs://namenode:8020`` (``viewfs://`` works too).
 ``EOSINK_WEBHDFS_URL`` is optional; unset, it is derived from the NameNode's host and Hadoop 3's
 default HTTP port: ``http://namenode:9870/webhdfs/v1`` (set it for HA name services and viewfs,
@@ -41,6 +45,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -55,10 +60,10 @@ from hdfs_native import Client, WriteOptions
 from eosink.errors import ServiceError
 from eosink.services import _jdk as _jdk_tools
 from eosink.services._maven import Artifact, fetch_jars
-from eosink.services._process import Proc, log_tail, spawn, stop, wait_until
+from eosink.services._process import Proc, ServerProcess, free_port, log_tail, spawn, stop, wait_until
 from eosink.services.base import Endpoint, Service
 
-__all__ = ["HADOOP_VERSION", "HdfsEndpoint", "HdfsService"]
+__all__ = ["HADOOP_VERSION", "HdfsEndpoint", "HdfsServer", "HdfsService"]
 
 log = logging.getLogger("eosink.services")
 
@@ -92,6 +97,8 @@ _DEFAULT_NN_HTTP_PORT = 9870
 _WEBHDFS_PATH = "/webhdfs/v1"
 #: hdfs_native retries an unreachable NameNode 15 times with backoff (minutes); a check fails in seconds.
 _CHECK_CLIENT_CONF = {"dfs.client.failover.max.attempts": "2"}
+#: One provisioning at a time in this process (it compiles and trains into the shared cache).
+_PROVISIONING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -229,7 +236,11 @@ class HdfsService(Service[HdfsEndpoint]):
 
     # -- running ---------------------------------------------------------------------------
 
-    def _argv(self, java: str, data: Path, extra: list[str]) -> list[str]:
+    def _argv(
+        self, java: str, data: Path, extra: list[str], ports: tuple[int, int] = (0, 0), *, keep: bool = False
+    ) -> list[str]:
+        """The launcher's command line on ``data``; ports of 0 let the kernel pick (READY reports them);
+        ``keep`` starts on the data an earlier run left instead of formatting it."""
         return [
             java,
             *_JVM_OPTS,
@@ -239,17 +250,28 @@ class HdfsService(Service[HdfsEndpoint]):
             f"{self._jar}{os.pathsep}{self.home / 'jars' / '*'}",
             _MAIN,
             str(data),
-            "0",  # NameNode RPC port: the kernel picks, READY reports
-            "0",  # NameNode HTTP port
+            str(ports[0]),  # NameNode RPC port
+            str(ports[1]),  # NameNode HTTP port
+            *(["keep"] if keep else []),
         ]
 
-    def _wait_ready(self, proc: Proc, log_path: Path) -> tuple[int, int]:
-        """Wait for the launcher's READY line; the NameNode's (RPC, HTTP) ports."""
+    def _cds_options(self, java: str) -> list[str]:
+        """The JVM option that maps the class-data-sharing archive, if provisioning made one."""
+        archive = self._cds_archive(java, (self.home / "minihdfs.jar.sha256").read_text().strip())
+        return [f"-XX:SharedArchiveFile={archive}"] if archive.exists() else []
+
+    def _wait_ready(
+        self, proc: Proc, log_path: Path, since: int = 0, timeout_s: float | None = None
+    ) -> tuple[int, int]:
+        """Wait for the launcher's READY line (written after byte ``since`` of the log: a restarted
+        server appends to it); the NameNode's (RPC, HTTP) ports."""
         ports: list[tuple[int, int]] = []
 
         def ready() -> bool:
             try:
-                text = log_path.read_text(errors="replace")
+                with log_path.open("rb") as fh:
+                    fh.seek(since)
+                    text = fh.read().decode(errors="replace")
             except OSError:
                 return False
             found = _READY.search(text)
@@ -262,7 +284,7 @@ class HdfsService(Service[HdfsEndpoint]):
             what="HDFS (MiniDFSCluster)",
             proc=proc,
             log_path=log_path,
-            timeout_s=self.start_timeout_s,
+            timeout_s=self.start_timeout_s if timeout_s is None else timeout_s,
             fix=f"read {log_path}; a JDK 17+ and about 1 GB of free memory are needed.",
         )
         return ports[0]
@@ -270,10 +292,7 @@ class HdfsService(Service[HdfsEndpoint]):
     def launch(self) -> tuple[Proc, HdfsEndpoint]:
         """Start MiniHdfs on fresh data; return once the NameNode is active and the DataNodes registered."""
         java, _ = _jdk()
-        extra: list[str] = []
-        archive = self._cds_archive(java, (self.home / "minihdfs.jar.sha256").read_text().strip())
-        if archive.exists():
-            extra.append(f"-XX:SharedArchiveFile={archive}")
+        extra = self._cds_options(java)
         (self.data / "tmp").mkdir(parents=True, exist_ok=True)
         log.info("[hdfs] starting MiniDFSCluster (Hadoop %s)%s", HADOOP_VERSION, " with CDS" if extra else "")
         proc = spawn(self._argv(java, self.data, extra), self.log_path)
@@ -354,6 +373,67 @@ class HdfsService(Service[HdfsEndpoint]):
                 "$HADOOP_USER_NAME write under /tmp, or unset them to use the local cluster."
             )
         return f"read {self.log_path}; restart with `eosink services down hdfs` then `eosink services up hdfs`."
+
+
+class HdfsServer(ServerProcess):
+    """A private MiniDFSCluster on ``root``: the chaos harness and the demo restart and crash it on purpose
+    (the shared service is never restarted).
+
+    It keeps its NameNode's RPC and HTTP ports and its data across restarts, so a fault proxy in front
+    of the RPC port keeps working: a restart starts the launcher on the same directories without
+    formatting them; the NameNode replays its edit log (also after SIGKILL) and the READY line comes
+    once the DataNodes have reported their blocks and the NameNode has left safe mode. The DataNodes
+    get new ports at each start (clients learn them from the NameNode). Stopped by its own PID's
+    process group; nothing in it is secret.
+    """
+
+    what = "private HDFS"
+
+    def __init__(self, root: Path, start_timeout_s: float = 120.0) -> None:
+        self.root = root
+        self.start_timeout_s = start_timeout_s
+        self.proc: Proc | None = None
+        self.port = free_port()
+        """The NameNode's RPC port."""
+        self.http_port = free_port()
+        while self.http_port == self.port:
+            self.http_port = free_port()
+        self.endpoint = HdfsEndpoint(
+            url=f"hdfs://127.0.0.1:{self.port}", webhdfs_url=f"http://127.0.0.1:{self.http_port}{_WEBHDFS_PATH}"
+        )
+        self._formatted = False
+
+    def __repr__(self) -> str:
+        return f"HdfsServer({self.endpoint.url}, root={str(self.root)!r})"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "hdfs.log"
+
+    def start(self) -> HdfsEndpoint:
+        """Start the cluster (provisioning first if needed: jars, launcher, archive) and wait until it is up:
+        on fresh data the first time, on the data it left at every later start."""
+        service = HdfsService()
+        with _PROVISIONING:  # the chaos harness's workers start their servers at once
+            service.provision()
+        java, _ = _jdk()
+        data = self.root / "data"
+        (data / "tmp").mkdir(parents=True, exist_ok=True)
+        argv = service._argv(java, data, service._cds_options(java), (self.port, self.http_port), keep=self._formatted)
+        since = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.proc = proc = spawn(argv, self.log_path)
+        try:
+            ports = service._wait_ready(proc, self.log_path, since, self.start_timeout_s)
+        except BaseException:
+            self.stop(crash=True)
+            raise
+        self._formatted = True
+        if ports != (self.port, self.http_port):  # the launcher binds the ports it is given, or fails
+            raise ServiceError(
+                f"A private HDFS came up on ports {ports}, not {(self.port, self.http_port)}.",
+                f"read {self.log_path}; MiniHdfs binds the NameNode ports it is given.",
+            )
+        return self.endpoint
 
 
 def _jdk() -> tuple[str, str]:

@@ -39,7 +39,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -50,7 +49,7 @@ from typing import Any
 
 from eosink.errors import ServiceError
 from eosink.services._layout import cache_root
-from eosink.services._process import Proc, free_port, log_tail, spawn, stop, wait_until
+from eosink.services._process import Proc, ServerProcess, free_port, log_tail, spawn, wait_until
 from eosink.services.base import Endpoint, Service
 
 __all__ = ["MINIO_MODULE", "MINIO_SUM", "MINIO_VERSION", "MinioServer", "MinioService", "S3Endpoint"]
@@ -287,10 +286,12 @@ class MinioService(Service[S3Endpoint]):
 # -- helpers ---------------------------------------------------------------------------------
 
 
-class MinioServer:
+class MinioServer(ServerProcess):
     """A private MinIO on ``root``: the chaos harness and the demo restart and crash it on purpose (the
     shared service is never restarted). It keeps its port, data and credentials across restarts, so a
     fault proxy in front of it keeps working; it is stopped by its own PID."""
+
+    what = "private MinIO"
 
     def __init__(self, root: Path, start_timeout_s: float = 120.0) -> None:
         self.root = root
@@ -326,20 +327,6 @@ class MinioServer:
             fix=f"read {self.log_path}",
         )
         return self.endpoint
-
-    def stop(self, *, crash: bool = False) -> None:
-        """Stop the server: SIGTERM, or with ``crash`` SIGKILL."""
-        if self.proc is not None:
-            stop(self.proc, what="private MinIO", sig=signal.SIGKILL if crash else signal.SIGTERM)
-            self.proc = None
-
-    def restart(self, *, crash: bool = False) -> None:
-        """Stop (``crash``: SIGKILL) and start again on the same port and data."""
-        self.stop(crash=crash)
-        self.start()
-
-    def close(self) -> None:
-        self.stop()
 
 
 def _credentials() -> tuple[str, str]:

@@ -25,7 +25,7 @@ from eosink.chaos.oracle import (
 from eosink.chaos.reader import Reader
 from eosink.chaos.report import format_table
 from eosink.chaos.schedule import KILL_POINTS, make_schedule, naive_schedule, nondeterministic_schedule
-from eosink.chaos.target import Snapshot
+from eosink.chaos.target import PrivateRoot, Snapshot, oracle_rows, snapshot_of
 from eosink.profiles import SinkProfile, profiles
 
 W = Workload(files=8, rows=12, keys=3, seed=5)
@@ -189,6 +189,46 @@ def test_reader_check_finds_partial_batches() -> None:
     assert reader.check(Snapshot({0: 2, 1: 1}, frozenset({0}))) == ["batch 1: 1 of 3 rows visible"]
     assert reader.check(Snapshot({0: 2}, frozenset())) == ["batch 0: all rows visible, no bundle"]
     assert reader.check(Snapshot({}, frozenset({1}))) == ["batch 1: bundle without rows"]
+
+
+def test_records_read_back_become_oracle_rows_and_snapshots() -> None:
+    """Pass: records as a Parquet or JSON reader returns them (other columns ignored) become the oracle's
+    typed rows, and a snapshot counts them per batch beside the bundles (None: no bundles)."""
+    records = [
+        {"batch_id": 0, "key": "a", "running_sum": 3, "concat": "x", "n_tokens": 1, "extra": 9},
+        {"batch_id": 1, "key": 7, "running_sum": 5, "concat": "x.y", "n_tokens": 2},
+        {"batch_id": 1, "key": "b", "running_sum": 1, "concat": "z", "n_tokens": 1},
+    ]
+    assert oracle_rows(records) == [(0, "a", 3, "x", 1), (1, "7", 5, "x.y", 2), (1, "b", 1, "z", 1)]
+    assert snapshot_of(records, frozenset({1})) == Snapshot({0: 1, 1: 2}, frozenset({1}))
+    assert snapshot_of([], None) == Snapshot({}, frozenset())
+
+
+def test_a_private_root_closes_the_server_it_serves(tmp_path: Path) -> None:
+    """Pass: serve() starts the server made on the root; close() closes it and removes an own root, not a given one."""
+
+    class Server:
+        def __init__(self, root: Path) -> None:
+            self.root = root
+            self.events: list[str] = []
+
+        def start(self) -> None:
+            self.events.append("start")
+
+        def close(self) -> None:
+            self.events.append("close")
+
+    given = PrivateRoot(tmp_path, "x-")
+    server = given.serve(Server)
+    assert server.root == tmp_path and server.events == ["start"]
+    given.close()
+    assert server.events == ["start", "close"] and tmp_path.exists()
+    own = PrivateRoot(None, "eosink-test-")
+    server = own.serve(Server)
+    assert server.root.exists()
+    own.close()
+    own.close()  # once only
+    assert server.events == ["start", "close"] and not server.root.exists()
 
 
 def test_reader_counts_partial_views_in_a_thread() -> None:

@@ -2,7 +2,7 @@
 PostgreSQL, lost COMMIT replies through the fault proxies; eosink's table exact, the plain writer's not.
 
 The quick case (2PC, what ``make test`` runs) uses fewer, smaller batches than ``make demo``; the other
-strategies run in ``make test-full``.
+strategies, and the demo into each other sink, run in ``make test-full``.
 """
 
 from __future__ import annotations
@@ -77,3 +77,17 @@ def test_s3_demo_is_exact_for_eosink_and_shows_spark_parquet_writers_duplicates(
     _, flat = _demo(tmp_path, "--sink", "s3")
     assert "EXACT: every payment landed once in s3://eosink-demo/payments_eosink/" in flat
     assert "Spark's Parquet writer (s3a)" in flat
+
+
+@pytest.mark.full
+def test_hdfs_demo_is_exact_for_eosink_and_shows_spark_parquet_writers_duplicates(tmp_path: Path) -> None:
+    """``eosink demo --sink hdfs`` (2PC): a private MiniDFSCluster, Spark's own Parquet writer on ``hdfs://`` as
+    the plain writer.
+
+    Pass: as :func:`_demo`, with eosink's directory /payments_eosink read through its batch records and a lost
+    reply to the rename that commits a batch. The Parquet writer duplicated the replayed batches, as a listing
+    of its directory shows (its job commit has no one request to cut, so it gets a crash before Spark's commit
+    log)."""
+    _, flat = _demo(tmp_path, "--sink", "hdfs")
+    assert "EXACT: every payment landed once in hdfs:///payments_eosink/" in flat
+    assert "Spark's Parquet writer (hdfs)" in flat
