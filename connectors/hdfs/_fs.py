@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from eosink.connectors.hdfs.config import HdfsConfig
-from eosink.errors import ConfigurationError, EosinkError
+from eosink.errors import ConfigurationError, EosinkError, TransientError
 
 if TYPE_CHECKING:
     from hdfs_native import Client, FileStatus, FileWriter
 
 __all__ = ["Fs", "RenameNotDone", "client_for"]
 
+_SHORT_READ_WAIT_S = 10.0
+_SHORT_READ_POLL_S = 0.02
 _CLIENTS: dict[tuple[int, str], Client] = {}
 _LOCK = threading.Lock()
 _USER: dict[int, str] = {}
@@ -138,14 +141,36 @@ class Fs:
         return self.client.create(path, options)
 
     def read_bytes(self, path: str) -> bytes | None:
-        try:
-            reader = self.client.read(path)
-        except FileNotFoundError:
+        """The whole file, or None if it is missing.
+
+        A file may be closed while its last block is still to be reported by the DataNodes (on a
+        NameNode with ``dfs.namenode.file.close.num-committed-allowed`` above 0). Until the report,
+        the block locations the NameNode hands out count that block as 0 bytes, and hdfs-native
+        reads the file short, where Hadoop's Java client asks a DataNode for the length. The file's
+        status has the right length: a short read is read again until it has every byte (bounded).
+        """
+        status = self.info(path)
+        if status is None:
             return None
-        try:
-            return bytes(reader.read())
-        finally:
-            reader.close()
+        deadline = time.monotonic() + _SHORT_READ_WAIT_S
+        while True:
+            try:
+                reader = self.client.read(path)
+            except FileNotFoundError:
+                return None
+            try:
+                data = bytes(reader.read())
+            finally:
+                reader.close()
+            if len(data) >= status.length:
+                return data
+            if time.monotonic() > deadline:
+                raise TransientError(
+                    f"{path} read {len(data)} of its {status.length} bytes for {_SHORT_READ_WAIT_S:.0f} s: its "
+                    "last block is still unreported by the DataNodes.",
+                    "Retry; check the DataNodes' health (hdfs dfsadmin -report) if it persists.",
+                )
+            time.sleep(_SHORT_READ_POLL_S)
 
     def read_text(self, path: str) -> str | None:
         data = self.read_bytes(path)

@@ -58,6 +58,8 @@ public final class MiniHdfs {
         // committed but not yet reported by the DataNodes: the NameNode grants that only when the
         // block has more expected replicas than the minimum (1). With one DataNode, a client's close()
         // races the DataNode's block report, loses about half the time and waits 400-500 ms to retry.
+        // Until the report, the NameNode counts that block as 0 bytes for readers: eosink's reads
+        // check the length (connectors/hdfs/_fs.py), so the tests see what such clusters do.
         conf.setInt("dfs.replication", DATANODES);
         conf.setInt("dfs.namenode.file.close.num-committed-allowed", 1);
         // Loopback only: the builder keeps these because of checkDataNodeAddrConfig(true).
