@@ -9,9 +9,9 @@ PySpark; and hdfs-native writing the data set's own Parquet files one after anot
 
 ``eosink-at-least-once`` is eosink's data path with the exactly-once bookkeeping taken out: the
 same ``mapInArrow`` participants and the same Parquet file writer
-(:class:`~eosink.connectors.hdfs._files.FileSet`), but each task writes its file straight into the
-target directory, visible when it closes: no epoch, pending directory, batch record or rename. A
-retried task leaves its rows twice.
+(:class:`~eosink.connectors.hdfs._files.FileSet`), but each task writes its file into the target
+directory under a hidden name and renames it into view when closed: no epoch, pending directory,
+batch record or batch rename. A retried task leaves its rows twice.
 
 Latency: a poll lists the target directory (one NameNode call) and stamps each new batch directory
 (``eosink_batch=<app>-<batch>``) or at-least-once file with the moment it was first seen; their
@@ -61,7 +61,8 @@ def app_id(ns: str) -> str:
 
 
 class _DirectWrite:
-    """``mapInArrow`` function of eosink-at-least-once: the partition's rows as one file in the target."""
+    """``mapInArrow`` function of eosink-at-least-once: the partition's rows as one file in the target, written
+    under a hidden name and renamed into view when closed (as any writer that readers list must do)."""
 
     def __init__(self, config: Any, batch_id: int) -> None:
         self.config = config
@@ -71,15 +72,19 @@ class _DirectWrite:
         from eosink.connectors.hdfs._files import FileSet
         from eosink.connectors.hdfs._fs import Fs
 
+        fs = Fs(self.config)
+        name = at_least_once_name(self.batch_id)
         files: FileSet | None = None
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             if files is None:
-                files = FileSet(self.config, Fs(self.config), self.config.path, name=at_least_once_name(self.batch_id))
+                files = FileSet(self.config, fs, self.config.path, name=f".{name}")
             files.add(batch)
         if files is not None:
-            files.close()
+            for rel in files.close():
+                visible = rel.replace(f".{name}", name, 1)
+                fs.rename(f"{self.config.path}/{rel}", f"{self.config.path}/{visible}")
         yield pa.RecordBatch.from_pydict({"rows": [files.rows if files is not None else 0]})
 
 
