@@ -420,11 +420,14 @@ def write_results(report: Report, out: Path) -> dict[str, Path]:
 
 
 def update_docs(report: Report, doc: Path, image: Path, png: Path) -> None:
-    """Replace the generated section of ``doc`` (between its markers) and copy the chart to ``image``."""
+    """Replace the generated section of ``doc`` (between its markers) and copy the chart to ``image``. A sink's
+    first run adds its section at the end of the doc's ``## Results``, which must then be its last section."""
     start, end = DOCS_START.format(sink=report.sink), DOCS_END.format(sink=report.sink)
     text = doc.read_text()
+    if start not in text and end not in text and "\n## Results\n" in text:
+        text = text.rstrip("\n") + f"\n\n{start}\n{end}\n"
     if start not in text or end not in text:
-        raise ValueError(f"{doc} has no {start} ... {end} section")
+        raise ValueError(f"{doc} has no {start} ... {end} section, and no '## Results' section to add it to")
     image.parent.mkdir(parents=True, exist_ok=True)
     image.write_bytes(png.read_bytes())
     rel = os.path.relpath(image, doc.parent)

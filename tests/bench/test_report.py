@@ -176,6 +176,19 @@ def test_update_docs_replaces_only_the_generated_section(tmp_path: Path) -> None
         update_docs(_report(), tmp_path / "bare.md", tmp_path / "x.png", png)
 
 
+def test_a_sinks_first_run_adds_its_section_to_the_results(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("intro\n\n## Results\n\n<!-- bench:kafka:start -->\nKAFKA\n<!-- bench:kafka:end -->\n")
+    png = tmp_path / "chart.png"
+    png.write_bytes(b"png")
+    update_docs(_report(), doc, tmp_path / "img" / "bench-postgres.png", png)
+    text = doc.read_text()
+    assert "KAFKA" in text and text.index("KAFKA") < text.index("<!-- bench:postgres:start -->")
+    assert text.rstrip().endswith("<!-- bench:postgres:end -->") and "# eosink benchmark: postgres" in text
+    update_docs(_report(), doc, tmp_path / "img" / "bench-postgres.png", png)  # the second run replaces it
+    assert doc.read_text().count("<!-- bench:postgres:start -->") == 1
+
+
 def test_run_names_are_the_issues() -> None:
     names = [r.name for r in _adapter().runs()]
     assert names == [
