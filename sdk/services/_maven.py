@@ -22,7 +22,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from eosink.errors import ServiceError
-from eosink.services._layout import cache_root
+from eosink.services._layout import cache_lock, cache_root
 
 __all__ = ["Artifact", "fetch_jars"]
 
@@ -81,6 +81,11 @@ def _settings() -> str:
 
 def fetch_jars(artifacts: Sequence[Artifact], dest: Path, *, what: str) -> list[Path]:
     """Make ``dest`` hold exactly the jars of ``artifacts`` and their runtime dependencies."""
+    with cache_lock(f"jars-{dest.relative_to(cache_root()) if dest.is_relative_to(cache_root()) else dest}"):
+        return _fetch_jars(artifacts, dest, what=what)
+
+
+def _fetch_jars(artifacts: Sequence[Artifact], dest: Path, *, what: str) -> list[Path]:
     pom = _pom(artifacts)
     digest = hashlib.sha256(pom.encode()).hexdigest()
     stamp = dest / ".complete"

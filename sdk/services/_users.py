@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eosink.errors import ServiceError
-from eosink.services._layout import cache_root
+from eosink.services._layout import cache_lock, cache_root
 
 __all__ = ["ServiceUser", "service_user"]
 
@@ -89,6 +89,10 @@ class ServiceUser:
         """
         if self.can_reach(tree) and all(self.can_reach(c) for c in companions):
             return tree
+        with cache_lock(f"copy-{self.name}-{label}"):
+            return self._copy(tree, label, companions, probe)
+
+    def _copy(self, tree: Path, label: str, companions: Sequence[Path], probe: Sequence[str]) -> Path:
         base = Path(os.path.commonpath([tree, *companions])) if companions else tree.parent
         root = _fallback_root() / label
         copy = root / tree.relative_to(base)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, final
 
 from eosink.errors import ServiceError
-from eosink.services._layout import provision_dir, run_dir
+from eosink.services._layout import cache_lock, provision_dir, run_dir
 from eosink.services._process import Proc, stop
 
 __all__ = ["Endpoint", "Service"]
@@ -102,6 +102,12 @@ class Service(ABC, Generic[E]):
     def check(self, endpoint: E) -> str:
         """Exercise the server with the client the connectors use; a one-line summary, or :class:`ServiceError`."""
 
+    @final
+    def provisioned(self) -> None:
+        """:meth:`provision`, alone in the cache: parallel workers wait for one build instead of racing."""
+        with cache_lock(f"provision-{self.name}"):
+            self.provision()
+
     def after_stop(self) -> None:
         """Clean up what the stopped server left outside :attr:`run` (optional)."""
 
@@ -120,7 +126,7 @@ class Service(ABC, Generic[E]):
             return running[1]
         started = time.monotonic()
         log.info("[%s] provisioning (cached in %s)", self.name, self.home)
-        self.provision()
+        self.provisioned()
         log.info("[%s] starting", self.name)
         self._fresh_run_dir()
         proc, endpoint = self.launch()

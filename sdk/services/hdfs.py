@@ -45,7 +45,6 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -97,8 +96,6 @@ _DEFAULT_NN_HTTP_PORT = 9870
 _WEBHDFS_PATH = "/webhdfs/v1"
 #: hdfs_native retries an unreachable NameNode 15 times with backoff (minutes); a check fails in seconds.
 _CHECK_CLIENT_CONF = {"dfs.client.failover.max.attempts": "2"}
-#: One provisioning at a time in this process (it compiles and trains into the shared cache).
-_PROVISIONING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -414,8 +411,7 @@ class HdfsServer(ServerProcess):
         """Start the cluster (provisioning first if needed: jars, launcher, archive) and wait until it is up:
         on fresh data the first time, on the data it left at every later start."""
         service = HdfsService()
-        with _PROVISIONING:  # the chaos harness's workers start their servers at once
-            service.provision()
+        service.provisioned()  # the chaos harness's workers start their servers at once
         java, _ = _jdk()
         data = self.root / "data"
         (data / "tmp").mkdir(parents=True, exist_ok=True)

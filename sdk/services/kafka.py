@@ -321,7 +321,7 @@ class KafkaServer:
 
     def start(self) -> KafkaEndpoint:
         service = KafkaService()
-        service.provision()  # the jars, fetched once into the service's cache
+        service.provisioned()  # the jars, fetched once into the service's cache
         self.root.mkdir(parents=True, exist_ok=True)
         config = self.root / "server.properties"
         config.write_text(

@@ -311,7 +311,7 @@ class MinioServer(ServerProcess):
     def start(self) -> S3Endpoint:
         """Start the server (building MinIO first if needed) and wait until it reports ready."""
         service = MinioService()
-        service.provision()
+        service.provisioned()
         certs = self.root / "certs"
         for d in (self.root / "data", certs):
             d.mkdir(parents=True, exist_ok=True)
