@@ -34,6 +34,7 @@ from eosink.contract import Committable, Fingerprint, Sink
 from eosink.contracts.harness import CONTRACT_SCHEMA
 from eosink.coordinator import CommitPolicy, Coordinator
 from eosink.errors import EosinkError, InjectedFault
+from eosink.fingerprint import FINGERPRINT_VERSION
 from eosink.keys import KEY_COLUMN
 from eosink.participant import WritePlan, fingerprint_participant, run_participant
 from eosink.strategies import Idempotent, Strategy, TwoPhaseCommit, TxidCheck
@@ -176,13 +177,13 @@ class MemoryBatch:
                     raise
         raise AssertionError("unreachable")
 
-    def fingerprint(self) -> Fingerprint:
+    def fingerprint(self, version: int) -> Fingerprint:
         self.fingerprints += 1
-        return self.expected_fingerprint()
+        return self.expected_fingerprint(version)
 
-    def expected_fingerprint(self) -> Fingerprint:
+    def expected_fingerprint(self, version: int = FINGERPRINT_VERSION) -> Fingerprint:
         """The batch's fingerprint, computed without counting as a call by the coordinator."""
-        return sum((fingerprint_participant(s) for s in self.shares()), Fingerprint())
+        return sum((fingerprint_participant(s, version) for s in self.shares()), Fingerprint(version=version))
 
 
 def batches_for(variant: Variant, n: int = 4, **kwargs: Any) -> list[MemoryBatch]:

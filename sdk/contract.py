@@ -75,27 +75,55 @@ class BatchRef:
 class Fingerprint:
     """Order-independent summary of a batch's rows: a count and two sums of row hashes.
 
-    Participants compute theirs while writing; the coordinator adds them up.
+    Participants compute theirs while writing; the coordinator adds them up. ``version`` is the
+    row-hash version the sums were taken with (see ``eosink._rowhash``): fingerprints of
+    different versions are never equal, except that every empty fingerprint equals every other.
     """
 
     rows: int = 0
     sum1: int = 0
     sum2: int = 0
+    version: int = 1
 
     def __add__(self, other: Fingerprint) -> Fingerprint:
+        if not other.rows:
+            return self
+        if not self.rows:
+            return other
+        if self.version != other.version:
+            raise ValueError(f"cannot add fingerprints of row-hash versions {self.version} and {other.version}")
         return Fingerprint(
-            self.rows + other.rows, (self.sum1 + other.sum1) & _MASK64, (self.sum2 + other.sum2) & _MASK64
+            self.rows + other.rows,
+            (self.sum1 + other.sum1) & _MASK64,
+            (self.sum2 + other.sum2) & _MASK64,
+            self.version,
         )
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Fingerprint):
+            return NotImplemented
+        if not self.rows and not other.rows:
+            return True
+        return (self.rows, self.sum1, self.sum2, self.version) == (other.rows, other.sum1, other.sum2, other.version)
+
+    def __hash__(self) -> int:
+        return hash((self.rows, self.sum1, self.sum2, self.version) if self.rows else 0)
+
     def to_json(self) -> dict[str, Any]:
-        return {"rows": self.rows, "sum1": f"{self.sum1:016x}", "sum2": f"{self.sum2:016x}"}
+        data: dict[str, Any] = {"rows": self.rows, "sum1": f"{self.sum1:016x}", "sum2": f"{self.sum2:016x}"}
+        if self.version != 1:  # fingerprints stored before versions existed are version 1
+            data["version"] = self.version
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Fingerprint:
-        return cls(int(data["rows"]), int(str(data["sum1"]), 16), int(str(data["sum2"]), 16))
+        return cls(
+            int(data["rows"]), int(str(data["sum1"]), 16), int(str(data["sum2"]), 16), int(data.get("version", 1))
+        )
 
     def __str__(self) -> str:
-        return f"{self.rows} rows/{self.sum1:016x}{self.sum2:016x}"
+        suffix = f" (v{self.version})" if self.version != 1 else ""
+        return f"{self.rows} rows/{self.sum1:016x}{self.sum2:016x}{suffix}"
 
 
 @dataclass(frozen=True)

@@ -54,8 +54,8 @@ class BatchInput(Protocol):
     def write(self, plan: WritePlan) -> list[Committable]:
         """Run every participant of the batch; return the successful attempts' committables."""
 
-    def fingerprint(self) -> Fingerprint:
-        """Fingerprint the batch without writing it (replays of committed batches)."""
+    def fingerprint(self, version: int) -> Fingerprint:
+        """Fingerprint the batch under row-hash ``version`` without writing it (replays of committed batches)."""
 
 
 @dataclass(frozen=True)
@@ -316,7 +316,7 @@ class Coordinator:
             )
 
     def _check_replay(self, last: Bundle, data: BatchInput) -> None:
-        fingerprint = data.fingerprint()
+        fingerprint = data.fingerprint(last.fingerprint.version)
         if fingerprint != last.fingerprint:
             batch_id = last.batch.batch_id
             raise NonDeterministicReplayError(

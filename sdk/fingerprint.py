@@ -5,6 +5,9 @@ participants' partial fingerprints add up to the batch's whatever the partitioni
 faithful replay of a batch fingerprints the same. A replay that differs (a non-deterministic
 query) almost surely does not, which is how :class:`~eosink.errors.NonDeterministicReplayError`
 is detected without a second Spark action over the batch.
+
+New fingerprints use :data:`FINGERPRINT_VERSION`; a replay is fingerprinted with the version of
+the bundle it is compared with, so bundles written by an older release still compare.
 """
 
 from __future__ import annotations
@@ -15,17 +18,20 @@ import pyarrow as pa
 from eosink._rowhash import row_hashes, splitmix64
 from eosink.contract import Fingerprint
 
-__all__ = ["fingerprint_of"]
+__all__ = ["FINGERPRINT_VERSION", "fingerprint_of"]
+
+FINGERPRINT_VERSION = 2
+"""The row-hash version of new fingerprints (``eosink._rowhash``)."""
 
 _SECOND = np.uint64(0xD6E8FEB86659FD93)
 
 
-def fingerprint_of(batch: pa.RecordBatch) -> Fingerprint:
+def fingerprint_of(batch: pa.RecordBatch, version: int = FINGERPRINT_VERSION) -> Fingerprint:
     """The fingerprint of one record batch; add fingerprints to combine batches."""
     if batch.num_rows == 0:
-        return Fingerprint()
-    h = row_hashes(batch)
+        return Fingerprint(version=version)
+    h = row_hashes(batch, version=version)
     with np.errstate(over="ignore"):
         sum1 = int(h.sum(dtype=np.uint64))
         sum2 = int(splitmix64(h ^ _SECOND).sum(dtype=np.uint64))
-    return Fingerprint(batch.num_rows, sum1, sum2)
+    return Fingerprint(batch.num_rows, sum1, sum2, version)

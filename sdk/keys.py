@@ -27,6 +27,8 @@ __all__ = ["KEY_COLUMN", "KeyGenerator"]
 KEY_COLUMN = "eosink_key"
 """Name of the generated key column added to each row."""
 
+_KEY_HASH_VERSION = 1
+"""Row-hash version of generated keys; never changed: a replay after an upgrade must get the same keys."""
 _ORD = np.uint64(0xC2B2AE3D27D4EB4F)
 _LOW62 = np.uint64((1 << 62) - 1)
 _VARIANT = np.uint64(1 << 63)
@@ -51,7 +53,7 @@ class KeyGenerator:
 
     def keys(self, batch: pa.RecordBatch) -> pa.Array:
         """The keys of ``batch``'s rows, as canonical UUID strings."""
-        h = row_hashes(batch)
+        h = row_hashes(batch, version=_KEY_HASH_VERSION)
         with np.errstate(over="ignore"):
             m1 = splitmix64(h ^ self._salt ^ (self._ordinals(h) * _ORD))
             m2 = splitmix64(m1 ^ self._salt)

@@ -17,7 +17,7 @@ import uuid6
 from eosink import faults
 from eosink.contract import BatchRef, Committable, Fingerprint, Sink, TaskRef
 from eosink.faults import FaultPoint
-from eosink.fingerprint import fingerprint_of
+from eosink.fingerprint import FINGERPRINT_VERSION, fingerprint_of
 from eosink.keys import KeyGenerator
 
 __all__ = ["WritePlan", "attempt_time", "fingerprint_participant", "new_attempt_id", "run_participant"]
@@ -88,10 +88,11 @@ def run_participant(plan: WritePlan, participant: int, batches: Iterable[pa.Reco
     return committable
 
 
-def fingerprint_participant(batches: Iterable[pa.RecordBatch]) -> Fingerprint:
-    """The fingerprint of a participant's share, writing nothing (for replays of committed batches)."""
-    fingerprint = Fingerprint()
+def fingerprint_participant(batches: Iterable[pa.RecordBatch], version: int = FINGERPRINT_VERSION) -> Fingerprint:
+    """The fingerprint of a participant's share under row-hash ``version``, writing nothing (for replays of
+    committed batches, fingerprinted as their bundle was)."""
+    fingerprint = Fingerprint(version=version)
     for batch in batches:
         if batch.num_rows:
-            fingerprint += fingerprint_of(batch)
+            fingerprint += fingerprint_of(batch, version)
     return fingerprint

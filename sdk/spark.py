@@ -97,8 +97,14 @@ class _Participant:
             yield _result("committable", committable.to_json())
 
 
-def _fingerprint_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    yield _result("fingerprint", fingerprint_participant(batches).to_json())
+class _FingerprintPartition:
+    """The function mapInArrow runs to fingerprint a replayed batch under the bundle's row-hash version."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield _result("fingerprint", fingerprint_participant(batches, self.version).to_json())
 
 
 def _raise_remote(body: dict[str, Any]) -> None:
@@ -133,8 +139,8 @@ class SparkBatch:
             frame = frame.coalesce(self.participants)
         return [Committable.from_json(b) for b in self._run(frame, _Participant(plan)) if b["kind"] == "committable"]
 
-    def fingerprint(self) -> Fingerprint:
-        parts = self._run(self.df, _fingerprint_partition)
+    def fingerprint(self, version: int) -> Fingerprint:
+        parts = self._run(self.df, _FingerprintPartition(version))
         return sum((Fingerprint.from_json(b) for b in parts), Fingerprint())
 
 

@@ -169,7 +169,7 @@ class MiniSpark:
             bundles = reader.bundles(self.app_id)
             assert [b.batch.batch_id for b in bundles] == list(range(len(self.batches)))
             for bundle, batch in zip(bundles, self.batches, strict=True):
-                assert bundle.fingerprint == batch.expected_fingerprint()
+                assert bundle.fingerprint == batch.expected_fingerprint(bundle.fingerprint.version)
             assert reader.recover(self.app_id) == []
             assert reader.in_doubt_count(self.app_id) == 0
         finally:

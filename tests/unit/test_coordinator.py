@@ -12,6 +12,8 @@ whose fingerprint is the batch's, nothing is prepared or in doubt, and no manife
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -542,6 +544,40 @@ def test_f13_identical_replay_is_skipped_whatever_its_partitioning(tmp_path: Pat
     ms.run()
     assert ms.stats.replays_skipped == 1
     assert same.writes == 0
+    ms.assert_exact()
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["same", "changed"])
+def test_f13_replay_of_a_bundle_from_an_older_release_compares_in_its_version(tmp_path: Path, changed: bool) -> None:
+    """Batch 1's bundle holds a version-1 fingerprint, as a release before fingerprint versions wrote it; the
+    driver restarts on this release and Spark replays batch 1.
+
+    Pass: the replay is fingerprinted in version 1: the same rows are skipped, different rows raise
+    NonDeterministicReplayError; a version-2 comparison would call the same rows different.
+    """
+    variant = NON_2PC[0]
+    ms = mini(tmp_path, variant)
+    faults.configure("F8@1:raise")
+    ms.crash()
+    old = ms.batches[1].expected_fingerprint(1)
+    (stored,) = db_query(ms.db, "SELECT bundle FROM bundles WHERE batch_id = 1")
+    bundle = json.loads(stored[0])
+    assert bundle["fingerprint"]["version"] == 2
+    bundle["fingerprint"] = old.to_json()
+    conn = sqlite3.connect(ms.db)
+    with conn:
+        conn.execute("UPDATE bundles SET bundle = ? WHERE batch_id = 1", (json.dumps(bundle),))
+    conn.close()
+    if changed:
+        ms.batches[1] = MemoryBatch(make_rows(1, duplicate=not variant.user_keys, salt="x"))
+    ms.restart()
+    if changed:
+        with pytest.raises(NonDeterministicReplayError):
+            ms.run()
+        return
+    writes = ms.batches[1].writes
+    ms.run()
+    assert ms.stats.replays_skipped == 1 and ms.batches[1].writes == writes
     ms.assert_exact()
 
 

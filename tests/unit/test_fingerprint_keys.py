@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from eosink._rowhash import column_hash, row_hashes
 from eosink.contract import Fingerprint
 from eosink.errors import SchemaError
-from eosink.fingerprint import fingerprint_of
+from eosink.fingerprint import FINGERPRINT_VERSION, fingerprint_of
 from eosink.keys import KEY_COLUMN, KeyGenerator
 
 SCHEMA = pa.schema(
@@ -385,3 +385,99 @@ def test_add_keys_refuses_an_existing_key_column() -> None:
     with pytest.raises(SchemaError, match=KEY_COLUMN) as info:
         KeyGenerator("app", 0, 0).add_keys(b)
     assert info.value.fix
+
+
+# -- versions: stored numbers never change ------------------------------------------------------
+
+GOLDEN_SCHEMA = pa.schema(
+    [
+        ("i", pa.int64()),
+        ("s", pa.string()),
+        ("b", pa.binary()),
+        ("d", pa.decimal128(12, 2)),
+        ("f", pa.float64()),
+        ("l", pa.list_(pa.int32())),
+    ]
+)
+
+
+def golden_batch() -> pa.RecordBatch:
+    rows = [
+        {
+            "i": n,
+            "s": ["a", "bb", None, "héllo"][n % 4],
+            "b": [b"x", None, b""][n % 3],
+            "d": None if n % 5 == 0 else Decimal(n) / 4,
+            "f": n / 3,
+            "l": [n, n + 1] if n % 2 else None,
+        }
+        for n in range(5000)
+    ]
+    return pa.RecordBatch.from_pylist(rows, schema=GOLDEN_SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("version", "sums"),
+    [(1, ("57ce7bfb90406c98", "08336536351ebaae")), (2, ("190b69e52f0fcf6b", "5368d9337cf8f542"))],
+)
+def test_fingerprint_versions_are_pinned(version: int, sums: tuple[str, str]) -> None:
+    """Bundles store fingerprints and replays compare with them: a version's numbers never change.
+
+    Pass: a fixed batch fingerprints to the numbers recorded when each version was introduced.
+    """
+    fp = fingerprint_of(golden_batch(), version)
+    assert (fp.rows, f"{fp.sum1:016x}", f"{fp.sum2:016x}", fp.version) == (5000, *sums, version)
+
+
+def test_new_fingerprints_use_the_current_version() -> None:
+    """Pass: fingerprint_of defaults to FINGERPRINT_VERSION (2), which differs from version 1 on decimals only."""
+    batch = golden_batch()
+    assert fingerprint_of(batch).version == FINGERPRINT_VERSION == 2
+    no_decimal = batch.drop_columns(["d"])
+    v1, v2 = fingerprint_of(no_decimal, 1), fingerprint_of(no_decimal, 2)
+    assert (v1.sum1, v1.sum2) == (v2.sum1, v2.sum2) and v1 != v2
+
+
+def test_decimal_hash_v2_ignores_slicing_and_tells_values_apart() -> None:
+    """Version 2 hashes decimals from their buffer: an array slice must hash like the same values alone.
+
+    Pass: equal values hash equal across slices, signs and widths are told apart, nulls hash to the constant.
+    """
+    values = [Decimal("1.50"), Decimal("-1.50"), None, Decimal("0.00"), Decimal("1.50"), Decimal("99999999.99")]
+    for kind in (pa.decimal128(12, 2), pa.decimal256(40, 2)):
+        arr = pa.array(values, type=kind)
+        whole = column_hash(arr, 2)
+        assert list(column_hash(arr.slice(2, 3), 2)) == list(whole[2:5])
+        assert whole[0] == whole[4] and len({whole[0], whole[1], whole[3], whole[5]}) == 4
+        assert whole[2] == column_hash(pa.array([None], type=kind), 2)[0]
+
+
+def test_generated_keys_are_pinned() -> None:
+    """Generated keys stay on row-hash version 1: a replay after an upgrade must upsert the same keys.
+
+    Pass: a fixed batch gets the keys recorded when fingerprint version 2 was introduced.
+    """
+    schema = pa.schema([("x", pa.int64()), ("s", pa.string()), ("d", pa.decimal128(5, 1))])
+    rows = [{"x": i, "s": ["a", None, "é"][i % 3], "d": Decimal(i) / 2} for i in range(4)]
+    keys = KeyGenerator("app", 7, 1767225600000).keys(pa.RecordBatch.from_pylist(rows, schema=schema))
+    assert keys.to_pylist() == [
+        "019b76da-a800-7bc2-abd8-027178c3a1f2",
+        "019b76da-a800-72e9-a31e-c6c3869e1a19",
+        "019b76da-a800-77a5-acb3-d8769ba7f0d1",
+        "019b76da-a800-7944-ab3f-bd8b3d726fe1",
+    ]
+
+
+def test_fingerprint_json_keeps_the_version_and_reads_old_bundles() -> None:
+    """Pass: version 2 round-trips through JSON; JSON without a version (older bundles) reads as version 1;
+    empty fingerprints are equal whatever their version; adding different versions is refused."""
+    fp = fingerprint_of(golden_batch())
+    assert Fingerprint.from_json(json.loads(json.dumps(fp.to_json()))) == fp
+    old = fingerprint_of(golden_batch(), 1)
+    assert "version" not in old.to_json() and Fingerprint.from_json(old.to_json()).version == 1
+    assert Fingerprint() == Fingerprint(version=2) and hash(Fingerprint()) == hash(Fingerprint(version=2))
+    assert Fingerprint() + fp == fp == fp + Fingerprint(version=1)
+    with pytest.raises(ValueError, match="versions 2 and 1"):
+        _ = fp + old
+    with pytest.raises(ValueError, match="unknown row-hash version"):
+        column_hash(pa.array([1]), 3)
