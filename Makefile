@@ -111,7 +111,7 @@ docs: venv
 	$(VENV)/bin/mkdocs build --strict -q -d build/site
 
 # What only a real Spark shows, on the reference sink (no server), and the demo's 2pc run.
-SPARK_CORE := tests/spark/test_kill_restart.py tests/spark/test_demo.py
+SPARK_CORE := tests/spark/test_kill_restart.py tests/spark/test_datasource.py tests/spark/test_demo.py
 spark: venv java
 	$(PYTEST) $(SPARK_CORE) -q -m "not full" --durations=10
 

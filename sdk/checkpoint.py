@@ -275,6 +275,12 @@ class SparkCheckpoint:
         """Whether ``offsets/<batch_id>`` exists: Spark writes it before it runs the batch."""
         return bool(self._io("read the offsets log", self._fs.exists, self._path("offsets", str(batch_id))))
 
+    def latest_offsets(self) -> int | None:
+        """The newest batch id in Spark's offsets log (the batch Spark runs or is about to run), or None."""
+        names = self._io("list the offsets log", self._fs.list_names, self._path("offsets"))
+        ids = [int(n) for n in names if n.isdigit()]
+        return max(ids) if ids else None
+
     def require_offsets(self, batch_id: int) -> None:
         """Raise ConfigurationError unless this is the checkpoint of the query that runs ``batch_id``.
 

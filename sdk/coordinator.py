@@ -156,6 +156,23 @@ class Coordinator:
         self._started = True
         log.info("eosink %s: writer epoch %d, last committed batch %s", self.app_id, self.epoch, self._last_id())
 
+    def resume(self, epoch: int) -> None:
+        """Go on as the writer that fenced in with ``epoch`` in another process, without fencing or recovering.
+
+        For a batch whose steps run in different processes (``format("eosink")``: planning and commit
+        run in separate Python workers): the sink still refuses the commit if a newer writer fenced since.
+        """
+        self.sink.setup(self.app_id)
+        self.epoch = epoch
+        self._checkpoint_id = self.checkpoint.query_id()
+        self._last = self.sink.fetch_last_bundle(self.app_id)
+        self._started = True
+
+    @property
+    def last_bundle(self) -> Bundle | None:
+        """The newest batch the sink has committed for the app_id, as of start (and this writer's commits)."""
+        return self._last
+
     def _reset(self) -> None:
         """Forget per-run state after a failure: the next batch fences and recovers again
         (a query restarted in the same driver process is a new writer). The failed query no longer
@@ -246,20 +263,33 @@ class Coordinator:
             raise
 
     def _process(self, batch_id: int, data: BatchInput) -> None:
+        plan = self.begin_batch(batch_id)
+        if plan is None:
+            assert self._last is not None
+            self._check_replay(self._last, data.fingerprint(self._last.fingerprint.version))
+            return
+        try:
+            committables = data.write(plan)
+        except BaseException:
+            self.abort_batch(batch_id)
+            raise
+        self.finish_batch(batch_id, committables)
+
+    def begin_batch(self, batch_id: int) -> WritePlan | None:
+        """Fence and recover if not started, settle earlier batches; the plan participants write ``batch_id``
+        with, or None when the sink has already committed it (a replay: fingerprint it, see :meth:`skip_replay`)."""
         self.start()
         if self._checkpoint_id is None:  # recover() ran before Spark created the checkpoint
             self._checkpoint_id = self.checkpoint.query_id()
         self._settle_pending(batch_id)
         faults.hit(FaultPoint.F1, batch_id)
-        batch = BatchRef(self.app_id, batch_id)
         self._guard(batch_id)
         last = self._last
         if last is not None and last.batch.batch_id == batch_id:
-            self._check_replay(last, data)
-            return
-        plan = WritePlan(
+            return None
+        return WritePlan(
             sink=self.sink,
-            batch=batch,
+            batch=BatchRef(self.app_id, batch_id),
             epoch=self._epoch(),
             upsert_keys=self.strategy.upsert_keys(),
             transactional=self.strategy.transactional,
@@ -267,14 +297,20 @@ class Coordinator:
             time_ms=self.checkpoint.batch_timestamp_ms(batch_id) or batch_id,
             strategy=self.strategy.name,
         )
+
+    def abort_batch(self, batch_id: int) -> None:
+        """The batch's write failed: abort every attempt of it the sink holds (best effort; a later start
+        aborts what this misses). The write's own error is the one to report."""
         try:
-            committables = sorted(data.write(plan), key=lambda c: c.id)
-        except BaseException:
-            try:
-                self._abort_orphans(batch, keep=set())
-            except Exception as cleanup:  # the write's own error is the one to report; a later attempt aborts these
-                log.warning("eosink %s: could not abort the attempts of batch %d: %s", self.app_id, batch_id, cleanup)
-            raise
+            self._abort_orphans(BatchRef(self.app_id, batch_id), keep=set())
+        except Exception as cleanup:
+            log.warning("eosink %s: could not abort the attempts of batch %d: %s", self.app_id, batch_id, cleanup)
+
+    def finish_batch(self, batch_id: int, committables: Sequence[Committable]) -> None:
+        """Record the batch's manifest and commit it: now (txid-check, idempotent), or once Spark's commit log
+        holds it (2pc). Attempts of the batch not in ``committables`` are aborted."""
+        batch = BatchRef(self.app_id, batch_id)
+        committables = sorted(committables, key=lambda c: c.id)
         faults.hit(FaultPoint.F3, batch_id)
         keep = {c.id for c in committables}
         self._abort_orphans(batch, keep)
@@ -295,8 +331,10 @@ class Coordinator:
         if batch_id < last.batch.batch_id:
             raise CheckpointMismatchError(
                 f"app_id {self.app_id!r} has batch {last.batch.batch_id} committed, but Spark asks to write "
-                f"batch {batch_id}: the checkpoint is new or was rolled back.",
-                "Restart from the original checkpoint, or give this query a new app_id.",
+                f"batch {batch_id}: the checkpoint is new or was rolled back (or, for a job, its batch_id is "
+                "older than the newest one written).",
+                "Restart from the original checkpoint, give a job a batch_id newer than the last one, or give "
+                "this query or job a new app_id.",
             )
 
     def _check_checkpoint(self, last: Bundle | None, checkpoint_id: str | None) -> None:
@@ -315,8 +353,19 @@ class Coordinator:
                 "Restart from the original checkpoint, or give this query a new app_id.",
             )
 
-    def _check_replay(self, last: Bundle, data: BatchInput) -> None:
-        fingerprint = data.fingerprint(last.fingerprint.version)
+    def skip_replay(self, batch_id: int, fingerprint: Fingerprint) -> None:
+        """Skip the replay of committed batch ``batch_id`` whose rows fingerprint to ``fingerprint`` (taken in the
+        bundle's version); a different fingerprint raises :class:`NonDeterministicReplayError`."""
+        last = self._last
+        if last is None or last.batch.batch_id != batch_id:
+            raise CommitAbortedError(
+                f"Batch {batch_id} of app_id {self.app_id!r} was planned as a replay of a committed batch, but the "
+                f"sink's newest committed batch is {last.batch.batch_id if last else None}.",
+                "Restart the query: the next start recovers and plans the batch again.",
+            )
+        self._check_replay(last, fingerprint)
+
+    def _check_replay(self, last: Bundle, fingerprint: Fingerprint) -> None:
         if fingerprint != last.fingerprint:
             batch_id = last.batch.batch_id
             raise NonDeterministicReplayError(

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-__all__ = ["BatchWriter", "foreach_batch"]
+__all__ = ["BatchWriter", "foreach_batch", "register"]
 
 _RESULT_SCHEMA = "eosink string"
 _DEFAULT_PARTICIPANTS = 4
@@ -266,6 +266,13 @@ class BatchWriter:
             finally:
                 self._coordinator.close()
                 _LIVE.discard(self)
+
+
+def register(spark: Any) -> None:
+    """Register ``format("eosink")`` with ``spark``: eosink as a Spark data source (see :mod:`eosink.datasource`)."""
+    from eosink.datasource import register as _register
+
+    _register(spark)
 
 
 def foreach_batch(

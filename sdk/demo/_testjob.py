@@ -58,7 +58,12 @@ def _job_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--sink", required=True, help="ReferenceSink SQLite file")
     ap.add_argument("--app-id", default="demo")
     ap.add_argument("--strategy", default="2pc")
-    ap.add_argument("--mode", choices=["eosink", "naive"], default="eosink")
+    ap.add_argument(
+        "--mode",
+        choices=["eosink", "naive", "datasource"],
+        default="eosink",
+        help="eosink.foreach_batch, a plain foreachBatch, or format('eosink')",
+    )
     ap.add_argument("--master", default="local[2,4]", help="local[N,maxFailures] retries failed tasks")
     ap.add_argument("--atomic", type=int, default=1, help="0: the sink commits a batch in several steps")
     ap.add_argument("--nondeterministic", action="store_true", help="add rand() to every row")
@@ -88,7 +93,7 @@ def job_main(argv: Sequence[str] | None = None) -> int:
         df = df.withColumn("noise", F.rand())
 
     writer: eosink.BatchWriter | None = None
-    fn: Callable[[Any, int], None]
+    fn: Callable[[Any, int], None] | None = None
     if args.mode == "eosink":
         writer = eosink.foreach_batch(
             ReferenceSink(args.sink, atomic=bool(args.atomic)),
@@ -98,15 +103,29 @@ def job_main(argv: Sequence[str] | None = None) -> int:
             participants=args.participants,
         )
         fn = writer
-    else:
+    elif args.mode == "naive":
 
         def fn(batch_df: Any, batch_id: int) -> None:
             batch_df.mapInArrow(_naive_partition_writer(args.sink, bool(args.atomic), batch_id), "ok long").collect()
             faults.hit(FaultPoint.F8, batch_id)  # the same crash window eosink is tested in
 
-    query = df.writeStream.option("checkpointLocation", args.checkpoint).foreachBatch(fn)
+    stream = df.writeStream.option("checkpointLocation", args.checkpoint)
+    if args.mode == "datasource":
+        eosink.spark.register(spark)
+        stream = (
+            stream.format("eosink")
+            .option("sink", "reference")
+            .option("reference.path", args.sink)
+            .option("reference.atomic", str(bool(args.atomic)).lower())
+            .option("app_id", args.app_id)
+            .option("strategy", "idempotent" if args.key_columns else args.strategy)
+        )
+        if args.key_columns:
+            stream = stream.option("key_columns", args.key_columns)
+    else:
+        stream = stream.foreachBatch(fn)
     try:
-        query.trigger(availableNow=True).start().awaitTermination()
+        stream.trigger(availableNow=True).start().awaitTermination()
         if writer is not None:
             writer.close()
     except Exception as exc:

@@ -1,0 +1,343 @@
+"""The string options of ``format("eosink")``, parsed into a sink, a strategy and an app_id.
+
+Spark hands a data source its options as strings, keys case-insensitive. eosink's own are
+``sink``, ``app_id``, ``strategy`` and ``key_columns`` (and Spark's ``checkpointLocation``);
+a connector's are its config's fields under the sink's name: ``postgres.table``,
+``s3.part_size_bytes``. A field's value may come from an environment variable instead,
+named by ``<sink>.<field>_env`` (for secrets: ``postgres.conninfo_env=PG_URL``). Values are
+converted by the field's type; a wrong one is a :class:`~eosink.errors.ConfigurationError`
+that names the option (and never echoes a secret's value).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from eosink.contract import Sink
+from eosink.errors import ConfigurationError
+from eosink.strategies import Idempotent, Strategy, TwoPhaseCommit, resolve_strategy
+
+__all__ = ["CONNECTORS", "ParsedOptions", "options_table", "parse_options"]
+
+CONNECTORS: dict[str, tuple[str, str, str, str]] = {
+    "postgres": ("eosink.connectors.postgres", "PostgresConfig", "PostgresSink", "postgres"),
+    "kafka": ("eosink.connectors.kafka", "KafkaConfig", "KafkaSink", "kafka"),
+    "s3": ("eosink.connectors.s3", "S3Config", "S3Sink", "s3"),
+    "hdfs": ("eosink.connectors.hdfs", "HdfsConfig", "HdfsSink", "hdfs"),
+    "reference": ("eosink.connectors.reference", "", "ReferenceSink", ""),
+}
+"""Sink name -> (module, config class, sink class, pip extra). Without a config class, the options are
+the sink constructor's keyword arguments (the SQLite reference sink, for tests and examples)."""
+
+_OWN = ("sink", "app_id", "strategy", "key_columns", "checkpointlocation", "batch_id")
+_SPARK_OWN = ("path",)  # set by .save(path) / .start(path): not an eosink option
+_SECRET = re.compile(r"pass|secret|token|conninfo|credential|keytab|key_id|sasl|auth", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ParsedOptions:
+    """What the options say: the sink to write to and how."""
+
+    sink_name: str
+    sink: Sink[Any]
+    app_id: str
+    strategy: Strategy
+    checkpoint_location: str | None
+    batch_id: int | None
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool) -> ParsedOptions:
+    """Parse ``options`` (keys case-insensitive) for a streaming or a batch write; raise on any problem."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    sink_name = _required(opts, "sink", f"Name the sink: .option('sink', 'postgres'); one of {', '.join(CONNECTORS)}.")
+    sink_name = sink_name.strip().lower()
+    if sink_name not in CONNECTORS:
+        raise ConfigurationError(
+            f"Unknown sink {sink_name!r} in option 'sink'.", f"Use one of: {', '.join(CONNECTORS)}."
+        )
+    app_id = _required(opts, "app_id", "Name this (query, sink) pair for good: .option('app_id', 'payments-ledger').")
+    if not app_id.strip() or len(app_id) > 200:
+        raise ConfigurationError(
+            "Option 'app_id' must be a non-empty string of at most 200 characters.",
+            "Choose a stable name for this (query, sink) pair, e.g. 'payments-to-ledger'.",
+        )
+    strategy = _strategy(opts)
+    checkpoint = opts.get("checkpointlocation")
+    batch_id = _batch_id(opts, streaming)
+    if streaming and not checkpoint:
+        raise ConfigurationError(
+            "A streaming write through format('eosink') needs Spark's checkpoint location.",
+            "Add .option('checkpointLocation', '/path/to/checkpoint') to the writeStream.",
+        )
+    prefix = f"{sink_name}."
+    unknown = sorted(k for k in opts if k not in _OWN and k not in _SPARK_OWN and not k.startswith(prefix))
+    if unknown:
+        other = [k for k in unknown if k.split(".", 1)[0] in CONNECTORS]
+        hint = f" (options of sink {other[0].split('.', 1)[0]!r}, but the sink is {sink_name!r})" if other else ""
+        raise ConfigurationError(
+            f"Unknown option(s) {unknown}{hint}.",
+            f"eosink's options are {', '.join(o for o in _OWN if o != 'checkpointlocation')}, "
+            f"checkpointLocation, and the sink's under '{prefix}' (see docs/datasource.md).",
+        )
+    sink = _make_sink(sink_name, {k[len(prefix) :]: v for k, v in opts.items() if k.startswith(prefix)})
+    strategy.check(sink.capabilities, type(sink).__name__)
+    return ParsedOptions(sink_name, sink, app_id, strategy, checkpoint, batch_id)
+
+
+def _required(opts: Mapping[str, str], name: str, fix: str) -> str:
+    value = opts.get(name)
+    if value is None or not value.strip():
+        raise ConfigurationError(f"Option {name!r} is missing.", fix)
+    return value
+
+
+def _strategy(opts: Mapping[str, str]) -> Strategy:
+    name = opts.get("strategy", "txid-check").strip().lower()
+    keys = _tuple(opts.get("key_columns", ""))
+    if name == "idempotent":
+        if not keys:
+            raise ConfigurationError(
+                "The idempotent strategy through format('eosink') needs key columns: generated keys need identical "
+                "rows in one task, and a data source cannot ask Spark to partition its input so.",
+                "Add .option('key_columns', 'id') (comma-separated), use 'txid-check', or use foreach_batch.",
+            )
+        return Idempotent(key_columns=keys)
+    if keys:
+        raise ConfigurationError(
+            f"Option 'key_columns' is for the idempotent strategy; the strategy is {name!r}.",
+            "Remove key_columns, or set .option('strategy', 'idempotent').",
+        )
+    strategy = resolve_strategy(name)
+    if isinstance(strategy, TwoPhaseCommit):
+        raise ConfigurationError(
+            "The 2pc strategy is not offered through format('eosink'): Spark calls a data source's commit before "
+            "it writes the batch to its commit log, and runs no code of the data source after that, so the batch "
+            "could only become visible when the next batch starts (never, for a query's last batch).",
+            "Use .option('strategy', 'txid-check') (exactly-once for deterministic queries), or "
+            "eosink.foreach_batch(..., strategy='2pc') for non-deterministic ones.",
+        )
+    return strategy
+
+
+def _batch_id(opts: Mapping[str, str], streaming: bool) -> int | None:
+    raw = opts.get("batch_id")
+    if streaming:
+        if raw is not None:
+            raise ConfigurationError(
+                "Option 'batch_id' is for batch writes (df.write); a stream's batches are numbered by Spark.",
+                "Remove .option('batch_id', ...) from the writeStream.",
+            )
+        return None
+    if raw is None:
+        raise ConfigurationError(
+            "A batch write through format('eosink') needs a batch_id: a rerun of the same job with the same "
+            "(app_id, batch_id) is what eosink recognises and skips.",
+            "Add .option('batch_id', ...): a number, or a date such as '2026-11-24' for a daily job.",
+        )
+    return batch_number(raw)
+
+
+def batch_number(raw: str) -> int:
+    """A batch id from its option text: a non-negative integer, or an ISO date (its yyyymmdd number)."""
+    text = raw.strip()
+    if text.isdigit():
+        return int(text)
+    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", text)
+    if m:
+        import datetime as dt
+
+        try:
+            day = dt.date(int(m[1]), int(m[2]), int(m[3]))
+        except ValueError:
+            pass
+        else:
+            return day.year * 10000 + day.month * 100 + day.day
+    raise ConfigurationError(
+        f"Option 'batch_id' must be a non-negative integer or a date (yyyy-mm-dd), got {raw!r}.",
+        "Use the job's run number, or its logical date: .option('batch_id', '2026-11-24').",
+    )
+
+
+def _make_sink(name: str, raw: Mapping[str, str]) -> Sink[Any]:
+    module_name, config_name, sink_name, extra = CONNECTORS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"The {name} sink cannot be loaded ({exc}).", f"Install its extra: pip install 'eosink[{extra}]'."
+        ) from None
+    sink_cls = getattr(module, sink_name)
+    target = getattr(module, config_name) if config_name else sink_cls
+    try:
+        made = target(**_kwargs(name, target, raw))
+    except ConfigurationError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"The options of sink {name!r} are not valid: {exc}", f"Check the '{name}.' options in docs/datasource.md."
+        ) from None
+    sink: Sink[Any] = sink_cls(made) if config_name else made
+    return sink
+
+
+def _parameters(target: Any) -> dict[str, tuple[Any, bool]]:
+    """Name -> (type hint, required) of what ``target`` (a config dataclass or a sink class) is built from."""
+    if dataclasses.is_dataclass(target):
+        hints = typing.get_type_hints(target)
+        return {
+            f.name: (hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+            for f in dataclasses.fields(target)
+            if f.init
+        }
+    hints = typing.get_type_hints(target.__init__)
+    params = list(inspect.signature(target.__init__).parameters.values())[1:]
+    return {
+        p.name: (hints.get(p.name, str), p.default is inspect.Parameter.empty)
+        for p in params
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+
+
+def _kwargs(sink: str, target: Any, raw: Mapping[str, str]) -> dict[str, Any]:
+    params = _parameters(target)
+    kwargs: dict[str, Any] = {}
+    maps: dict[str, dict[str, str]] = {}
+    for key, value in raw.items():
+        name, sub = key, None
+        if key.endswith("_env") and key[: -len("_env")] in params:
+            name = key[: -len("_env")]
+            value = _from_env(f"{sink}.{key}", value)
+        elif "." in key and key.split(".", 1)[0] in params:
+            name, sub = key.split(".", 1)
+        if name not in params:
+            raise ConfigurationError(
+                f"Unknown option '{sink}.{key}'.",
+                f"The {sink} sink's options are: {', '.join(f'{sink}.{n}' for n in sorted(params))}.",
+            )
+        if name in kwargs or (sub is None and name in maps):
+            raise ConfigurationError(f"Option '{sink}.{name}' is given twice.", "Give each option once.")
+        if sub is not None:
+            maps.setdefault(name, {})[sub] = value
+            continue
+        kwargs[name] = convert(f"{sink}.{name}", value, params[name][0])
+    for name, mapping in maps.items():
+        if not _is_mapping(params[name][0]):
+            raise ConfigurationError(
+                f"Option '{sink}.{name}' takes one value, not '{sink}.{name}.<key>' entries.",
+                f"Set .option('{sink}.{name}', ...).",
+            )
+        kwargs[name] = mapping
+    missing = [n for n, (_, required) in params.items() if required and n not in kwargs]
+    if missing:
+        raise ConfigurationError(
+            f"Option(s) {', '.join(f'{sink}.{n}' for n in missing)} missing: the {sink} sink needs them.",
+            f"Add .option('{sink}.{missing[0]}', ...) (or '{sink}.{missing[0]}_env' naming an environment variable).",
+        )
+    return kwargs
+
+
+def _from_env(option: str, variable: str) -> str:
+    value = os.environ.get(variable.strip())
+    if value is None:
+        raise ConfigurationError(
+            f"Option {option!r} names environment variable {variable.strip()!r}, which is not set in the "
+            "Spark driver's and executors' environment.",
+            "Export it before starting Spark (and in spark.executorEnv.<NAME> for executors).",
+        )
+    return value
+
+
+def _is_mapping(hint: Any) -> bool:
+    return typing.get_origin(hint) in (Mapping, dict, typing.get_origin(Mapping[str, str]))
+
+
+def convert(option: str, value: str, hint: Any) -> Any:
+    """``value`` as the type ``hint`` names (str, int, float, bool, Literal, tuple, optional of these)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if type(None) in args and value.strip().lower() in ("", "none", "null"):
+            return None
+        return convert(option, value, _chosen(args))
+    if origin is Literal:
+        if value.strip() not in [str(a) for a in args]:
+            allowed = ", ".join(repr(str(a)) for a in args)
+            raise ConfigurationError(
+                f"Option {option!r} must be one of {allowed}, got {_shown(option, value)}.",
+                f"Set .option({option!r}, {str(args[0])!r}) or another of the values named.",
+            )
+        return next(a for a in args if str(a) == value.strip())
+    if hint is bool:
+        low = value.strip().lower()
+        if low in ("true", "1", "yes", "on"):
+            return True
+        if low in ("false", "0", "no", "off"):
+            return False
+        raise ConfigurationError(
+            f"Option {option!r} must be true or false, got {_shown(option, value)}.", "Use 'true' or 'false'."
+        )
+    if hint in (int, float):
+        try:
+            number = int(value.strip().replace("_", "")) if hint is int else float(value.strip())
+        except ValueError:
+            kind = "an integer" if hint is int else "a number"
+            raise ConfigurationError(
+                f"Option {option!r} must be {kind}, got {_shown(option, value)}.", f"Give it as {kind}, e.g. '10'."
+            ) from None
+        return number
+    if origin in (tuple, list, Sequence) or hint is tuple:
+        return _tuple(value)
+    if _is_mapping(hint):
+        raise ConfigurationError(
+            f"Option {option!r} is a map: give its entries as '{option}.<key>'.",
+            f"For example .option('{option}.acks', 'all').",
+        )
+    return value
+
+
+def _chosen(args: tuple[Any, ...]) -> Any:
+    """The member of a union an option's text converts to: a number, flag or choice before text."""
+    choices = [a for a in args if a is not type(None)]
+    scalar = [a for a in choices if a in (int, float, bool) or typing.get_origin(a) is Literal]
+    return (scalar or choices)[0]
+
+
+def _tuple(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _shown(option: str, value: str) -> str:
+    return "a value that is not (hidden: the option may hold a secret)" if _SECRET.search(option) else repr(value)
+
+
+def options_table(sink: str) -> str:
+    """The Markdown table of sink ``sink``'s options (docs/datasource.md holds one per connector)."""
+    module_name, config_name, sink_name, _ = CONNECTORS[sink]
+    module = importlib.import_module(module_name)
+    target = getattr(module, config_name or sink_name)
+    rows = ["| option | type | required |", "|---|---|---|"]
+    for name, (hint, required) in _parameters(target).items():
+        rows.append(f"| `{sink}.{name}` | {_type_text(hint)} | {'yes' if required else ''} |")
+    return "\n".join(rows)
+
+
+def _type_text(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        text = _type_text(_chosen(args))
+        return f"{text} (or none)" if type(None) in args else text
+    if origin is Literal:
+        return " / ".join(f"`{a}`" for a in args)
+    if origin in (tuple, list, Sequence) or hint is tuple:
+        return "comma-separated list"
+    if _is_mapping(hint):
+        return "map: `.<key>` entries"
+    return {str: "text", int: "integer", float: "number", bool: "true / false"}.get(hint, "text")

@@ -1,0 +1,251 @@
+"""The writers Spark runs for ``format("eosink")``: participants on executors, the coordinator beside the driver.
+
+:class:`StreamWriter` for ``writeStream``, :class:`JobWriter` for ``df.write`` (one batch per job run).
+
+Spark runs a Python data source's driver-side steps in short-lived Python workers, never in
+the driver's own process, so nothing of eosink lives between two batches. Per micro-batch:
+
+1. planning (a worker, before any task): ``streamWriter()`` runs the coordinator's
+   :meth:`~eosink.coordinator.Coordinator.begin_batch` for the batch Spark's offsets log
+   announces (fence, recover, settle), and the plan travels to the executors in the writer;
+2. tasks: each runs an eosink participant on its partition's Arrow batches (or, for a replay
+   of a batch the sink has committed, only fingerprints it) and returns a message;
+3. commit (another worker): the coordinator resumes under the plan's epoch and finishes the
+   batch, or compares the replay's fingerprint; ``abort`` aborts the batch's attempts.
+
+Every message carries the epoch, so a commit after a newer writer fenced is refused by the sink.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from types import FrameType
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, WriterCommitMessage
+
+from eosink import faults
+from eosink.checkpoint import SparkCheckpoint
+from eosink.contract import Committable, Fingerprint
+from eosink.coordinator import Coordinator
+from eosink.datasource._options import ParsedOptions
+from eosink.errors import ConfigurationError
+from eosink.faults import FaultPoint
+from eosink.participant import WritePlan, fingerprint_participant, run_participant
+
+try:  # PySpark 4.1+: tasks get Arrow record batches
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
+except ImportError:  # pragma: no cover - PySpark 4.0: rows, converted back to Arrow here
+    _StreamBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
+
+__all__ = ["EosinkMessage", "JobWriter", "StreamWriter", "planning"]
+
+_PLANNING_MODULE = "pyspark.sql.worker.write_into_data_source"
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+class EosinkMessage(WriterCommitMessage):
+    """What one task reports to the commit: the plan's epoch, and a committable or a replay's fingerprint."""
+
+    def __init__(self, epoch: int, committable: dict[str, Any] | None, fingerprint: dict[str, Any] | None) -> None:
+        self.epoch = epoch
+        self.committable = committable
+        self.fingerprint = fingerprint
+
+
+def planning() -> bool:
+    """Whether Spark calls us to plan a write (its writer then goes to the tasks), not to commit or abort one."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == _PLANNING_MODULE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _Steps:
+    """What both writers do: plan a batch (a driver-side worker), run a task, finish or abort the batch."""
+
+    parsed: ParsedOptions
+    schema: Any
+    location: str
+    plan: WritePlan | None = None
+    batch_id: int | None = None
+    epoch: int | None = None
+    replay_version: int | None = None
+
+    def _coordinator(self) -> Coordinator:
+        return Coordinator(self.parsed.sink, self.parsed.app_id, self.parsed.strategy, SparkCheckpoint(self.location))
+
+    def _begin(self, batch_id: int) -> None:
+        coordinator = self._coordinator()
+        try:
+            self.plan = coordinator.begin_batch(batch_id)
+            self.epoch = coordinator.epoch
+            last = coordinator.last_bundle
+            if self.plan is None and last is not None:
+                self.replay_version = last.fingerprint.version
+        finally:
+            coordinator.sink.close()
+        self.batch_id = batch_id
+
+    def _task(self, iterator: Iterator[Any], partition: int) -> EosinkMessage:
+        assert self.epoch is not None
+        batches = _arrow(iterator, self.schema)
+        if self.replay_version is not None:
+            fingerprint = fingerprint_participant(batches, self.replay_version)
+            return EosinkMessage(self.epoch, None, fingerprint.to_json())
+        assert self.plan is not None
+        committable = run_participant(self.plan, partition, batches)
+        return EosinkMessage(self.epoch, committable.to_json() if committable is not None else None, None)
+
+    def _finish(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
+        found = [m for m in messages if isinstance(m, EosinkMessage)]
+        if not found:  # no task ran: nothing was written
+            return
+        coordinator = self._coordinator()
+        try:
+            coordinator.resume(max(m.epoch for m in found))
+            if any(m.fingerprint is not None for m in found):
+                fingerprint = sum(
+                    (Fingerprint.from_json(m.fingerprint) for m in found if m.fingerprint is not None), Fingerprint()
+                )
+                coordinator.skip_replay(batch_id, fingerprint)
+                return
+            committables = [Committable.from_json(m.committable) for m in found if m.committable is not None]
+            coordinator.finish_batch(batch_id, committables)
+        finally:
+            coordinator.sink.close()
+
+    def _abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
+        found = [m for m in messages if isinstance(m, EosinkMessage)]
+        coordinator = self._coordinator()
+        try:
+            if found:
+                coordinator.resume(max(m.epoch for m in found))
+            else:
+                coordinator.sink.setup(self.parsed.app_id)
+            coordinator.abort_batch(batch_id)
+        finally:
+            coordinator.sink.close()
+
+
+class StreamWriter(_StreamBase, _Steps):
+    """``writeStream.format("eosink")``'s writer; built by :class:`~eosink.datasource.EosinkDataSource`."""
+
+    def __init__(self, parsed: ParsedOptions, schema: Any) -> None:
+        assert parsed.checkpoint_location is not None
+        self.parsed = parsed
+        self.schema = schema
+        self.location = parsed.checkpoint_location
+        if planning():
+            self._plan()
+
+    def _plan(self) -> None:
+        checkpoint = SparkCheckpoint(self.location)
+        batch_id = checkpoint.latest_offsets()
+        if batch_id is None:
+            raise ConfigurationError(
+                f"Spark plans a batch, but its checkpoint {self.location!r} has no offsets log.",
+                "Give writeStream the query's own checkpointLocation option.",
+            )
+        if batch_id > 0 and checkpoint.is_committed(batch_id - 1):
+            # The first eosink code that runs after Spark wrote the previous batch to its commit log.
+            faults.hit(FaultPoint.F5, batch_id - 1)
+        self._begin(batch_id)
+
+    def write(self, iterator: Iterator[Any]) -> EosinkMessage:
+        """Run one participant on this task's rows (on an executor)."""
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        running = ctx.getLocalProperty(_BATCH_ID_PROPERTY) if ctx is not None else None
+        if ctx is None or running is None or int(running) != self.batch_id:
+            raise ConfigurationError(
+                f"eosink planned batch {self.batch_id}, but this task runs batch {running} of the stream.",
+                "Report this: the stream's writer was planned outside Spark's micro-batch planning.",
+            )
+        return self._task(iterator, ctx.partitionId())
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        """Finish batch ``batchId``: commit it (txid-check, idempotent) or check the replay's fingerprint."""
+        self._finish(messages, int(batchId))
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        """A task failed: abort every attempt of batch ``batchId`` the sink holds."""
+        self._abort(messages, int(batchId))
+
+
+class JobWriter(DataSourceArrowWriter, _Steps):
+    """``df.write.format("eosink")``'s writer: the whole job is batch ``batch_id`` of the app_id.
+
+    A job has no Spark checkpoint: the coordinator keeps its manifest in a directory of its own
+    (``checkpointLocation`` when given, else a private temporary directory on the driver, gone
+    with the job). Without a kept manifest, a job that crashed after preparing has its work
+    aborted by the rerun's recovery and written again; a rerun after the commit finds the bundle.
+    """
+
+    def __init__(self, parsed: ParsedOptions, schema: Any) -> None:
+        assert parsed.batch_id is not None
+        self.parsed = parsed
+        self.schema = schema
+        self.location = parsed.checkpoint_location or ""
+        self._own_location = False
+        if planning():
+            if not self.location:
+                self.location = tempfile.mkdtemp(prefix="eosink-job-")
+                self._own_location = True
+            self._begin(parsed.batch_id)
+
+    def write(self, iterator: Iterator[Any]) -> EosinkMessage:
+        """Run one participant on this task's rows (on an executor)."""
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        return self._task(iterator, ctx.partitionId() if ctx is not None else 0)
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        """Commit the job's batch, or skip a rerun of a committed one after comparing fingerprints."""
+        assert self.batch_id is not None
+        try:
+            self._finish(messages, self.batch_id)
+        finally:
+            self._drop_location()
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        """A task failed: abort every attempt of the job's batch the sink holds."""
+        assert self.batch_id is not None
+        try:
+            self._abort(messages, self.batch_id)
+        finally:
+            self._drop_location()
+
+    def _drop_location(self) -> None:
+        if self._own_location:
+            shutil.rmtree(self.location, ignore_errors=True)
+
+
+def _arrow(iterator: Iterator[Any], schema: Any) -> Iterator[pa.RecordBatch]:
+    """The task's input as Arrow record batches (PySpark 4.0 hands rows to a stream writer)."""
+    first = next(iterator, None)
+    if first is None:
+        return
+    if isinstance(first, pa.RecordBatch):
+        yield first
+        yield from iterator
+        return
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema)
+    chunk = [first.asDict(recursive=True)]
+    for row in iterator:
+        chunk.append(row.asDict(recursive=True))
+        if len(chunk) >= 10_000:
+            yield pa.RecordBatch.from_pylist(chunk, schema=arrow_schema)
+            chunk = []
+    if chunk:
+        yield pa.RecordBatch.from_pylist(chunk, schema=arrow_schema)

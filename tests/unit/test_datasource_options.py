@@ -1,0 +1,113 @@
+"""The string options of ``format("eosink")``: parsed into a sink, or refused with a clear error before any write."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from eosink.connectors.postgres import PostgresSink
+from eosink.datasource import CONNECTORS, parse_options
+from eosink.datasource._options import convert, options_table
+from eosink.errors import ConfigurationError
+from eosink.strategies import Idempotent, TxidCheck
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "datasource.md"
+BASE = {"sink": "postgres", "app_id": "payments", "checkpointLocation": "/chk/p", "postgres.table": "public.t"}
+SECRET = "postgresql://u:s3cr3t-pw@db.example/ledger"
+
+
+def test_postgres_options_make_the_sink_and_strategy() -> None:
+    """Pass: keys are case-insensitive, values converted by the config's field types, defaults kept."""
+    parsed = parse_options(
+        {**BASE, "POSTGRES.CONNINFO": SECRET, "postgres.connect_timeout_s": "3.5", "postgres.create_table": "true"},
+        streaming=True,
+    )
+    assert isinstance(parsed.sink, PostgresSink) and isinstance(parsed.strategy, TxidCheck)
+    config = parsed.sink.config
+    assert (config.connect_timeout_s, config.create_table, config.table) == (3.5, True, "public.t")
+    assert (parsed.app_id, parsed.checkpoint_location, parsed.batch_id) == ("payments", "/chk/p", None)
+
+
+def test_a_secret_comes_from_the_environment_and_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pass: '<sink>.<field>_env' reads the variable; the secret is in no repr; a missing variable is named."""
+    monkeypatch.setenv("EOSINK_TEST_PG", SECRET)
+    parsed = parse_options({**BASE, "postgres.conninfo_env": "EOSINK_TEST_PG"}, streaming=True)
+    assert "s3cr3t-pw" in parsed.sink.config.conninfo and "s3cr3t-pw" not in repr(parsed)
+    with pytest.raises(ConfigurationError, match="'EOSINK_TEST_NOT_SET'"):
+        parse_options({**BASE, "postgres.conninfo_env": "EOSINK_TEST_NOT_SET"}, streaming=True)
+
+
+def test_idempotent_needs_key_columns_and_takes_them() -> None:
+    """Pass: idempotent without key_columns is refused (no generated keys here); with them, they are the keys."""
+    with pytest.raises(ConfigurationError, match="needs key columns"):
+        parse_options({**BASE, "postgres.conninfo": SECRET, "strategy": "idempotent"}, streaming=True)
+    parsed = parse_options(
+        {**BASE, "postgres.conninfo": SECRET, "strategy": "Idempotent", "key_columns": "id, account"}, streaming=True
+    )
+    assert parsed.strategy == Idempotent(key_columns=("id", "account"))
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"sink": "postgres", "checkpointLocation": "/c"}, "Option 'app_id' is missing"),
+        ({**BASE, "sink": "mongodb"}, "Unknown sink 'mongodb'"),
+        ({**BASE, "postgres.conninfo": SECRET, "postgres.tabel": "t"}, "Unknown option 'postgres.tabel'"),
+        ({**BASE, "postgres.conninfo": SECRET, "kafka.topic": "t"}, "options of sink 'kafka'"),
+        ({**BASE, "postgres.conninfo": SECRET, "retries": "3"}, r"Unknown option\(s\) \['retries'\]"),
+        ({**BASE, "postgres.conninfo": SECRET, "postgres.connect_timeout_s": "ten"}, "must be a number, got 'ten'"),
+        ({**BASE, "postgres.conninfo": SECRET, "postgres.create_table": "maybe"}, "must be true or false"),
+        ({**BASE, "postgres.conninfo": SECRET, "postgres.mode": "merge"}, "must be one of 'append', 'upsert'"),
+        (BASE, "postgres.conninfo missing"),
+        ({**BASE, "postgres.conninfo": SECRET, "strategy": "2pc"}, "2pc strategy is not offered"),
+        ({**BASE, "postgres.conninfo": SECRET, "strategy": "exactly"}, "Unknown strategy"),
+        ({**BASE, "postgres.conninfo": SECRET, "key_columns": "id"}, "is for the idempotent strategy"),
+        ({**BASE, "postgres.conninfo": SECRET, "batch_id": "7"}, "is for batch writes"),
+        ({k: v for k, v in BASE.items() if k != "checkpointLocation"}, "needs Spark's checkpoint location"),
+        ({**BASE, "postgres.conninfo": SECRET, "postgres.retention_s.x": "1"}, "takes one value"),
+    ],
+)
+def test_bad_options_are_refused_with_the_option_named(options: dict[str, str], problem: str) -> None:
+    """Pass: a ConfigurationError whose text names the problem and carries a fix; no secret in it."""
+    with pytest.raises(ConfigurationError, match=problem) as info:
+        parse_options(options, streaming=True)
+    assert info.value.fix and "s3cr3t-pw" not in str(info.value)
+
+
+def test_a_malformed_value_is_shown_unless_the_option_may_hold_a_secret() -> None:
+    """Pass: a wrong number is quoted back, except under an option whose name says it may hold a secret."""
+    with pytest.raises(ConfigurationError, match="got 'many'"):
+        convert("s3.max_attempts", "many", int)
+    with pytest.raises(ConfigurationError) as info:
+        convert("kafka.sasl_retries", "pw-123", int)
+    assert "pw-123" not in str(info.value) and "hidden" in str(info.value)
+
+
+def test_a_map_option_takes_entries() -> None:
+    """Pass: 'kafka.producer_options.<key>' entries become the producer_options map."""
+    parsed = parse_options(
+        {
+            "sink": "kafka",
+            "app_id": "a",
+            "checkpointLocation": "/c",
+            "kafka.bootstrap_servers": "127.0.0.1:9092",
+            "kafka.topic": "t",
+            "kafka.producer_options.linger_ms": "5",
+        },
+        streaming=True,
+    )
+    assert dict(parsed.sink.config.producer_options) == {"linger_ms": "5"}
+
+
+@pytest.mark.parametrize("sink", sorted(CONNECTORS))
+def test_the_docs_list_every_option_of_every_sink(sink: str) -> None:
+    """docs/datasource.md holds each connector's options table as generated from its config.
+
+    Pass: the table between the page's markers equals options_table(sink); regenerate it when a config changes.
+    """
+    text = DOCS.read_text()
+    m = re.search(rf"<!-- options:{sink} -->\n(.*?)\n<!-- /options:{sink} -->", text, re.DOTALL)
+    assert m is not None, f"docs/datasource.md has no options table for {sink}"
+    assert m.group(1) == options_table(sink)
