@@ -111,3 +111,15 @@ def test_the_docs_list_every_option_of_every_sink(sink: str) -> None:
     m = re.search(rf"<!-- options:{sink} -->\n(.*?)\n<!-- /options:{sink} -->", text, re.DOTALL)
     assert m is not None, f"docs/datasource.md has no options table for {sink}"
     assert m.group(1) == options_table(sink)
+
+
+def test_register_without_python_data_sources_names_what_to_use() -> None:
+    """PySpark 3.5 has no Python data sources: registering says so and points to foreach_batch.
+
+    Pass: a session object without ``dataSource`` (as PySpark 3.5's) gets a ConfigurationError naming 4.0.
+    """
+    from eosink.spark import register
+
+    with pytest.raises(ConfigurationError, match="PySpark 4.0 or newer") as info:
+        register(object())
+    assert "foreach_batch" in str(info.value)
