@@ -120,6 +120,6 @@ def test_register_without_python_data_sources_names_what_to_use() -> None:
     """
     from eosink.spark import register
 
-    with pytest.raises(ConfigurationError, match="PySpark 4.0 or newer") as info:
+    with pytest.raises(ConfigurationError, match=r"PySpark 4\.0 or newer") as info:
         register(object())
     assert "foreach_batch" in str(info.value)
