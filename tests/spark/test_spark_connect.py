@@ -17,9 +17,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.full]
 JOB = Path(__file__).with_name("connect_job.py")
 
 
-@pytest.mark.parametrize("strategy", ["2pc", "txid-check", "idempotent"])
+@pytest.mark.parametrize("strategy", ["2pc", "txid-check", "idempotent", "datasource:txid-check"])
 def test_exactly_once_through_spark_connect(pipeline: Pipeline, strategy: str) -> None:
-    """The pickled BatchWriter runs in Spark Connect's foreachBatch worker (no py4j, no _jvm).
+    """The pickled BatchWriter runs in Spark Connect's foreachBatch worker (no py4j, no _jvm); or
+    (``datasource:``) the client registers format("eosink") and the server runs it.
 
     Pass: every input row lands once, one bundle per batch, nothing in doubt; for 2PC the last
     batch too, committed when the server-side worker ends.
