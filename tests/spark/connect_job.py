@@ -11,7 +11,6 @@ import sys
 
 from pyspark.sql import SparkSession
 
-import eosink
 from eosink.connectors.reference import ReferenceSink
 
 
