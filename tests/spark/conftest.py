@@ -202,17 +202,17 @@ def assert_killed(run: Run, point: str) -> None:
     assert run.returncode == -signal.SIGKILL, f"expected SIGKILL, got {run.returncode}:\n{run.stderr[-4000:]}"
 
 
-def assert_zombie_fenced(pipeline: Pipeline, point: str) -> None:
+def assert_zombie_fenced(pipeline: Pipeline, point: str, mode: str = "eosink") -> None:
     """F10: the old driver is frozen (SIGSTOP of its whole session) at ``point`` of batch 1, a new driver takes
     over and finishes, then the old one is thawed (SIGCONT).
 
     Pass: the new driver ends cleanly with exact content; the zombie stops with FencedError (or
     CommitAbortedError, or on Spark's own concurrent-writer check) and the content is still exact.
     """
-    old = pipeline.start(f"{point}@1:stop")
+    old = pipeline.start(f"{point}@1:stop", mode=mode)
     wait_for(lambda: point in pipeline.fired(), 240, f"{point} to fire in the old driver")
     wait_for(lambda: is_stopped(old.pid), 30, "the old driver to stop")
-    assert_clean(pipeline.run())
+    assert_clean(pipeline.run(mode=mode))
     pipeline.assert_exact()
     signal_session(old.pid, signal.SIGCONT)  # the whole frozen driver: Python, JVM, workers
     zombie = pipeline.finish(old)

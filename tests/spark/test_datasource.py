@@ -18,7 +18,7 @@ import pytest
 from eosink._procs import driver_env, kill_session
 from eosink.connectors.reference import ReferenceSink
 
-from .conftest import DRIVER_TIMEOUT_S, Pipeline, assert_clean, assert_killed
+from .conftest import DRIVER_TIMEOUT_S, Pipeline, assert_clean, assert_killed, assert_zombie_fenced
 
 _PYSPARK = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
 pytestmark = [
@@ -77,6 +77,18 @@ def test_kill_at_fault_point_then_restart_is_exact(pipeline: Pipeline, strategy:
     assert_killed(killed, point)
     assert_clean(pipeline.run(mode="datasource"))
     _assert_exact(pipeline, strategy)
+
+
+@pytest.mark.full
+def test_zombie_driver_is_fenced(pipeline: Pipeline) -> None:
+    """F10 through format("eosink"): the driver is frozen after batch 1's manifest (F4, txid-check), a new
+    driver takes over and finishes, then the old one is thawed.
+
+    Pass: the new driver ends exact; the zombie stops with FencedError (its commit carries an older epoch)
+    or on Spark's own concurrent-writer check, and changes nothing.
+    """
+    pipeline.strategy = "txid-check"
+    assert_zombie_fenced(pipeline, "F4", mode="datasource")
 
 
 # -- batch writes: df.write.format("eosink") with a batch_id --------------------------------------
