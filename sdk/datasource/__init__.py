@@ -25,10 +25,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from eosink.datasource._options import CONNECTORS, ParsedOptions, batch_number, parse_options
+from eosink.datasource._options import CONNECTORS, ParsedOptions, batch_number, options_from_config, parse_options
 from eosink.errors import ConfigurationError
 
-__all__ = ["CONNECTORS", "NAME", "EosinkDataSource", "ParsedOptions", "batch_number", "parse_options", "register"]
+__all__ = [
+    "CONNECTORS",
+    "NAME",
+    "EosinkDataSource",
+    "ParsedOptions",
+    "batch_number",
+    "options_from_config",
+    "parse_options",
+    "register",
+]
 
 NAME = "eosink"
 """The format name: ``format("eosink")``."""

@@ -26,7 +26,7 @@ from eosink.contract import Sink
 from eosink.errors import ConfigurationError
 from eosink.strategies import Idempotent, Strategy, TwoPhaseCommit, resolve_strategy
 
-__all__ = ["CONNECTORS", "ParsedOptions", "options_table", "parse_options"]
+__all__ = ["CONNECTORS", "ParsedOptions", "options_from_config", "options_table", "parse_options"]
 
 CONNECTORS: dict[str, tuple[str, str, str, str]] = {
     "postgres": ("eosink.connectors.postgres", "PostgresConfig", "PostgresSink", "postgres"),
@@ -341,3 +341,36 @@ def _type_text(hint: Any) -> str:
     if _is_mapping(hint):
         return "map: `.<key>` entries"
     return {str: "text", int: "integer", float: "number", bool: "true / false"}.get(hint, "text")
+
+
+def options_from_config(sink: str, config: Any, *, from_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``format("eosink")`` options that make ``config`` (a connector's config object): its fields that
+    differ from their defaults, as strings. ``from_env`` maps a field to the environment variable that
+    holds its value (``{"conninfo": "PG_URL"}``): the option names the variable, not the secret."""
+    module_name, config_name, _, _ = CONNECTORS[sink]
+    target = getattr(importlib.import_module(module_name), config_name)
+    env = dict(from_env or {})
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(target):
+        if not f.init:
+            continue
+        value = getattr(config, f.name)
+        if f.name in env:
+            out[f"{sink}.{f.name}_env"] = env[f.name]
+            continue
+        default: Any = f.default
+        if f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        if default is not dataclasses.MISSING and value == default:
+            continue
+        if isinstance(value, Mapping):
+            out.update({f"{sink}.{f.name}.{k}": str(v) for k, v in value.items()})
+        elif isinstance(value, (tuple, list)):
+            out[f"{sink}.{f.name}"] = ",".join(str(v) for v in value)
+        elif value is None:
+            out[f"{sink}.{f.name}"] = "none"
+        elif isinstance(value, bool):
+            out[f"{sink}.{f.name}"] = str(value).lower()
+        else:
+            out[f"{sink}.{f.name}"] = str(value)
+    return out

@@ -22,6 +22,8 @@ Connection settings never come from argv (a URL may hold a password). Two querie
 * ``balance`` (PostgreSQL): a running balance per account (``groupBy(account).sum(amount)``,
   update mode), upserted by ``account``.
 
+``--way datasource`` writes through ``format("eosink")`` with the same sink and strategy instead.
+
 Exit codes: 0 done, 3 an eosink error (``EOSINK-ERROR <kind>: ...`` on stderr).
 """
 
@@ -58,7 +60,21 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--participants", type=int, default=3)
     ap.add_argument("--stats-out")
     ap.add_argument("--txn-timeout-ms", type=int, default=900_000, help="KafkaConfig.transaction_timeout_ms")
+    ap.add_argument(
+        "--way", choices=["foreach_batch", "datasource"], default="foreach_batch", help="or format('eosink')"
+    )
     return ap.parse_args(argv)
+
+
+def _datasource_options(args: argparse.Namespace, sink: Any) -> dict[str, str]:
+    """The format("eosink") options of the same sink and strategy (connection secrets named by variable)."""
+    from eosink.datasource import options_from_config
+
+    from_env = {"conninfo": "EOSINK_TEST_PG_URL"} if args.sink == "postgres" else None
+    options = {"sink": args.sink, "app_id": args.app_id, "strategy": args.strategy}
+    if args.key_columns:
+        options.update(strategy="idempotent", key_columns=args.key_columns)
+    return {**options, **options_from_config(args.sink, sink.config, from_env=from_env)}
 
 
 def _sink(args: argparse.Namespace) -> Any:
@@ -123,22 +139,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         output_mode = "update"
     sink = _sink(args)
     keys = [k for k in args.key_columns.split(",") if k]
-    writer = eosink.foreach_batch(
-        sink,
-        app_id=args.app_id,
-        strategy=eosink.Idempotent(keys) if keys else args.strategy,
-        checkpoint_location=args.checkpoint,
-        participants=args.participants,
-    )
-    query = df.writeStream.outputMode(output_mode).option("checkpointLocation", args.checkpoint).foreachBatch(writer)
+    query = df.writeStream.outputMode(output_mode).option("checkpointLocation", args.checkpoint)
+    writer: eosink.BatchWriter | None = None
+    if args.way == "datasource":
+        query = query.format("eosink").options(**_datasource_options(args, sink))
+        eosink.spark.register(spark)
+    else:
+        writer = eosink.foreach_batch(
+            sink,
+            app_id=args.app_id,
+            strategy=eosink.Idempotent(keys) if keys else args.strategy,
+            checkpoint_location=args.checkpoint,
+            participants=args.participants,
+        )
+        query = query.foreachBatch(writer)
     try:
         query.trigger(availableNow=True).start().awaitTermination()
-        writer.close()
+        if writer is not None:
+            writer.close()
     except Exception as exc:
         print(error_line(exc, sink.config.scrub), file=sys.stderr, flush=True)
         spark.stop()
         return EXIT_EOSINK_ERROR
-    if args.stats_out:
+    if args.stats_out and writer is not None:
         Path(args.stats_out).write_text(json.dumps(writer.stats.to_json()))
     spark.stop()
     return 0

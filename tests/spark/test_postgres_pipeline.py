@@ -86,6 +86,7 @@ class PgPipeline(Pipeline):
     control_schema: str = ""
     variant: str = "2pc"
     query: str = "rows"
+    way: str = "foreach_batch"
     _admin: psycopg.Connection[tuple[Any, ...]] | None = field(default=None, repr=False)
 
     def environment(self) -> dict[str, str]:
@@ -98,7 +99,7 @@ class PgPipeline(Pipeline):
             *("--input", str(self.input), "--checkpoint", str(self.checkpoint)),
             *("--target", self.table, "--namespace", self.control_schema, "--app-id", self.app_id),
             *("--strategy", strategy, "--key-columns", keys, "--query", self.query),
-            *("--master", master, "--stats-out", str(self.root / "stats.json")),
+            *("--master", master, "--stats-out", str(self.root / "stats.json"), "--way", self.way),
         ]
 
     # -- reading PostgreSQL back --------------------------------------------------------------------
@@ -279,6 +280,23 @@ def pg_pipeline(tmp_path: Path, driver_java_opts: str, pg_url: str) -> Iterator[
 
 
 # -- 1 and 4: a kill at each fault point, then a restart ----------------------------------------------
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("point", ["F1", "F4", "F5", "F8"])
+@pytest.mark.parametrize("variant", ["txid-check", "idempotent-key"])
+def test_kill_through_the_data_source_then_restart_is_exact(pg_pipeline: PgPipeline, variant: str, point: str) -> None:
+    """The same job through ``writeStream.format("eosink")`` (string options, the URL from the environment),
+    SIGKILLed at ``point`` of batch 1 (F5: when batch 2 is planned), then restarted.
+
+    Pass: the kill happened; the restart ends cleanly; the table holds every input row once (by ``id`` for
+    the upsert), one bundle per batch, nothing prepared or staged left.
+    """
+    p = pg_pipeline
+    p.variant, p.way = variant, "datasource"
+    assert_killed(p.run(f"{point}@1:kill"), point)
+    assert_clean(p.run())
+    p.assert_exact()
 
 
 @pytest.mark.parametrize(("variant", "point"), _cases())

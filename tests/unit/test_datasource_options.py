@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from eosink.connectors.postgres import PostgresSink
 from eosink.datasource import CONNECTORS, parse_options
-from eosink.datasource._options import convert, options_table
+from eosink.datasource._options import convert, options_from_config, options_table
 from eosink.errors import ConfigurationError
 from eosink.strategies import Idempotent, TxidCheck
 
@@ -123,3 +124,35 @@ def test_register_without_python_data_sources_names_what_to_use() -> None:
     with pytest.raises(ConfigurationError, match=r"PySpark 4\.0 or newer") as info:
         register(object())
     assert "foreach_batch" in str(info.value)
+
+
+def _configs() -> list[tuple[str, Any]]:
+    from eosink.connectors.hdfs import HdfsConfig
+    from eosink.connectors.kafka import KafkaConfig
+    from eosink.connectors.postgres import PostgresConfig
+    from eosink.connectors.s3 import S3Config
+
+    return [
+        ("postgres", PostgresConfig(SECRET, "public.t", control_schema="c", create_table=True, lock_timeout_s=2.5)),
+        ("postgres", PostgresConfig(SECRET, "t", mode="upsert", key_columns=("id", "day"), cleanup_interval_s=None)),
+        ("s3", S3Config("bkt", "p/x", format="jsonl", partition_by=("a", "b"), path_style=True, max_attempts=5)),
+        ("kafka", KafkaConfig("127.0.0.1:9092", topic="t", value_format="json", producer_options={"linger_ms": "5"})),
+        ("hdfs", HdfsConfig("hdfs://127.0.0.1:8020/data/x", replication=2, client_config={"a.b": "c"})),
+    ]
+
+
+@pytest.mark.parametrize(("sink", "config"), _configs(), ids=lambda v: v if isinstance(v, str) else "")
+def test_options_from_a_config_parse_back_to_the_same_config(
+    sink: str, config: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """options_from_config is how a config object becomes format("eosink") options.
+
+    Pass: the options parse back to an equal config, for every connector; a field read from the
+    environment appears as '<field>_env' naming the variable, never with its value.
+    """
+    monkeypatch.setenv("EOSINK_TEST_SECRET", SECRET)
+    from_env = {"conninfo": "EOSINK_TEST_SECRET"} if sink == "postgres" else None
+    options = options_from_config(sink, config, from_env=from_env)
+    assert all(SECRET not in v for v in options.values())
+    parsed = parse_options({"sink": sink, "app_id": "a", "checkpointLocation": "/c", **options}, streaming=True)
+    assert parsed.sink.config == config  # type: ignore[attr-defined]
