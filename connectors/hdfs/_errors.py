@@ -2,13 +2,14 @@
 
 hdfs-native raises Python built-ins for the common cases (``FileNotFoundError``,
 ``FileExistsError``, ``PermissionError``, ``OSError`` for a refused or dropped connection) and a
-``RuntimeError`` whose text names the NameNode's Java exception for the rest
-(``RPCError("org.apache.hadoop.hdfs.protocol.DSQuotaExceededException", ...)``). Every part of the
-connector that talks to HDFS goes through :func:`translated`, so the same failure is the same class
-everywhere: a refused permission, an exceeded quota or a file where a directory belongs is a
-ConfigurationError (fix, then restart), an unreachable or restarting NameNode a TransientError
-(retry), anything else an EosinkError naming HDFS's own message. Secret-looking settings never
-reach the text (:meth:`HdfsConfig.scrub`).
+``RuntimeError`` for the rest: its text names the NameNode's Java exception
+(``RPCError("org.apache.hadoop.hdfs.protocol.DSQuotaExceededException", ...)``) or a failure talking to
+DataNodes (``DataTransferError("All nodes failed for write")``). Every part of the connector that
+talks to HDFS goes through :func:`translated`, so the same failure is the same class everywhere: a
+refused permission, an exceeded quota or a file where a directory belongs is a ConfigurationError
+(fix, then restart), an unreachable or restarting NameNode or a lost DataNode a TransientError
+(retry: a new attempt writes new files), anything else an EosinkError naming HDFS's own message.
+Secret-looking settings never reach the text (:meth:`HdfsConfig.scrub`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ _TRANSIENT_MARKERS = (
     "channel closed",
     "disconnected",
     "failed to complete file in time",  # close() could not confirm the file with the NameNode
+    "DataTransferError",  # hdfs-native lost its DataNodes mid-block ("All nodes failed for write", ...)
 )
 _QUOTA = ("DSQuotaExceededException", "NSQuotaExceededException", "QuotaExceededException")
 

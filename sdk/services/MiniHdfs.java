@@ -14,9 +14,29 @@
 // of the same login may write anywhere), any other user needs permissions; /tmp is world-writable (1777).
 // The process runs until SIGTERM (or SIGINT), which stops the cluster cleanly and exits with status 0,
 // leaving the data in place.
+//
+// With -Dminihdfs.quickDataNodeExpiry=true (the private test cluster), DataNodes heartbeat every second and
+// the NameNode checks every second: a DataNode silent for 12 s is dead (HDFS's defaults: 10.5 min), and the
+// NameNode's heartbeat monitor (every 5 s) then stops placing blocks on it. Without it, HDFS's defaults.
+//
+// Control: commands on standard input, one a line, each answered on standard output (the harness's log)
+// with one line once done. The index is a DataNode's place at the first start (0 or 1), whatever was
+// stopped or restarted since. Standard input at its end (e.g. /dev/null) only ends the reading.
+//   stop-datanode <i>    DataNode i stops at once, like a crash: its connections drop, the NameNode
+//                        is not told (it finds out from the missing heartbeats)
+//                        -> DATANODE <i> STOPPED
+//   start-datanode <i>   DataNode i starts again on its data (new ports); answered once the NameNode
+//                        has it registered and has its block report
+//                        -> DATANODE <i> STARTED
+//   anything that fails  -> CONTROL-ERROR <the command>: <why>
 
+import java.io.BufferedReader;
 import java.io.File;
+import java.io.IOException;
+import java.io.InputStreamReader;
 import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
 import java.util.Properties;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -27,6 +47,8 @@ import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.permission.FsPermission;
 import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.hdfs.MiniDFSCluster.DataNodeProperties;
+import org.apache.hadoop.hdfs.server.datanode.DataNode;
 import org.apache.hadoop.util.ShutdownHookManager;
 import org.apache.log4j.PropertyConfigurator;
 import sun.misc.Signal;
@@ -36,6 +58,8 @@ public final class MiniHdfs {
     private static final int HOOK_PRIORITY = 100;
     private static final AtomicBoolean STOPPING = new AtomicBoolean();
     private static final int DATANODES = 2;
+    /** How long start-datanode waits for the NameNode to have the DataNode's block report. */
+    private static final int BLOCK_REPORT_WAIT_MS = 60_000;
 
     private MiniHdfs() {}
 
@@ -62,6 +86,11 @@ public final class MiniHdfs {
         // check the length (connectors/hdfs/_fs.py), so the tests see what such clusters do.
         conf.setInt("dfs.replication", DATANODES);
         conf.setInt("dfs.namenode.file.close.num-committed-allowed", 1);
+        if (Boolean.getBoolean("minihdfs.quickDataNodeExpiry")) {
+            // Heartbeats every second, checked every second: a DataNode silent for 12 s is dead (see the header).
+            conf.setLong("dfs.heartbeat.interval", 1);
+            conf.setInt("dfs.namenode.heartbeat.recheck-interval", 1_000);
+        }
         // Loopback only: the builder keeps these because of checkDataNodeAddrConfig(true).
         conf.set("dfs.datanode.address", "127.0.0.1:0");
         conf.set("dfs.datanode.http.address", "127.0.0.1:0");
@@ -93,9 +122,103 @@ public final class MiniHdfs {
 
         InetSocketAddress rpc = cluster.getNameNode().getNameNodeAddress();
         InetSocketAddress http = cluster.getNameNode().getHttpAddress();
+        Control control = new Control(cluster);
         System.out.println("READY rpc=127.0.0.1:" + rpc.getPort() + " http=127.0.0.1:" + http.getPort());
         System.out.flush();
+        control.run(); // until standard input ends
         Thread.currentThread().join();
+    }
+
+    /** The commands on standard input (see the header): stop and start single DataNodes. */
+    private static final class Control {
+        private final MiniDFSCluster cluster;
+        /** Each DataNode by its index at the first start: the running one, or null while stopped. */
+        private final DataNode[] running = new DataNode[DATANODES];
+        /** What a stopped DataNode needs to start again, by the same index. */
+        private final DataNodeProperties[] stopped = new DataNodeProperties[DATANODES];
+
+        Control(MiniDFSCluster cluster) {
+            this.cluster = cluster;
+            List<DataNode> started = cluster.getDataNodes();
+            for (int i = 0; i < DATANODES; i++) {
+                running[i] = started.get(i);
+            }
+        }
+
+        /** Answer commands until standard input ends (or cannot be read: the cluster runs on regardless). */
+        void run() {
+            BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+            try {
+                for (String line = in.readLine(); line != null; line = in.readLine()) {
+                    answer(line.trim());
+                }
+            } catch (IOException e) {
+                System.out.println("CONTROL-CLOSED " + e);
+                System.out.flush();
+            }
+        }
+
+        private void answer(String command) {
+            if (command.isEmpty()) {
+                return;
+            }
+            String answer;
+            try {
+                answer = execute(command);
+            } catch (Exception e) {
+                answer = "CONTROL-ERROR " + command + ": " + e;
+            }
+            System.out.println(answer.replace('\n', ' '));
+            System.out.flush();
+        }
+
+        private String execute(String command) throws Exception {
+            String[] words = command.split("\\s+");
+            if (words.length != 2) {
+                throw new IllegalArgumentException("expected stop-datanode <i> or start-datanode <i>");
+            }
+            int index = Integer.parseInt(words[1]);
+            if (index < 0 || index >= DATANODES) {
+                throw new IllegalArgumentException("no DataNode " + index + " (there are " + DATANODES + ")");
+            }
+            switch (words[0]) {
+                case "stop-datanode":
+                    stop(index);
+                    return "DATANODE " + index + " STOPPED";
+                case "start-datanode":
+                    start(index);
+                    return "DATANODE " + index + " STARTED";
+                default:
+                    throw new IllegalArgumentException("unknown command " + words[0]);
+            }
+        }
+
+        /** Shut the DataNode down in place; the NameNode learns of it only from its missing heartbeats. */
+        private void stop(int index) {
+            DataNode node = running[index];
+            if (node == null) {
+                throw new IllegalStateException("DataNode " + index + " is stopped already");
+            }
+            int at = cluster.getDataNodes().indexOf(node); // the cluster's own list shifts as nodes stop and start
+            stopped[index] = cluster.stopDataNode(at);
+            running[index] = null;
+        }
+
+        /** Start the DataNode on its storage again; return once the NameNode has its block report. */
+        private void start(int index) throws Exception {
+            DataNodeProperties props = stopped[index];
+            if (props == null) {
+                throw new IllegalStateException("DataNode " + index + " is running");
+            }
+            if (!cluster.restartDataNode(props, false)) {
+                throw new IllegalStateException("MiniDFSCluster did not restart DataNode " + index);
+            }
+            List<DataNode> nodes = cluster.getDataNodes();
+            running[index] = nodes.get(nodes.size() - 1); // a restarted DataNode joins the end of the list
+            stopped[index] = null;
+            cluster.waitActive(); // registered with the NameNode (which resets its block report count)
+            cluster.waitFirstBRCompleted(0, BLOCK_REPORT_WAIT_MS);
+        }
     }
 
     /**

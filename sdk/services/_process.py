@@ -75,15 +75,19 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     user: tuple[int, int] | None = None,
+    stdin: int | None = None,
 ) -> Proc:
-    """Start ``argv`` in a new session, output appended to ``log_path``; optionally as (uid, gid)."""
+    """Start ``argv`` in a new session, output appended to ``log_path``; optionally as (uid, gid).
+
+    ``stdin``: a file descriptor the server reads as its standard input (e.g. the read end of a pipe
+    that the caller writes commands into); by default /dev/null."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         if user is not None:
             os.chown(log_path, *user)
         child = subprocess.Popen(
             [os.fspath(a) for a in argv],
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else stdin,
             stdout=out,
             stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else None,

@@ -45,6 +45,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -53,9 +54,11 @@ import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from hdfs_native import Client, WriteOptions
 
+from eosink._waiting import wait_until as poll
 from eosink.errors import ServiceError
 from eosink.services import _jdk as _jdk_tools
 from eosink.services._maven import Artifact, fetch_jars
@@ -90,6 +93,8 @@ _ARTIFACTS = (
 
 _JVM_OPTS = ("-Xmx768m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.net.preferIPv4Stack=true")
 _MAIN = "MiniHdfs"
+#: The private cluster's NameNode declares a silent DataNode dead after 12 s, not 10.5 min (see MiniHdfs.java).
+_QUICK_DATANODE_EXPIRY = "-Dminihdfs.quickDataNodeExpiry=true"
 _READY = re.compile(r"^READY rpc=127\.0\.0\.1:(\d+) http=127\.0\.0\.1:(\d+)$", re.MULTILINE)
 #: Hadoop 3's default NameNode HTTP port, for deriving the WebHDFS URL of your own cluster.
 _DEFAULT_NN_HTTP_PORT = 9870
@@ -265,13 +270,7 @@ class HdfsService(Service[HdfsEndpoint]):
         ports: list[tuple[int, int]] = []
 
         def ready() -> bool:
-            try:
-                with log_path.open("rb") as fh:
-                    fh.seek(since)
-                    text = fh.read().decode(errors="replace")
-            except OSError:
-                return False
-            found = _READY.search(text)
+            found = _READY.search(_log_after(log_path, since))
             if found:
                 ports.append((int(found[1]), int(found[2])))
             return bool(found)
@@ -382,6 +381,12 @@ class HdfsServer(ServerProcess):
     once the DataNodes have reported their blocks and the NameNode has left safe mode. The DataNodes
     get new ports at each start (clients learn them from the NameNode). Stopped by its own PID's
     process group; nothing in it is secret.
+
+    One DataNode can be stopped and started again while the rest runs on (:meth:`stop_datanode`,
+    :meth:`start_datanode`): the launcher reads those commands from a pipe on its standard input,
+    which only this object holds, and answers each with a line in its log. Its NameNode declares a
+    silent DataNode dead after 12 s instead of HDFS's 10.5 min, so tests see the whole of a DataNode's
+    death in seconds.
     """
 
     what = "private HDFS"
@@ -399,6 +404,9 @@ class HdfsServer(ServerProcess):
             url=f"hdfs://127.0.0.1:{self.port}", webhdfs_url=f"http://127.0.0.1:{self.http_port}{_WEBHDFS_PATH}"
         )
         self._formatted = False
+        self._commands: BinaryIO | None = None
+        """The write end of the launcher's standard input, while it runs."""
+        self._command_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"HdfsServer({self.endpoint.url}, root={str(self.root)!r})"
@@ -415,9 +423,18 @@ class HdfsServer(ServerProcess):
         java, _ = _jdk()
         data = self.root / "data"
         (data / "tmp").mkdir(parents=True, exist_ok=True)
-        argv = service._argv(java, data, service._cds_options(java), (self.port, self.http_port), keep=self._formatted)
+        extra = [*service._cds_options(java), _QUICK_DATANODE_EXPIRY]
+        argv = service._argv(java, data, extra, (self.port, self.http_port), keep=self._formatted)
         since = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self.proc = proc = spawn(argv, self.log_path)
+        commands, self._commands = self._commands, None
+        if commands is not None:
+            commands.close()
+        read_end, write_end = os.pipe()  # neither end is inherited by other children of this process
+        self._commands = os.fdopen(write_end, "wb", buffering=0)
+        try:
+            self.proc = proc = spawn(argv, self.log_path, stdin=read_end)
+        finally:
+            os.close(read_end)
         try:
             ports = service._wait_ready(proc, self.log_path, since, self.start_timeout_s)
         except BaseException:
@@ -430,6 +447,74 @@ class HdfsServer(ServerProcess):
                 f"read {self.log_path}; MiniHdfs binds the NameNode ports it is given.",
             )
         return self.endpoint
+
+    def stop(self, *, crash: bool = False) -> None:
+        """Stop the whole cluster (``crash``: SIGKILL) and close its command pipe."""
+        super().stop(crash=crash)
+        commands, self._commands = self._commands, None
+        if commands is not None:
+            commands.close()
+
+    def stop_datanode(self, index: int, timeout_s: float = 60.0) -> None:
+        """Stop DataNode ``index`` (0 or 1, its place at the first start) at once, as a crash would, while the
+        NameNode and the other DataNode run on: writers lose their connections to it mid-block, and the
+        NameNode learns of it only from the missing heartbeats (this cluster declares it dead after 12 s, then
+        stops placing blocks on it within 5 s). For tests of what a DataNode's death does to writers."""
+        self._command(f"stop-datanode {index}", f"DATANODE {index} STOPPED", timeout_s)
+
+    def start_datanode(self, index: int, timeout_s: float = 120.0) -> None:
+        """Start DataNode ``index`` again on its data (new ports); return once the NameNode has it registered and
+        has its block report, so that it holds replicas and takes new blocks again."""
+        self._command(f"start-datanode {index}", f"DATANODE {index} STARTED", timeout_s)
+
+    def namenode_stats(self) -> dict[str, Any]:
+        """The NameNode's own counts (its JMX beans ``FSNamesystem`` and ``FSNamesystemState``, merged), e.g.
+        ``NumLiveDataNodes``, ``NumDeadDataNodes``, ``CapacityTotal``, ``UnderReplicatedBlocks``. The NameNode
+        refreshes them every few seconds (all zero just after a start). A stopped DataNode counts as dead once its
+        heartbeats are overdue; its capacity leaves ``CapacityTotal`` when the NameNode stops placing blocks on it."""
+        url = f"http://127.0.0.1:{self.http_port}/jmx?qry=Hadoop:service=NameNode,name=FSNamesystem*"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            beans = json.load(reply)["beans"]
+        return {key: value for bean in beans for key, value in bean.items()}
+
+    def _command(self, command: str, done: str, timeout_s: float) -> None:
+        """Send ``command`` to the launcher; wait (bounded) for its answer ``done`` in the log."""
+        fix = f"read {self.log_path}."
+        with self._command_lock:
+            proc, commands = self.proc, self._commands
+            if proc is None or commands is None or not proc.alive():
+                raise ServiceError(f"{self!r} is not running: cannot {command}.", "start it first.")
+            since = self.log_path.stat().st_size
+            try:
+                commands.write(f"{command}\n".encode())
+            except OSError as exc:
+                raise ServiceError(f"{self!r} did not take the command {command!r}: {exc}.", fix) from None
+            answer = re.compile(rf"^(?:{re.escape(done)}|CONTROL-ERROR {re.escape(command)}: (.*))$", re.MULTILINE)
+            found: list[re.Match[str]] = []
+
+            def answered() -> bool:
+                match = answer.search(_log_after(self.log_path, since))
+                if match is not None:
+                    found.append(match)
+                return match is not None or not proc.alive()
+
+            poll(answered, timeout_s, interval_s=0.05, max_interval_s=0.5)
+            if not found:
+                state = "is not running any more" if not proc.alive() else f"did not answer within {timeout_s:.0f} s"
+                tail = log_tail(self.log_path)
+                raise ServiceError(f"{self!r} {state} after {command!r}. Last lines of {self.log_path}:\n{tail}", fix)
+            if found[0][1] is not None:
+                raise ServiceError(f"{self!r} could not {command}: {found[0][1]}", fix)
+
+
+def _log_after(log_path: Path, since: int) -> str:
+    """What the launcher wrote to its log after byte ``since`` (empty while there is no log)."""
+    try:
+        with log_path.open("rb") as fh:
+            fh.seek(since)
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _jdk() -> tuple[str, str]:

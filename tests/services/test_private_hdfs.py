@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from eosink._procs import is_alive
+from eosink._waiting import wait_until
+from eosink.errors import ServiceError
 from eosink.services.hdfs import HdfsServer
 from eosink.services.proxy import FaultProxy
 
@@ -65,3 +67,45 @@ def test_a_crashed_private_hdfs_comes_back_on_its_ports_with_its_data(tmp_path: 
         proc = server.proc
         server.close()
     assert proc is not None and not is_alive(proc.pid) and server.proc is None
+
+
+def _datanodes(server: HdfsServer) -> tuple[int, int, int]:
+    """Live and dead DataNodes, and the capacity the NameNode places blocks on."""
+    stats = server.namenode_stats()
+    return int(stats["NumLiveDataNodes"]), int(stats["NumDeadDataNodes"]), int(stats["CapacityTotal"])
+
+
+def test_one_datanode_of_a_private_hdfs_stops_and_starts_while_the_rest_runs(tmp_path: Path) -> None:
+    """Pass: with DataNode 1 stopped, a file written before reads back from the other replica, the NameNode
+    declares the DataNode dead within a minute (12-17 s here) and stops placing blocks on it, and a new file
+    is then written on one DataNode; stopping it twice or starting a running one is a ServiceError naming
+    the refusal; started again, the NameNode counts two live DataNodes; commands reach only a running
+    launcher."""
+    from hdfs_native import Client
+
+    server = HdfsServer(tmp_path / "hdfs")
+    payload = os.urandom(300 * 1024)
+    try:
+        with pytest.raises(ServiceError, match="is not running"):
+            server.stop_datanode(0)
+        server.start()
+        client = Client(server.endpoint.url, _CONF)
+        _write(client, "/kept/before.bin", payload)
+        assert wait_until(lambda: _datanodes(server)[0] == 2, 30.0)  # the NameNode's counts are refreshed
+        capacity = _datanodes(server)[2]
+        server.stop_datanode(1)
+        with pytest.raises(ServiceError, match="DataNode 1 is stopped already"):
+            server.stop_datanode(1)
+        assert _read(client, "/kept/before.bin") == payload
+        assert wait_until(lambda: _datanodes(server)[:2] == (1, 1), 60.0)
+        assert wait_until(lambda: _datanodes(server)[2] < capacity * 3 // 4, 30.0)  # no longer placed on
+        _write(client, "/kept/during.bin", b"during")
+        with pytest.raises(ServiceError, match="DataNode 0 is running"):
+            server.start_datanode(0)
+        server.start_datanode(1)
+        assert wait_until(lambda: _datanodes(server)[:2] == (2, 0), 30.0)
+        assert _read(client, "/kept/during.bin") == b"during"
+    finally:
+        server.close()
+    with pytest.raises(ServiceError, match="is not running"):
+        server.start_datanode(1)
