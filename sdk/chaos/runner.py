@@ -423,10 +423,22 @@ class _Pool:
             self._worker(0)
             return workers
         threads = [threading.Thread(target=self._guarded, args=(n,), name=f"chaos-{n}") for n in range(workers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        except BaseException:  # Ctrl-C or SIGTERM in the main thread: start no new schedule, stop cleanly
+            with self.lock:
+                self.todo.clear()
+            self.say(
+                "  interrupted: the running schedules finish, then their servers stop (a second signal ends at "
+                "once); --resume goes on from the journal"
+            )
+            for t in threads:
+                if t.ident is not None:
+                    t.join()
+            raise
         if self.errors:
             raise self.errors[0]
         return workers

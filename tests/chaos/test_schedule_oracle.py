@@ -11,6 +11,7 @@ import pytest
 
 from eosink._driver import fired_faults
 from eosink._procs import parse_error_line
+from eosink._waiting import wait_until
 from eosink.chaos.oracle import (
     Row,
     Workload,
@@ -405,6 +406,48 @@ def test_run_chaos_in_parallel_and_resumed(tmp_path: Path, monkeypatch: pytest.M
     other = dict(kw, workload=Workload(files=9, rows=12, keys=3, seed=5))
     runner.run_chaos("fake", resume=True, **other)  # type: ignore[arg-type]
     assert len(calls) == 10
+
+
+def test_an_interrupted_parallel_run_starts_no_new_schedule_and_stops_its_servers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or SIGTERM, which eosink turns into the same unwinding) while two workers run schedules.
+
+    Pass: KeyboardInterrupt comes out of run_chaos; only the schedules already running ran (no new one was
+    taken after the interrupt); every worker's private server was stopped; the finished ones are journaled.
+    """
+    import signal
+    import threading
+
+    from eosink.chaos import runner
+
+    monkeypatch.setitem(profiles(), "fake", _FakeProfile())
+    calls: list[tuple[str, str, int]] = []
+    fake = _fake_run(calls)
+    pools: list[Any] = []
+    real_init = runner._Pool.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        pools.append(self)
+
+    sent = threading.Event()
+
+    def run(self: object, schedule: object) -> Any:
+        if not sent.is_set():  # the first schedule: interrupt the main thread, finish once it stopped the pool
+            sent.set()
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        assert wait_until(lambda: not pools[0].todo, 10.0), "the interrupted pool still takes schedules"
+        return fake(self, schedule)
+
+    monkeypatch.setattr(runner._Pool, "__init__", init)
+    monkeypatch.setattr(runner.ScheduleRunner, "run", run)
+    _FakeTarget.started = []
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_chaos("fake", seed=3, schedules=2, workload=W, workdir=tmp_path, jobs=2, say=lambda _: None)
+    assert 1 <= len(calls) <= 2, calls  # the schedules running at the interrupt, of 10 planned
+    assert _FakeTarget.started.count(1) >= 1 and sum(_FakeTarget.started) == 0  # every started server stopped
+    assert len(list((tmp_path / "journal").iterdir())) == len(calls)
 
 
 def test_schedule_result_round_trips_through_json() -> None:
