@@ -117,6 +117,7 @@ def _ids(tmp_path: Path) -> Counter[int]:
     return Counter(int(r["id"]) for r in ReferenceSink(tmp_path / "sink.db").rows("daily"))
 
 
+@pytest.mark.full  # four Spark jobs (100 s): make test keeps one stream kill-and-restart through the data source
 def test_a_rerun_of_a_job_is_skipped_and_a_different_one_refused(tmp_path: Path) -> None:
     """A daily job writes batch '2026-11-23', runs again with the same data, then with different data.
 
