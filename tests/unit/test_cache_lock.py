@@ -10,11 +10,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from eosink._waiting import wait_until
 from eosink.services import _layout
 from eosink.services._layout import cache_lock
 
@@ -26,15 +26,18 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_threads_take_turns_and_other_names_do_not_wait() -> None:
     """Pass: of 4 threads building the same thing, never 2 at once; a different name is not held up."""
-    inside, most, lock = 0, 0, threading.Lock()
+    inside, most, started, lock = 0, 0, 0, threading.Lock()
 
     def build() -> None:
-        nonlocal inside, most
+        nonlocal inside, most, started
+        with lock:
+            started += 1
         with cache_lock("jars-spark/s3"):
             with lock:
                 inside += 1
                 most = max(most, inside)
-            time.sleep(0.05)  # hold the lock long enough for the others to collide with it
+            # hold the lock until every thread is on its way to it, so that they collide
+            assert wait_until(lambda: started == 4, 10.0)
             with lock:
                 inside -= 1
 
@@ -54,11 +57,11 @@ def test_a_holder_that_dies_releases_the_lock(tmp_path: Path) -> None:
     Pass: a child process takes the lock and is killed; the lock is then free at once.
     """
     code = (
-        "import sys, time\n"
+        "import signal\n"
         "from eosink.services._layout import cache_lock\n"
         "with cache_lock('provision-minio'):\n"
         "    print('held', flush=True)\n"
-        "    time.sleep(60)\n"
+        "    signal.pause()  # holds the lock until killed\n"
     )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
