@@ -123,7 +123,8 @@ test-postgres: venv java
 		tests/chaos/test_chaos_quick.py -q -m "not full" -k "not chaos or postgres" --durations=10)
 
 test-postgres-full: venv java
-	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py -q --durations=10)
+	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py \
+		tests/bench/test_quick_run.py -q --durations=10)
 
 # Kafka: every step is a broker round trip, so make test draws 4 random schedules and crashes the
 # walks at every 8th step; test-kafka-full runs the whole suite (60 schedules, every step) and every

@@ -25,7 +25,7 @@ import pyarrow as pa
 from psycopg import sql
 
 from eosink.bench.datasets import COLUMNS, Dataset
-from eosink.bench.runs import Baseline, BatchFunction, BenchGoals, RunSpec, generic_runs
+from eosink.bench.runs import Baseline, BatchFunction, BenchGoals, RunSpec, datasource_runs, generic_runs
 from eosink.errors import ConfigurationError
 
 __all__ = ["PostgresAdapter"]
@@ -147,6 +147,7 @@ class PostgresAdapter:
     def runs(self) -> list[RunSpec]:
         return [
             *generic_runs(self.modes, TRANSACTIONAL),
+            *datasource_runs(),
             RunSpec("spark-jdbc-default", "spark", options={"rewrite": False}),
             RunSpec("spark-jdbc-rewrite-batched", "spark", options={"rewrite": True}),
             RunSpec("raw-copy", "external"),
@@ -221,6 +222,10 @@ class PostgresAdapter:
 
             sink = PostgresSink(self.config(ns, str(spec.options.get("commit_mode", "atomic"))))
             return eosink_function(sink, spec.strategy, app_id(ns), checkpoint, participants)
+        if spec.kind == "datasource":
+            from eosink.bench.session import datasource_write
+
+            return datasource_write(spec, "postgres", self.config(ns), app_id(ns), from_env={"conninfo": URL_ENV})
         if spec.kind == "at-least-once":
             direct = _DirectCopy(self.config(ns))
             return arrow_task_function(lambda batch_id: direct, participants)

@@ -160,6 +160,12 @@ def best_by_strategy(results: list[RunResult]) -> dict[str, RunResult]:
     return best
 
 
+def ways_in(results: list[RunResult]) -> list[tuple[RunResult, RunResult | None]]:
+    """Each ``format("eosink")`` run beside the fastest ``foreach_batch`` run of its strategy."""
+    best = best_by_strategy(results)
+    return [(r, best.get(r.strategy or "")) for r in results if r.kind == "datasource" and r.ok]
+
+
 def _ratio_target(tid: str, text: str, run: RunResult | None, base: RunResult | None, threshold: float) -> BenchTarget:
     if run is None or base is None or base.rows_per_s <= 0:
         return BenchTarget(tid, text, None, threshold, None, "not measured")
@@ -326,6 +332,22 @@ def render_markdown(report: Report, chart: str | None = None, level: int = 1) ->
                 + f" | {checked} |"
             )
         lines.append("")
+        pairs = ways_in(results)
+        if pairs:
+            lines += [
+                f'Two ways in, {_rows_label(size)} rows: `format("eosink")` against `foreach_batch` with the '
+                "same strategy (its fastest mode).",
+                "",
+                "| run | rows/s | foreach_batch run | rows/s | x foreach_batch |",
+                "|---|---:|---|---:|---:|",
+            ]
+            for ds, fb in pairs:
+                ratio = ds.rows_per_s / fb.rows_per_s if fb is not None and fb.rows_per_s > 0 else None
+                lines.append(
+                    f"| {ds.name} | {ds.rows_per_s:,.0f} | {fb.name if fb else '-'} | "
+                    f"{f'{fb.rows_per_s:,.0f}' if fb else '-'} | {_fmt(ratio, 2)} |"
+                )
+            lines.append("")
     if report.latency:
         lines += [
             f"{h}# Streaming latency",

@@ -29,7 +29,7 @@ from eosink._driver import DriverRun
 from eosink._procs import processes
 from eosink.bench.job import Job
 from eosink.bench.runs import BenchAdapter
-from eosink.bench.session import SPARK_SCHEMA, finish_writer, floor_function, spark_session, warm_up
+from eosink.bench.session import SPARK_SCHEMA, finish_writer, floor_function, spark_session, start_query, warm_up
 from eosink.bench.stream import latency_job
 from eosink.profiles import get_profile
 
@@ -90,7 +90,7 @@ def _throughput(job: Job, adapter: BenchAdapter, spark: Any) -> dict[str, Any]:
     fn = adapter.batch_function(job.spec, job.ns, checkpoint, job.participants)
     df = spark.readStream.schema(SPARK_SCHEMA).parquet(job.data)
     started = time.monotonic()
-    query = df.writeStream.foreachBatch(fn).option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    query = start_query(df, fn, checkpoint, job.participants, {"availableNow": True})
     query.awaitTermination()
     commit_ms = finish_writer(fn)
     seconds = time.monotonic() - started

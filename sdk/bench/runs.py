@@ -25,22 +25,35 @@ __all__ = [
     "BatchFunction",
     "BenchAdapter",
     "BenchGoals",
+    "DataSourceWrite",
     "LatencyResult",
     "RssResult",
     "RunResult",
     "RunSpec",
+    "datasource_runs",
     "generic_runs",
     "new_namespace",
 ]
 
-Kind = Literal["eosink", "at-least-once", "floor", "spark", "external"]
-"""eosink: a strategy through ``foreach_batch``; at-least-once: eosink's data path without its
-bookkeeping; floor: Spark handing the data to Python and dropping it; spark: a Spark built-in
-writer in foreachBatch; external: a tool outside Spark (run by the parent, not a Spark job)."""
+Kind = Literal["eosink", "datasource", "at-least-once", "floor", "spark", "external"]
+"""eosink: a strategy through ``foreach_batch``; datasource: a strategy through ``format("eosink")``;
+at-least-once: eosink's data path without its bookkeeping; floor: Spark handing the data to Python
+and dropping it; spark: a Spark built-in writer in foreachBatch; external: a tool outside Spark
+(run by the parent, not a Spark job)."""
 
 EO_STRATEGIES = STRATEGY_NAMES
-BatchFunction = Callable[[Any, int], None]
-"""What ``writeStream.foreachBatch`` calls: ``(DataFrame, batch_id)``."""
+
+
+@dataclass(frozen=True)
+class DataSourceWrite:
+    """A run that writes through ``writeStream.format("eosink")`` with these string options, instead of
+    calling a foreachBatch function (what :meth:`BenchAdapter.batch_function` returns for it)."""
+
+    options: dict[str, str]
+
+
+BatchFunction = Callable[[Any, int], None] | DataSourceWrite
+"""What ``writeStream.foreachBatch`` calls, ``(DataFrame, batch_id)``, or a data source write."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +156,16 @@ def generic_runs(modes: tuple[str, ...] = ("atomic",), moded: tuple[str, ...] = 
     runs.append(RunSpec(AT_LEAST_ONCE, "at-least-once"))
     runs.append(RunSpec("spark-arrow-floor", "floor"))
     return runs
+
+
+def datasource_runs() -> list[RunSpec]:
+    """The runs through ``format("eosink")`` (the strategies it offers), and txid-check on Spark's row
+    iterator instead of its Arrow batches: the two ways in, and the two inputs, compared in one run."""
+    return [
+        RunSpec("eosink-datasource-txid-check", "datasource", "txid-check"),
+        RunSpec("eosink-datasource-idempotent", "datasource", "idempotent"),
+        RunSpec("eosink-datasource-rows-txid-check", "datasource", "txid-check", {"arrow": False}, primary=False),
+    ]
 
 
 @dataclass

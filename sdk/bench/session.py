@@ -15,16 +15,18 @@ import pyarrow as pa
 
 from eosink._procs import spark_cds_options
 from eosink.bench.job import Job
-from eosink.bench.runs import BatchFunction, BenchAdapter
+from eosink.bench.runs import BatchFunction, BenchAdapter, DataSourceWrite, RunSpec
 from eosink.spark import BatchWriter
 
 __all__ = [
     "SPARK_SCHEMA",
     "arrow_task_function",
+    "datasource_write",
     "eosink_function",
     "finish_writer",
     "floor_function",
     "spark_session",
+    "start_query",
     "warm_up",
 ]
 
@@ -111,6 +113,34 @@ def eosink_function(sink: Any, strategy: str | None, app_id: str, checkpoint: st
     return eosink.foreach_batch(
         sink, app_id=app_id, strategy=chosen, checkpoint_location=checkpoint, participants=participants
     )
+
+
+def datasource_write(
+    spec: RunSpec, sink: str, config: Any, app_id: str, from_env: dict[str, str] | None = None
+) -> DataSourceWrite:
+    """The ``format("eosink")`` write of run ``spec``: ``config`` as options (secrets named by variable,
+    as ``from_env`` maps them), its strategy (idempotent: keyed by the data set's ``id``) and input."""
+    from eosink.datasource import options_from_config
+
+    options = {"sink": sink, "app_id": app_id, "strategy": spec.strategy or "txid-check"}
+    if spec.strategy == "idempotent":
+        options["key_columns"] = "id"
+    if spec.options.get("arrow") is False:
+        options["arrow"] = "false"
+    return DataSourceWrite({**options, **options_from_config(sink, config, from_env=from_env)})
+
+
+def start_query(df: Any, fn: BatchFunction, checkpoint: str, participants: int, trigger: dict[str, Any]) -> Any:
+    """Start the run's streaming query: ``foreachBatch(fn)``, or a data source write in ``participants``
+    tasks (what foreach_batch gives its participants)."""
+    if isinstance(fn, DataSourceWrite):
+        import eosink.spark
+
+        eosink.spark.register(df.sparkSession)
+        writer = df.coalesce(participants).writeStream.format("eosink").options(**fn.options)
+    else:
+        writer = df.writeStream.foreachBatch(fn)
+    return writer.option("checkpointLocation", checkpoint).trigger(**trigger).start()
 
 
 def finish_writer(fn: BatchFunction, strict: bool = True) -> list[float]:

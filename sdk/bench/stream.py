@@ -18,7 +18,7 @@ from typing import Any
 
 from eosink.bench.job import Job
 from eosink.bench.runs import BenchAdapter
-from eosink.bench.session import finish_writer, warm_up
+from eosink.bench.session import finish_writer, start_query, warm_up
 
 __all__ = ["latency_job", "percentile"]
 
@@ -108,12 +108,7 @@ def latency_job(job: Job, adapter: BenchAdapter, spark: Any) -> dict[str, Any]:
     started = time.time()
     poller = _Poller(job, adapter, int((started + job.warmup_s) * 1_000_000))
     poller.start()
-    query = (
-        df.writeStream.foreachBatch(fn)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime=f"{job.trigger_ms} milliseconds")
-        .start()
-    )
+    query = start_query(df, fn, str(checkpoint), job.participants, {"processingTime": f"{job.trigger_ms} milliseconds"})
     deadline = time.monotonic() + job.warmup_s + job.duration_s
     while time.monotonic() < deadline and query.exception() is None and poller.error is None:
         time.sleep(0.2)

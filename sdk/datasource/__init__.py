@@ -66,24 +66,26 @@ class EosinkDataSource(_DataSourceBase):
         return f"EosinkDataSource(sink={self._options.get('sink')!r}, app_id={self._options.get('app_id')!r})"
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
-        from eosink.datasource._writers import StreamWriter
+        from eosink.datasource._writers import RowStreamWriter, StreamWriter
 
         if overwrite:
             raise ConfigurationError(
                 "format('eosink') appends: the complete output mode would rewrite the sink every batch.",
                 "Use outputMode('append') or 'update'.",
             )
-        return StreamWriter(parse_options(self._options, streaming=True), schema)
+        parsed = parse_options(self._options, streaming=True)
+        return (StreamWriter if parsed.arrow else RowStreamWriter)(parsed, schema)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
-        from eosink.datasource._writers import JobWriter
+        from eosink.datasource._writers import JobWriter, RowJobWriter
 
         if overwrite:
             raise ConfigurationError(
                 "format('eosink') appends: mode('overwrite') would replace what earlier batches wrote.",
                 "Use mode('append'): a rerun of the same (app_id, batch_id) is recognised and skipped.",
             )
-        return JobWriter(parse_options(self._options, streaming=False), schema)
+        parsed = parse_options(self._options, streaming=False)
+        return (JobWriter if parsed.arrow else RowJobWriter)(parsed, schema)
 
 
 def register(spark: Any) -> None:

@@ -38,7 +38,7 @@ CONNECTORS: dict[str, tuple[str, str, str, str]] = {
 """Sink name -> (module, config class, sink class, pip extra). Without a config class, the options are
 the sink constructor's keyword arguments (the SQLite reference sink, for tests and examples)."""
 
-_OWN = ("sink", "app_id", "strategy", "key_columns", "checkpointlocation", "batch_id")
+_OWN = ("sink", "app_id", "strategy", "key_columns", "checkpointlocation", "batch_id", "arrow")
 _SPARK_OWN = ("path",)  # set by .save(path) / .start(path): not an eosink option
 _SECRET = re.compile(r"pass|secret|token|conninfo|credential|keytab|key_id|sasl|auth", re.IGNORECASE)
 
@@ -53,6 +53,8 @@ class ParsedOptions:
     strategy: Strategy
     checkpoint_location: str | None
     batch_id: int | None
+    arrow: bool = True
+    """Tasks take Spark's Arrow record batches (PySpark 4.1+ for streams); False: its row iterator."""
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> ParsedOptions:
@@ -88,9 +90,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> ParsedOptio
             f"eosink's options are {', '.join(o for o in _OWN if o != 'checkpointlocation')}, "
             f"checkpointLocation, and the sink's under '{prefix}' (see docs/datasource.md).",
         )
+    arrow = convert("arrow", opts.get("arrow", "true"), bool)
     sink = _make_sink(sink_name, {k[len(prefix) :]: v for k, v in opts.items() if k.startswith(prefix)})
     strategy.check(sink.capabilities, type(sink).__name__)
-    return ParsedOptions(sink_name, sink, app_id, strategy, checkpoint, batch_id)
+    return ParsedOptions(sink_name, sink, app_id, strategy, checkpoint, batch_id, arrow)
 
 
 def _required(opts: Mapping[str, str], name: str, fix: str) -> str:
@@ -266,7 +269,7 @@ def convert(option: str, value: str, hint: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         if type(None) in args and value.strip().lower() in ("", "none", "null"):
             return None
-        return convert(option, value, _chosen(args))
+        return convert(option, value, _chosen(args, value))
     if origin is Literal:
         if value.strip() not in [str(a) for a in args]:
             allowed = ", ".join(repr(str(a)) for a in args)
@@ -303,10 +306,14 @@ def convert(option: str, value: str, hint: Any) -> Any:
     return value
 
 
-def _chosen(args: tuple[Any, ...]) -> Any:
-    """The member of a union an option's text converts to: a number, flag or choice before text."""
+def _chosen(args: tuple[Any, ...], value: str = "") -> Any:
+    """The member of a union an option's text converts to: a number, flag or choice before text, and a
+    list (``str | tuple[str, str]``: a table as ``schema,table``) when the text has a comma."""
     choices = [a for a in args if a is not type(None)]
     scalar = [a for a in choices if a in (int, float, bool) or typing.get_origin(a) is Literal]
+    listed = [a for a in choices if typing.get_origin(a) in (tuple, list, Sequence) or a is tuple]
+    if not scalar and listed and "," in value:
+        return listed[0]
     return (scalar or choices)[0]
 
 
@@ -333,6 +340,8 @@ def _type_text(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         text = _type_text(_chosen(args))
+        if text == "text" and _chosen(args, ",") is not _chosen(args):
+            text = "text, or a comma-separated list"
         return f"{text} (or none)" if type(None) in args else text
     if origin is Literal:
         return " / ".join(f"`{a}`" for a in args)
@@ -346,17 +355,23 @@ def _type_text(hint: Any) -> str:
 def options_from_config(sink: str, config: Any, *, from_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ``format("eosink")`` options that make ``config`` (a connector's config object): its fields that
     differ from their defaults, as strings. ``from_env`` maps a field to the environment variable that
-    holds its value (``{"conninfo": "PG_URL"}``): the option names the variable, not the secret."""
+    holds its value (``{"conninfo": "PG_URL"}``): the option names the variable, not the secret.
+
+    Raises :class:`ConfigurationError` when a field has no text that reads back as its value."""
     module_name, config_name, _, _ = CONNECTORS[sink]
     target = getattr(importlib.import_module(module_name), config_name)
     env = dict(from_env or {})
+    hints = typing.get_type_hints(target)
     out: dict[str, str] = {}
+    read_back: dict[str, Any] = {}
     for f in dataclasses.fields(target):
         if not f.init:
             continue
         value = getattr(config, f.name)
+        option = f"{sink}.{f.name}"
         if f.name in env:
-            out[f"{sink}.{f.name}_env"] = env[f.name]
+            out[f"{option}_env"] = env[f.name]
+            read_back[f.name] = value
             continue
         default: Any = f.default
         if f.default_factory is not dataclasses.MISSING:
@@ -364,13 +379,25 @@ def options_from_config(sink: str, config: Any, *, from_env: Mapping[str, str] |
         if default is not dataclasses.MISSING and value == default:
             continue
         if isinstance(value, Mapping):
-            out.update({f"{sink}.{f.name}.{k}": str(v) for k, v in value.items()})
-        elif isinstance(value, (tuple, list)):
-            out[f"{sink}.{f.name}"] = ",".join(str(v) for v in value)
+            entries = {str(k): str(v) for k, v in value.items()}
+            out.update({f"{option}.{k}": v for k, v in entries.items()})
+            read_back[f.name] = entries
+            continue
+        if isinstance(value, (tuple, list)):
+            text = ",".join(str(v) for v in value)
         elif value is None:
-            out[f"{sink}.{f.name}"] = "none"
+            text = "none"
         elif isinstance(value, bool):
-            out[f"{sink}.{f.name}"] = str(value).lower()
+            text = str(value).lower()
         else:
-            out[f"{sink}.{f.name}"] = str(value)
+            text = str(value)
+        out[option] = text
+        read_back[f.name] = convert(option, text, hints[f.name])
+    rebuilt = target(**read_back)
+    for f in dataclasses.fields(target):
+        if f.init and getattr(rebuilt, f.name) != getattr(config, f.name):
+            raise ConfigurationError(
+                f"Field {f.name!r} of this {config_name} has no option text that reads back as its value.",
+                f"Give '{sink}.{f.name}' yourself, or set the field from the environment with from_env.",
+            )
     return out

@@ -26,7 +26,12 @@ from types import FrameType
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
 
 from eosink import faults
 from eosink.checkpoint import SparkCheckpoint
@@ -39,10 +44,13 @@ from eosink.participant import WritePlan, fingerprint_participant, run_participa
 
 try:  # PySpark 4.1+: tasks get Arrow record batches
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
+
+    STREAM_ARROW = True
 except ImportError:  # pragma: no cover - PySpark 4.0: rows, converted back to Arrow here
     _StreamBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
+    STREAM_ARROW = False
 
-__all__ = ["EosinkMessage", "JobWriter", "StreamWriter", "planning"]
+__all__ = ["STREAM_ARROW", "EosinkMessage", "JobWriter", "RowJobWriter", "RowStreamWriter", "StreamWriter", "planning"]
 
 _PLANNING_MODULE = "pyspark.sql.worker.write_into_data_source"
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -134,8 +142,8 @@ class _Steps:
             coordinator.sink.close()
 
 
-class StreamWriter(_StreamBase, _Steps):
-    """``writeStream.format("eosink")``'s writer; built by :class:`~eosink.datasource.EosinkDataSource`."""
+class _StreamSteps(_Steps):
+    """``writeStream.format("eosink")``'s writer steps; the classes below say how tasks get their input."""
 
     def __init__(self, parsed: ParsedOptions, schema: Any) -> None:
         assert parsed.checkpoint_location is not None
@@ -180,8 +188,16 @@ class StreamWriter(_StreamBase, _Steps):
         self._abort(messages, int(batchId))
 
 
-class JobWriter(DataSourceArrowWriter, _Steps):
-    """``df.write.format("eosink")``'s writer: the whole job is batch ``batch_id`` of the app_id.
+class StreamWriter(_StreamSteps, _StreamBase):
+    """``writeStream.format("eosink")``'s writer: tasks take Arrow record batches (PySpark 4.1+)."""
+
+
+class RowStreamWriter(_StreamSteps, DataSourceStreamWriter):
+    """``writeStream.format("eosink")`` with option ``arrow=false``: tasks take Spark's rows, turned into Arrow."""
+
+
+class _JobSteps(_Steps):
+    """``df.write.format("eosink")``'s writer steps: the whole job is batch ``batch_id`` of the app_id.
 
     A job has no Spark checkpoint: the coordinator keeps its manifest in a directory of its own
     (``checkpointLocation`` when given, else a private temporary directory on the driver, gone
@@ -229,8 +245,16 @@ class JobWriter(DataSourceArrowWriter, _Steps):
             shutil.rmtree(self.location, ignore_errors=True)
 
 
+class JobWriter(_JobSteps, DataSourceArrowWriter):
+    """``df.write.format("eosink")``'s writer: tasks take Arrow record batches."""
+
+
+class RowJobWriter(_JobSteps, DataSourceWriter):
+    """``df.write.format("eosink")`` with option ``arrow=false``: tasks take Spark's rows, turned into Arrow."""
+
+
 def _arrow(iterator: Iterator[Any], schema: Any) -> Iterator[pa.RecordBatch]:
-    """The task's input as Arrow record batches (PySpark 4.0 hands rows to a stream writer)."""
+    """The task's input as Arrow record batches (a row writer, or PySpark 4.0's stream writer, gets rows)."""
     first = next(iterator, None)
     if first is None:
         return

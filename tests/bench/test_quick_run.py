@@ -1,6 +1,7 @@
 """One real, small ``eosink bench`` run: Spark drivers, PostgreSQL, psql, the report files.
 
-About a minute on a quiet 2-core machine (two Spark drivers of 10-20 s each, plus ``psql``).
+About a minute on a quiet 2-core machine (three Spark drivers of 10-20 s each, plus ``psql``); in
+``make test-postgres-full``.
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ def test_quick_bench_run(postgres_endpoint: PostgresEndpoint, tmp_path: Path, mo
     plan = plan_from_args(
         [
             *("--quick", "--rows", str(ROWS), "--rates", "0", "--rss-rows", "0", "--no-docs"),
-            *("--only", "eosink-2pc,eosink-at-least-once,raw-copy"),
+            *("--only", "eosink-2pc,eosink-at-least-once,raw-copy,eosink-datasource-txid-check"),
             *("--out", str(out), "--cache", str(tmp_path / "cache")),
         ]
     )
     report = run(plan)
 
     runs = {r.name: r for r in report.throughput[ROWS]}
-    assert set(runs) == {"eosink-2pc", "eosink-at-least-once", "raw-copy"}
+    assert set(runs) == {"eosink-2pc", "eosink-at-least-once", "raw-copy", "eosink-datasource-txid-check"}
     for r in runs.values():
         assert r.ok, (r.name, r.error)
         assert r.verified_rows == ROWS and r.seconds > 0 and r.bytes > 80 * ROWS
@@ -52,6 +53,7 @@ def test_quick_bench_run(postgres_endpoint: PostgresEndpoint, tmp_path: Path, mo
     assert (out / "bench-postgres.png").read_bytes()[:4] == b"\x89PNG"
     text = (out / "bench-postgres.md").read_text() + (out / "bench-postgres.json").read_text()
     assert "eosink-at-least-once" in text
+    assert "| eosink-datasource-txid-check |" in text and "Two ways in" in text  # format("eosink") wrote every row
     if postgres_endpoint.password:
         assert postgres_endpoint.password not in text
     assert _bench_schemas(postgres_endpoint.url) == before  # every run's bookkeeping dropped

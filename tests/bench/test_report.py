@@ -13,9 +13,26 @@ import pytest
 
 from eosink.bench.cli import _Bench, plan_from_args
 from eosink.bench.datasets import Dataset
-from eosink.bench.report import Report, compute_targets, ratios, render_markdown, update_docs, write_results
+from eosink.bench.report import (
+    Report,
+    best_by_strategy,
+    compute_targets,
+    ratios,
+    render_markdown,
+    update_docs,
+    ways_in,
+    write_results,
+)
 from eosink.bench.runner import peak_rss_mb, root_cause
-from eosink.bench.runs import LatencyResult, RssResult, RunResult, RunSpec, generic_runs, target_size
+from eosink.bench.runs import (
+    LatencyResult,
+    RssResult,
+    RunResult,
+    RunSpec,
+    datasource_runs,
+    generic_runs,
+    target_size,
+)
 from eosink.bench.stream import logged_at, percentile
 from eosink.profiles import get_profile
 
@@ -197,6 +214,9 @@ def test_run_names_are_the_issues() -> None:
         "eosink-idempotent",
         "eosink-at-least-once",
         "spark-arrow-floor",
+        "eosink-datasource-txid-check",
+        "eosink-datasource-idempotent",
+        "eosink-datasource-rows-txid-check",
         "spark-jdbc-default",
         "spark-jdbc-rewrite-batched",
         "raw-copy",
@@ -208,7 +228,11 @@ def test_run_names_are_the_issues() -> None:
         "eosink-idempotent-per-participant",
     ]
     variants = [r.name for r in _adapter(("atomic", "per-participant")).runs() if not r.primary]
-    assert variants == ["eosink-2pc-per-participant", "eosink-txid-check-per-participant"]
+    assert variants == [
+        "eosink-2pc-per-participant",
+        "eosink-txid-check-per-participant",
+        "eosink-datasource-rows-txid-check",
+    ]
 
 
 def test_plans_for_quick_and_full_runs() -> None:
@@ -289,3 +313,39 @@ def test_the_commit_log_holds_a_batch_from_the_rename_not_the_write(tmp_path: Pa
     os.rename(temp, final)
     assert final.stat().st_mtime < renamed_at - 4
     assert abs(logged_at(final) - renamed_at) < 0.05  # file-system clocks tick in a few ms
+
+
+def test_the_two_ways_in_are_compared_with_the_fastest_foreach_batch_run_of_their_strategy() -> None:
+    """Pass: each format("eosink") run is paired with its strategy's fastest foreach_batch run, and the
+    markdown shows the ratio; a datasource run never counts as a strategy's best (the goals are foreach_batch's)."""
+    report = _report()
+    runs = report.throughput[ROWS]
+    runs += [
+        _run("eosink-datasource-txid-check", 4.0, kind="datasource", strategy="txid-check"),
+        _run("eosink-datasource-rows-txid-check", 8.0, kind="datasource", strategy="txid-check"),
+    ]
+    pairs = {ds.name: fb.name if fb else None for ds, fb in ways_in(runs)}
+    assert pairs == {
+        "eosink-datasource-txid-check": "eosink-txid-check",
+        "eosink-datasource-rows-txid-check": "eosink-txid-check",
+    }
+    assert best_by_strategy(runs)["txid-check"].name == "eosink-txid-check"
+    text = render_markdown(report)
+    assert "| eosink-datasource-txid-check | 250,000 | eosink-txid-check | 200,000 | 1.25 |" in text
+    assert "| eosink-datasource-rows-txid-check | 125,000 | eosink-txid-check | 200,000 | 0.62 |" in text
+
+
+def test_a_datasource_run_writes_through_format_eosink_with_its_strategy_and_input() -> None:
+    """Pass: the options name the sink, app_id and strategy (idempotent keyed by id), the row-iterator
+    variant sets arrow=false, and the connection secret is named by its variable, never given."""
+    from eosink.bench.session import datasource_write
+    from eosink.connectors.postgres import PostgresConfig
+
+    config = PostgresConfig("postgresql://u:pw-secret@h/db", "t", control_schema="c")
+    specs = {s.name: s for s in datasource_runs()}
+    write = datasource_write(specs["eosink-datasource-idempotent"], "postgres", config, "app", {"conninfo": "PG"})
+    assert write.options["strategy"] == "idempotent" and write.options["key_columns"] == "id"
+    assert write.options["postgres.conninfo_env"] == "PG" and "pw-secret" not in str(write.options)
+    assert "arrow" not in write.options
+    rows = datasource_write(specs["eosink-datasource-rows-txid-check"], "postgres", config, "app", {"conninfo": "PG"})
+    assert rows.options["arrow"] == "false" and rows.options["strategy"] == "txid-check"

@@ -135,6 +135,7 @@ def _configs() -> list[tuple[str, Any]]:
     return [
         ("postgres", PostgresConfig(SECRET, "public.t", control_schema="c", create_table=True, lock_timeout_s=2.5)),
         ("postgres", PostgresConfig(SECRET, "t", mode="upsert", key_columns=("id", "day"), cleanup_interval_s=None)),
+        ("postgres", PostgresConfig(SECRET, ("eosink_bench", "t_1"), commit_mode="per-participant")),
         ("s3", S3Config("bkt", "p/x", format="jsonl", partition_by=("a", "b"), path_style=True, max_attempts=5)),
         ("kafka", KafkaConfig("127.0.0.1:9092", topic="t", value_format="json", producer_options={"linger_ms": "5"})),
         ("hdfs", HdfsConfig("hdfs://127.0.0.1:8020/data/x", replication=2, client_config={"a.b": "c"})),
@@ -156,3 +157,17 @@ def test_options_from_a_config_parse_back_to_the_same_config(
     assert all(SECRET not in v for v in options.values())
     parsed = parse_options({"sink": sink, "app_id": "a", "checkpointLocation": "/c", **options}, streaming=True)
     assert parsed.sink.config == config  # type: ignore[attr-defined]
+
+
+def test_a_config_value_no_option_text_reads_back_as_is_refused() -> None:
+    """A table named with a comma ('a,b') would read back as the pair (schema a, table b).
+
+    Pass: options_from_config raises a ConfigurationError naming the field instead of giving options
+    that make another config; a (schema, table) pair is written as 'schema,table' and reads back.
+    """
+    from eosink.connectors.postgres import PostgresConfig
+
+    with pytest.raises(ConfigurationError, match="'table'"):
+        options_from_config("postgres", PostgresConfig(SECRET, "a,b"), from_env={"conninfo": "PG"})
+    options = options_from_config("postgres", PostgresConfig(SECRET, ("s", "t")), from_env={"conninfo": "PG"})
+    assert options["postgres.table"] == "s,t"
