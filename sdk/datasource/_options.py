@@ -357,7 +357,8 @@ def options_from_config(sink: str, config: Any, *, from_env: Mapping[str, str] |
     differ from their defaults, as strings. ``from_env`` maps a field to the environment variable that
     holds its value (``{"conninfo": "PG_URL"}``): the option names the variable, not the secret.
 
-    Raises :class:`ConfigurationError` when a field has no text that reads back as its value."""
+    Raises :class:`ConfigurationError` when a field has no text that reads back as its value, and when
+    an option's text would hold a secret of the config (Spark shows options in plans and logs)."""
     module_name, config_name, _, _ = CONNECTORS[sink]
     target = getattr(importlib.import_module(module_name), config_name)
     env = dict(from_env or {})
@@ -380,6 +381,8 @@ def options_from_config(sink: str, config: Any, *, from_env: Mapping[str, str] |
             continue
         if isinstance(value, Mapping):
             entries = {str(k): str(v) for k, v in value.items()}
+            for key, text in entries.items():
+                _refuse_secret(config, f"{option}.{key}", text)
             out.update({f"{option}.{k}": v for k, v in entries.items()})
             read_back[f.name] = entries
             continue
@@ -391,6 +394,7 @@ def options_from_config(sink: str, config: Any, *, from_env: Mapping[str, str] |
             text = str(value).lower()
         else:
             text = str(value)
+        _refuse_secret(config, option, text)
         out[option] = text
         read_back[f.name] = convert(option, text, hints[f.name])
     rebuilt = target(**read_back)
@@ -401,3 +405,13 @@ def options_from_config(sink: str, config: Any, *, from_env: Mapping[str, str] |
                 f"Give '{sink}.{f.name}' yourself, or set the field from the environment with from_env.",
             )
     return out
+
+
+def _refuse_secret(config: Any, option: str, text: str) -> None:
+    scrub = getattr(config, "scrub", None)
+    if scrub is not None and scrub(text) != text:
+        field_name = option.split(".")[1]
+        raise ConfigurationError(
+            f"Option {option!r} would hold a secret of the config; Spark shows option values in plans and logs.",
+            f"Put the secret in an environment variable and pass from_env={{{field_name!r}: 'VARIABLE'}}.",
+        )

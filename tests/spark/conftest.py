@@ -68,6 +68,10 @@ class Pipeline:
     app_id: str = "test-app"
     extra_args: list[str] = field(default_factory=list)
     java_opts: str = ""
+    way: str = "foreach_batch"
+    """How a production sink's driver (sink_driver.py) writes: foreach_batch or datasource (format("eosink"))."""
+    whole_row_keys: bool = False
+    """Idempotent by whole-row keys: identical input rows are one key, so the sink holds them once."""
 
     def __post_init__(self) -> None:
         self.input = self.root / "input"
@@ -95,7 +99,7 @@ class Pipeline:
             for line in path.read_text().splitlines():
                 r = json.loads(line)
                 rows[(r["id"], r["account"], r["amount"])] += 1
-        return rows
+        return Counter(set(rows)) if self.whole_row_keys else rows
 
     def start(
         self,
@@ -193,6 +197,23 @@ def _session_left(sid: int, timeout_s: float) -> list[int]:
     return session_members(sid)
 
 
+def run_script(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run a driver script in a session of its own (killed whole afterwards); its exit code and stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, stderr = proc.communicate(timeout=DRIVER_TIMEOUT_S)
+    finally:
+        kill_session(proc.pid)
+    return proc.returncode, stderr
+
+
 def assert_clean(run: Run) -> None:
     assert run.returncode == 0, f"driver failed ({run.returncode}):\n{run.stderr[-6000:]}"
 
@@ -200,6 +221,23 @@ def assert_clean(run: Run) -> None:
 def assert_killed(run: Run, point: str) -> None:
     assert point in run.faults_fired, f"fault {point} never fired; fired={run.faults_fired}\n{run.stderr[-4000:]}"
     assert run.returncode == -signal.SIGKILL, f"expected SIGKILL, got {run.returncode}:\n{run.stderr[-4000:]}"
+
+
+DATASOURCE_KILLS = [(s, p) for s in ("txid-check", "idempotent") for p in ("F1", "F4", "F5", "F8")]
+"""A production sink's kill matrix through format("eosink") (2pc is refused there): test-SINK-full."""
+WHOLE_ROW_KEYS = "id,account,amount"
+"""The data source's idempotent keys in these tests: whole rows (it takes user keys only)."""
+
+
+def kill_through_the_data_source(pipeline: Pipeline, strategy: str, point: str) -> None:
+    """Run ``pipeline``'s sink_driver through ``format("eosink")``, SIGKILLed at ``point`` of batch 1 (F5: at
+    the planning of batch 2), then restart it; the caller checks the sink's content."""
+    pipeline.strategy, pipeline.way = strategy, "datasource"
+    if strategy == "idempotent":
+        pipeline.extra_args = ["--key-columns", WHOLE_ROW_KEYS]
+        pipeline.whole_row_keys = True
+    assert_killed(pipeline.run(f"{point}@1:kill"), point)
+    assert_clean(pipeline.run())
 
 
 def assert_zombie_fenced(pipeline: Pipeline, point: str, mode: str = "eosink") -> None:

@@ -70,7 +70,8 @@ def _datasource_options(args: argparse.Namespace, sink: Any) -> dict[str, str]:
     """The format("eosink") options of the same sink and strategy (connection secrets named by variable)."""
     from eosink.datasource import options_from_config
 
-    from_env = {"conninfo": "EOSINK_TEST_PG_URL"} if args.sink == "postgres" else None
+    secrets = {"postgres": {"conninfo": "EOSINK_TEST_PG_URL"}, "s3": {"secret_access_key": "EOSINK_S3_SECRET_KEY"}}
+    from_env = secrets.get(args.sink)
     options = {"sink": args.sink, "app_id": args.app_id, "strategy": args.strategy}
     if args.key_columns:
         options.update(strategy="idempotent", key_columns=args.key_columns)

@@ -7,18 +7,16 @@ sink through ``format("eosink")``: the same coordinator, fault points and checks
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pyspark
 import pytest
 
-from eosink._procs import driver_env, kill_session
+from eosink._procs import driver_env
 from eosink.connectors.reference import ReferenceSink
 
-from .conftest import DRIVER_TIMEOUT_S, Pipeline, assert_clean, assert_killed, assert_zombie_fenced
+from .conftest import Pipeline, assert_clean, assert_killed, assert_zombie_fenced, run_script
 
 _PYSPARK = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
 pytestmark = [
@@ -97,20 +95,8 @@ JOB = Path(__file__).with_name("datasource_job.py")
 
 
 def _job(tmp_path: Path, batch_id: str, rows: int, offset: int = 0, faults: str | None = None) -> tuple[int, str]:
-    env = driver_env(tmp_path / "faults.log", "", faults)
-    proc = subprocess.Popen(
-        [sys.executable, str(JOB), str(tmp_path / "sink.db"), "daily", batch_id, str(rows), str(offset)],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        _, stderr = proc.communicate(timeout=DRIVER_TIMEOUT_S)
-    finally:
-        kill_session(proc.pid)
-    return proc.returncode, stderr
+    argv = [str(JOB), str(tmp_path / "sink.db"), "daily", batch_id, str(rows), str(offset)]
+    return run_script(argv, driver_env(tmp_path / "faults.log", "", faults))
 
 
 def _ids(tmp_path: Path) -> Counter[int]:

@@ -34,7 +34,16 @@ from eosink.connectors.kafka.testing import by_key, read_topic
 from eosink.errors import ServiceError
 from eosink.services import get_service
 
-from .conftest import Pipeline, assert_clean, assert_killed, assert_zombie_fenced, run_and_kill, wait_for
+from .conftest import (
+    DATASOURCE_KILLS,
+    Pipeline,
+    assert_clean,
+    assert_killed,
+    assert_zombie_fenced,
+    kill_through_the_data_source,
+    run_and_kill,
+    wait_for,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -81,6 +90,7 @@ class KafkaPipeline(Pipeline):
             *("--input", str(self.input), "--checkpoint", str(self.checkpoint)),
             *("--target", self.topic, "--namespace", self.topic, "--app-id", self.app_id),
             *("--strategy", self.strategy, "--master", master, "--stats-out", str(self.root / "stats.json")),
+            *("--way", self.way),
         ]
 
     @property
@@ -240,3 +250,19 @@ def test_a_zombie_driver_is_fenced(kafka_pipeline: KafkaPipeline, strategy: str,
     p = kafka_pipeline
     p.strategy = strategy
     assert_zombie_fenced(p, point)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(("strategy", "point"), DATASOURCE_KILLS)
+def test_kill_through_the_data_source_then_restart_is_exact(
+    kafka_pipeline: KafkaPipeline, strategy: str, point: str
+) -> None:
+    """Kafka through ``writeStream.format("eosink")``: the driver's process group SIGKILLed at ``point`` of
+    batch 1 (F5: when batch 2 is planned), then restarted from the checkpoint.
+
+    Pass: the kill happened; the restart ends cleanly; a read_committed consumer sees every input record once
+    (keyed by whole rows under idempotent: identical input rows are one key), one bundle per batch, no
+    transaction left open.
+    """
+    kill_through_the_data_source(kafka_pipeline, strategy, point)
+    kafka_pipeline.assert_exact()

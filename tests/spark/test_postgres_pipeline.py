@@ -13,6 +13,7 @@ schema, dropped afterwards.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -36,10 +37,12 @@ from eosink.chaos.oracle import batch_of_file
 from eosink.connectors.postgres import PostgresConfig
 from eosink.connectors.postgres.admin import PostgresAdmin
 from eosink.connectors.postgres.testing import PostgresHarness
+from eosink.datasource import options_from_config
 from eosink.errors import ServiceError
 from eosink.services import get_service
+from eosink.services.postgres import PostgresEndpoint
 
-from .conftest import Pipeline, Run, assert_clean, assert_killed, wait_for
+from .conftest import Pipeline, Run, assert_clean, assert_killed, run_script, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -86,7 +89,6 @@ class PgPipeline(Pipeline):
     control_schema: str = ""
     variant: str = "2pc"
     query: str = "rows"
-    way: str = "foreach_batch"
     _admin: psycopg.Connection[tuple[Any, ...]] | None = field(default=None, repr=False)
 
     def environment(self) -> dict[str, str]:
@@ -446,3 +448,57 @@ def test_prepared_work_rolled_back_by_hand_stops_the_query_and_a_rewind_lands_it
     assert not (p.checkpoint / "commits" / "1").exists() and (p.checkpoint / "offsets" / "1").exists()
     assert_clean(p.run())
     p.assert_balances()
+
+
+OPTIONS_JOB = Path(__file__).with_name("datasource_options_job.py")
+
+
+def _options_job(p: PgPipeline, cases: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Each case's result ("ok" or its error line) from one Spark session starting the cases in order."""
+    plan, out = p.root / "plan.json", p.root / "results.json"
+    body = [{"name": name, "options": options} for name, options in cases.items()]
+    plan.write_text(json.dumps({"input": str(p.input), "checkpoint": str(p.checkpoint), "cases": body}))
+    out.unlink(missing_ok=True)
+    code, stderr = run_script([str(OPTIONS_JOB), str(plan), str(out)], p.environment())
+    assert code == 0 and out.exists(), stderr[-4000:]
+    results: dict[str, str] = json.loads(out.read_text())
+    return results
+
+
+@pytest.mark.full
+def test_bad_data_source_options_stop_the_query_before_anything_is_written(pg_pipeline: PgPipeline) -> None:
+    """format("eosink") started with bad options, one after another on one checkpoint (one Spark session):
+    no app_id, an unknown sink, a misspelt option, a malformed number, 2pc; then (a second session) the
+    fixed options.
+
+    Pass: each bad start stops with ConfigurationError naming the problem and its fix; after them the
+    table does not exist and nothing is prepared or bundled; the fixed start lands every row once with
+    one bundle per batch; no error text holds the server's password.
+    """
+    p = pg_pipeline
+    p.variant = "txid-check"
+    config = PostgresConfig(p.url, p.table, control_schema=p.control_schema, create_table=True)
+    good = {
+        "sink": "postgres",
+        "app_id": p.app_id,
+        "strategy": "txid-check",
+        **options_from_config("postgres", config, from_env={"conninfo": "EOSINK_TEST_PG_URL"}),
+    }
+    bad = {
+        "no-app-id": ({k: v for k, v in good.items() if k != "app_id"}, "Option 'app_id' is missing"),
+        "unknown-sink": ({**good, "sink": "postgresql"}, "Unknown sink 'postgresql'"),
+        "misspelt-option": ({**good, "postgres.tabel": p.table}, "['postgres.tabel']"),
+        "malformed-number": ({**good, "postgres.connect_timeout_s": "ten"}, "must be a number"),
+        "2pc": ({**good, "strategy": "2pc"}, "not offered through format('eosink')"),
+    }
+    results = _options_job(p, {name: options for name, (options, _) in bad.items()})
+    for name, (_, expected) in bad.items():
+        assert results[name].startswith("EOSINK-ERROR ConfigurationError: "), f"{name}: {results[name]}"
+        assert expected in results[name] and "Fix: " in results[name], f"{name}: {results[name]}"
+    password = PostgresEndpoint.from_url(p.url).password
+    assert not password or all(password not in text for text in results.values())
+    exists = p.admin().execute("SELECT to_regclass(%s)", (sql.Identifier(p.table).as_string(p.admin()),)).fetchone()
+    assert exists == (None,), "a bad start created the table"
+    assert not p.prepared() and not p.bundles()
+    assert _options_job(p, {"fixed": good}) == {"fixed": "ok"}
+    p.assert_exact()

@@ -35,11 +35,13 @@ from eosink.services import get_service
 from eosink.services.minio import MinioServer, S3Endpoint
 
 from .conftest import (
+    DATASOURCE_KILLS,
     Pipeline,
     assert_clean,
     assert_killed,
     assert_random_kills_exact,
     assert_zombie_fenced,
+    kill_through_the_data_source,
     wait_for,
 )
 
@@ -97,6 +99,7 @@ class S3Pipeline(Pipeline):
             *("--input", str(self.input), "--checkpoint", self.checkpoint_uri or str(self.checkpoint)),
             *("--target", self.prefix, "--namespace", self.prefix, "--app-id", self.app_id),
             *("--strategy", self.strategy, "--master", master, "--stats-out", str(self.root / "stats.json")),
+            *("--way", self.way),
         ]
 
     def config(self) -> S3Config:
@@ -313,3 +316,17 @@ def test_uploads_a_lifecycle_rule_aborted_stop_the_query_and_a_rewind_lands_the_
     assert_clean(p.run())
     p.assert_exact()
     assert p.store.secret_key not in dry.stdout + dry.stderr + done.stdout + done.stderr + stopped.stderr
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(("strategy", "point"), DATASOURCE_KILLS)
+def test_kill_through_the_data_source_then_restart_is_exact(s3_pipeline: S3Pipeline, strategy: str, point: str) -> None:
+    """S3 through ``writeStream.format("eosink")``: the driver's process group SIGKILLed at ``point`` of
+    batch 1 (F5: when batch 2 is planned), then restarted from the checkpoint.
+
+    Pass: the kill happened; the restart ends cleanly; a reader of the commit markers sees every input
+    row once (each distinct row once under idempotent's whole-row keys), one marker per batch Spark
+    committed, no upload in doubt or left incomplete.
+    """
+    kill_through_the_data_source(s3_pipeline, strategy, point)
+    s3_pipeline.assert_exact()

@@ -171,3 +171,19 @@ def test_a_config_value_no_option_text_reads_back_as_is_refused() -> None:
         options_from_config("postgres", PostgresConfig(SECRET, "a,b"), from_env={"conninfo": "PG"})
     options = options_from_config("postgres", PostgresConfig(SECRET, ("s", "t")), from_env={"conninfo": "PG"})
     assert options["postgres.table"] == "s,t"
+
+
+def test_options_from_a_config_never_carry_its_secrets() -> None:
+    """Pass: a config whose field holds a secret (a password in a PostgreSQL URL, an S3 secret key) gets a
+    ConfigurationError naming the option and from_env, and the secret is not in the message."""
+    from eosink.connectors.postgres import PostgresConfig
+    from eosink.connectors.s3 import S3Config
+
+    with pytest.raises(ConfigurationError, match=r"'postgres\.conninfo'") as info:
+        options_from_config("postgres", PostgresConfig(SECRET, "t"))
+    assert "from_env" in (info.value.fix or "") and "s3cr3t-pw" not in str(info.value)
+    config = S3Config("bkt", "p", access_key_id="AKIA1", secret_access_key="sk-s3cr3t")
+    with pytest.raises(ConfigurationError, match=r"'s3\.secret_access_key'"):
+        options_from_config("s3", config)
+    options = options_from_config("s3", config, from_env={"secret_access_key": "S3_SECRET"})
+    assert options["s3.secret_access_key_env"] == "S3_SECRET" and "sk-s3cr3t" not in str(options)
