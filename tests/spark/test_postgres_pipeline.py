@@ -42,7 +42,7 @@ from eosink.errors import ServiceError
 from eosink.services import get_service
 from eosink.services.postgres import PostgresEndpoint
 
-from .conftest import Pipeline, Run, assert_clean, assert_killed, run_script, wait_for
+from .conftest import Pipeline, Run, assert_clean, assert_killed, assert_zombie_fenced, run_script, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -301,6 +301,19 @@ def test_kill_through_the_data_source_then_restart_is_exact(pg_pipeline: PgPipel
     p.assert_exact()
 
 
+@pytest.mark.full
+def test_a_zombie_driver_writing_through_the_data_source_is_fenced(pg_pipeline: PgPipeline) -> None:
+    """F10 through ``format("eosink")`` (txid-check): the driver is frozen after batch 1's manifest (F4), a new
+    driver takes over and finishes, then the old one is thawed.
+
+    Pass: the new driver ends with the table exact; the zombie stops with FencedError (its commit carries
+    an older epoch) or on Spark's own concurrent-writer check, and the table is still exact.
+    """
+    p = pg_pipeline
+    p.variant, p.way = "txid-check", "datasource"
+    assert_zombie_fenced(p, "F4")
+
+
 @pytest.mark.parametrize(("variant", "point"), _cases())
 def test_kill_at_fault_point_then_restart_is_exact(pg_pipeline: PgPipeline, variant: str, point: str) -> None:
     """SIGKILL of the driver's process group at ``point`` of batch 1, then a restart from the checkpoint.
@@ -487,7 +500,7 @@ def test_bad_data_source_options_stop_the_query_before_anything_is_written(pg_pi
     bad = {
         "no-app-id": ({k: v for k, v in good.items() if k != "app_id"}, "Option 'app_id' is missing"),
         "unknown-sink": ({**good, "sink": "postgresql"}, "Unknown sink 'postgresql'"),
-        "misspelt-option": ({**good, "postgres.tabel": p.table}, "['postgres.tabel']"),
+        "misspelt-option": ({**good, "postgres.tabel": p.table}, "Unknown option 'postgres.tabel'"),
         "malformed-number": ({**good, "postgres.connect_timeout_s": "ten"}, "must be a number"),
         "2pc": ({**good, "strategy": "2pc"}, "not offered through format('eosink')"),
     }
