@@ -18,10 +18,12 @@ Every message carries the epoch, so a commit after a newer writer fenced is refu
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
+from datetime import timezone
 from types import FrameType
 from typing import Any
 
@@ -254,7 +256,10 @@ class RowJobWriter(_JobSteps, DataSourceWriter):
 
 
 def _arrow(iterator: Iterator[Any], schema: Any) -> Iterator[pa.RecordBatch]:
-    """The task's input as Arrow record batches (a row writer, or PySpark 4.0's stream writer, gets rows)."""
+    """The task's input as Arrow record batches (a row writer, or PySpark 4.0's stream writer, gets rows).
+
+    Rows become what Spark's Arrow path hands over: timestamps as UTC instants (a row carries them
+    as naive local times)."""
     first = next(iterator, None)
     if first is None:
         return
@@ -262,14 +267,30 @@ def _arrow(iterator: Iterator[Any], schema: Any) -> Iterator[pa.RecordBatch]:
         yield first
         yield from iterator
         return
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import TimestampType
 
-    arrow_schema = to_arrow_schema(schema)
-    chunk = [first.asDict(recursive=True)]
-    for row in iterator:
-        chunk.append(row.asDict(recursive=True))
+    arrow_schema = _arrow_schema(schema)
+    instants = [f.name for f in schema.fields if isinstance(f.dataType, TimestampType)]
+    chunk: list[dict[str, Any]] = []
+    for row in itertools.chain([first], iterator):
+        values = row.asDict(recursive=True)
+        for name in instants:
+            value = values[name]
+            if value is not None and value.tzinfo is None:
+                values[name] = value.astimezone(timezone.utc)
+        chunk.append(values)
         if len(chunk) >= 10_000:
             yield pa.RecordBatch.from_pylist(chunk, schema=arrow_schema)
             chunk = []
     if chunk:
         yield pa.RecordBatch.from_pylist(chunk, schema=arrow_schema)
+
+
+def _arrow_schema(schema: Any) -> pa.Schema:
+    """Spark's Arrow schema of ``schema``, timestamps in UTC (PySpark 4.1+ takes the zone, 4.0 assumes UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # pragma: no cover - PySpark 4.0
+        return to_arrow_schema(schema)

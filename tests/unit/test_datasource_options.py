@@ -187,3 +187,37 @@ def test_options_from_a_config_never_carry_its_secrets() -> None:
         options_from_config("s3", config)
     options = options_from_config("s3", config, from_env={"secret_access_key": "S3_SECRET"})
     assert options["s3.secret_access_key_env"] == "S3_SECRET" and "sk-s3cr3t" not in str(options)
+
+
+def test_rows_become_the_arrow_batches_sparks_arrow_path_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """arrow=false (and PySpark 4.0's stream writer) hands rows to a task; eosink turns them into Arrow.
+
+    Pass: a timestamp column (rows carry naive local times; here the zone is New York) becomes
+    timestamp[us, tz=UTC] holding the same instant, other columns as Spark types them, in 10,000-row batches.
+    """
+    import time
+    from datetime import datetime, timedelta, timezone
+
+    from pyspark.sql import Row
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    from eosink.datasource._writers import _arrow
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        schema = StructType(
+            [StructField("id", LongType()), StructField("name", StringType()), StructField("at", TimestampType())]
+        )
+        start = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
+        instants = [start + timedelta(seconds=i) for i in range(10_001)]
+        rows = [Row(id=i, name=f"n{i}", at=t.astimezone().replace(tzinfo=None)) for i, t in enumerate(instants)]
+        rows.append(Row(id=-1, name=None, at=None))
+        batches = list(_arrow(iter(rows), schema))
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert [b.num_rows for b in batches] == [10_000, 2]
+    assert str(batches[0].schema.field("at").type) == "timestamp[us, tz=UTC]"
+    ats = [v for b in batches for v in b.column("at").to_pylist()]
+    assert ats == [*instants, None]
