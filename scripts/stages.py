@@ -28,6 +28,15 @@ def _fmt(seconds: float) -> str:
     return f"{m}:{s:02d}"
 
 
+def _write(args: argparse.Namespace, rows: list[dict[str, object]], total: float, result: str) -> None:
+    """Write the times so far: after every stage, so a run cut short still leaves its figures."""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    body = {"title": args.title, "stages": rows, "total_s": round(total, 1), "budget_s": args.budget, "result": result}
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body, indent=2) + "\n")
+    tmp.replace(args.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--title", default="stages")
@@ -46,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         if failed and args.fail_fast:
             rows.append({"stage": name, "seconds": 0.0, "budget_s": float(budget or 0) or None, "result": "not run"})
             continue
-        print(f"\n=== {args.title}: stage {name} ===", flush=True)
+        clock = time.strftime("%H:%M:%S")
+        print(f"\n=== {args.title}: stage {name} (at {clock}, {_fmt(time.monotonic() - started)} in) ===", flush=True)
         t0 = time.monotonic()
         code = subprocess.call([make, "--no-print-directory", name])
         seconds = time.monotonic() - t0
@@ -59,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
                 "result": "ok" if code == 0 else f"FAILED ({code})",
             }
         )
+        if args.out is not None:
+            _write(args, rows, time.monotonic() - started, "running")
     total = time.monotonic() - started
+    if args.out is not None:
+        _write(args, rows, total, "failed" if failed else "ok")
 
     width = max(len(str(r["stage"])) for r in rows)
     lines = [f"{args.title}: stage times", f"{'stage'.ljust(width)}  {'time':>7}  {'budget':>7}  result"]
@@ -72,11 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     total_budget = f"  (budget {_fmt(args.budget)})" if args.budget else ""
     lines.append(f"{'total'.ljust(width)}  {_fmt(total):>7}{total_budget}  {'FAILED' if failed else 'all green'}")
     print("\n" + "\n".join(lines), flush=True)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        body = {"title": args.title, "stages": rows, "total_s": round(total, 1), "budget_s": args.budget}
-        body["result"] = "failed" if failed else "ok"
-        args.out.write_text(json.dumps(body, indent=2) + "\n")
     return 1 if failed else 0
 
 
