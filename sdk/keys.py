@@ -14,13 +14,17 @@ exactly-once would insert a second copy instead of overwriting the first.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from eosink._rowhash import U64, row_hashes, splitmix64, stable_u64
 from eosink.errors import SchemaError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["KEY_COLUMN", "KeyGenerator"]
 
@@ -40,9 +44,13 @@ class KeyGenerator:
     def __init__(self, app_id: str, batch_id: int, time_ms: int) -> None:
         self._salt = np.uint64(stable_u64(f"{app_id}\x00{batch_id}"))
         self._time_hi = np.uint64((time_ms & ((1 << 48) - 1)) << 16)
+        import pandas as pd  # here, not at the top: every Spark worker that imports eosink would pay for it
+
         self._seen: pd.Series = pd.Series(dtype=np.int64)
 
     def _ordinals(self, h: U64) -> U64:
+        import pandas as pd
+
         s = pd.Series(h)
         within = s.groupby(s, sort=False).cumcount().to_numpy(dtype=np.int64)
         before = s.map(self._seen).fillna(0).to_numpy(dtype=np.int64)

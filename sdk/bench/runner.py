@@ -86,7 +86,7 @@ def peak_rss_mb(pid: int | None = None) -> tuple[float, float]:
 
 def _throughput(job: Job, adapter: BenchAdapter, spark: Any) -> dict[str, Any]:
     checkpoint = str(Path(job.root) / "checkpoint")
-    warm_up(spark, adapter, job.participants, job.data)
+    warm_up(spark, adapter, job, job.data)
     fn = adapter.batch_function(job.spec, job.ns, checkpoint, job.participants)
     df = spark.readStream.schema(SPARK_SCHEMA).parquet(job.data)
     started = time.monotonic()

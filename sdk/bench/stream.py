@@ -90,7 +90,7 @@ class _Poller(threading.Thread):
 
 def latency_job(job: Job, adapter: BenchAdapter, spark: Any) -> dict[str, Any]:
     checkpoint = Path(job.root) / "checkpoint"
-    warm_up(spark, adapter, job.participants, None)
+    warm_up(spark, adapter, job, None)
     fn = adapter.batch_function(job.spec, job.ns, str(checkpoint), job.participants)
     df = (
         spark.readStream.format("rate")
