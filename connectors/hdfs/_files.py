@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from eosink.connectors.hdfs._fs import bounded
 from eosink.connectors.hdfs.config import MAX_COMPONENT_BYTES, HdfsConfig
 from eosink.errors import BadRecordError, SchemaError
 from eosink.keys import KEY_COLUMN
@@ -107,10 +108,14 @@ def partition_dir(columns: Sequence[str], values: Sequence[Any]) -> str:
 
 
 class _Buffered:
-    """A write-only file object over an hdfs-native writer: buffered, with ``tell`` (Parquet needs it)."""
+    """A write-only file object over an hdfs-native writer: buffered, with ``tell`` (Parquet needs it).
 
-    def __init__(self, raw: FileWriter) -> None:
+    Every call into the writer is bounded by ``timeout_s`` (:func:`~eosink.connectors.hdfs._fs.bounded`).
+    """
+
+    def __init__(self, raw: FileWriter, timeout_s: float) -> None:
         self.raw = raw
+        self.timeout_s = timeout_s
         self.pos = 0
         self.buf = bytearray()
         self.closed = False
@@ -128,7 +133,8 @@ class _Buffered:
 
     def flush(self) -> None:
         if self.buf:
-            self.raw.write(bytes(self.buf))
+            chunk = bytes(self.buf)
+            bounded(lambda: self.raw.write(chunk), self.timeout_s, "a write")
             self.buf.clear()
 
     def writable(self) -> bool:
@@ -143,8 +149,12 @@ class _Buffered:
     def sync_and_close(self) -> None:
         """Flush, hsync (the data is durable on the DataNodes) and close (the NameNode completes the file)."""
         self.flush()
-        self.raw.hsync()
-        self.raw.close()
+
+        def sync_and_close() -> None:
+            self.raw.hsync()
+            self.raw.close()
+
+        bounded(sync_and_close, self.timeout_s, "hsync and close")
         self.closed = True
 
     def close(self) -> None:  # pyarrow closes its wrapper; the real close is sync_and_close
@@ -184,7 +194,8 @@ class FileSet:
             handle = self.open.get(pdir)
             if handle is None:
                 rel = (pdir + "/" if pdir else "") + self.name + "." + extension(self.config.format)
-                handle = _Open(rel, _Buffered(self.fs.create(f"{self.root}/{rel}", overwrite=True)))
+                raw = self.fs.create(f"{self.root}/{rel}", overwrite=True)
+                handle = _Open(rel, _Buffered(raw, self.config.write_timeout_s))
                 if self.config.format == "parquet":
                     import pyarrow.parquet as pq
 

@@ -12,7 +12,8 @@ import os
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eosink.connectors.hdfs.config import HdfsConfig
 from eosink.errors import ConfigurationError, EosinkError, TransientError
@@ -20,7 +21,9 @@ from eosink.errors import ConfigurationError, EosinkError, TransientError
 if TYPE_CHECKING:
     from hdfs_native import Client, FileStatus, FileWriter
 
-__all__ = ["Fs", "RenameNotDone", "client_for"]
+__all__ = ["Fs", "RenameNotDone", "bounded", "client_for"]
+
+_T = TypeVar("_T")
 
 _SHORT_READ_WAIT_S = 10.0
 _SHORT_READ_POLL_S = 0.02
@@ -61,6 +64,36 @@ def forget_clients() -> None:
     with _LOCK:
         for key in [k for k in _CLIENTS if k[0] == os.getpid()]:
             del _CLIENTS[key]
+
+
+def bounded(call: Callable[[], _T], seconds: float, what: str) -> _T:
+    """``call()`` in a thread of its own, or :class:`TimeoutError` when it has not returned after ``seconds``.
+
+    hdfs-native waits without limit for a DataNode pipeline that a dying node stalls (in a file's
+    ``write``, ``hsync`` or ``close``). It lets go of the GIL while it waits, so the wait can be
+    bounded here. A call past its deadline is left to its thread, which holds the file writer: the
+    caller must abandon that writer (never close it), and its attempt fails retryably.
+    """
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the caller below
+            outcome.append((False, exc))
+
+    worker = threading.Thread(target=run, name=f"eosink-hdfs-{what}"[:60], daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not outcome:
+        raise TimeoutError(
+            f"HDFS did not finish {what} within {seconds:g} s (write_timeout_s): a DataNode pipeline stalled"
+        )
+    done, value = outcome[0]
+    if not done:
+        raise value
+    result: _T = value
+    return result
 
 
 class RenameNotDone(EosinkError):
@@ -199,11 +232,15 @@ class Fs:
 
     def _write(self, path: str, data: bytes) -> None:
         writer = self.create(path, overwrite=False, parents=True)
-        try:
-            if data:
-                writer.write(data)
-        finally:
-            writer.close()
+
+        def put() -> None:
+            try:
+                if data:
+                    writer.write(data)
+            finally:
+                writer.close()
+
+        bounded(put, self.config.write_timeout_s, f"writing {path}")
 
     @staticmethod
     def _tmp_for(path: str) -> str:

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
-from eosink.connectors.hdfs._fs import Fs, base
+from eosink.connectors.hdfs._fs import Fs, base, bounded
 from eosink.connectors.hdfs.config import HdfsConfig
 
 __all__ = ["HdfsCheckpointFS", "open_location"]
@@ -60,11 +60,15 @@ class HdfsCheckpointFS:
 
         def write() -> None:
             writer = self.fs.create(tmp, overwrite=False, parents=True)
-            try:
-                writer.write(text.encode("utf-8"))
-                writer.hsync()
-            finally:
-                writer.close()
+
+            def put() -> None:
+                try:
+                    writer.write(text.encode("utf-8"))
+                    writer.hsync()
+                finally:
+                    writer.close()
+
+            bounded(put, self.config.write_timeout_s, f"writing {tmp}")
             try:
                 self.fs.client.rename(tmp, path, True)
             except BaseException:

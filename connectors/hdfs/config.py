@@ -87,6 +87,9 @@ class HdfsConfig:
     * ``namenode_http``: the NameNode's HTTP address (``http://namenode:9870``), used to check
       ``replication`` against the live DataNodes at setup (without it, no check).
     * ``row_group_rows``: rows per Parquet row group.
+    * ``write_timeout_s``: how long one write, ``hsync`` or ``close`` of a file may take before the
+      attempt fails with a TransientError (default 120 s). hdfs-native waits without limit on a
+      DataNode pipeline that a dying node stalls; Spark's retry then writes new files.
     """
 
     url: str
@@ -105,6 +108,7 @@ class HdfsConfig:
     block_size: int | None = None
     namenode_http: str | None = None
     row_group_rows: int = 1 << 20
+    write_timeout_s: float = 120.0
     namenode: str = field(init=False, compare=False)
     """``hdfs://authority`` of the file system (no path)."""
     path: str = field(init=False, compare=False)
@@ -147,6 +151,10 @@ class HdfsConfig:
             raise ConfigurationError("block_size must be at least 1 MiB.", "Give e.g. 128 * 1024 * 1024, or None.")
         if self.row_group_rows < 1:
             raise ConfigurationError("row_group_rows must be positive.", "Give e.g. 1_000_000.")
+        if not isinstance(self.write_timeout_s, int | float) or not 0 < self.write_timeout_s <= 86_400:
+            raise ConfigurationError(
+                f"write_timeout_s={self.write_timeout_s!r} is not a time in seconds.", "Give e.g. 120 (up to a day)."
+            )
         set_(self, "client_config", {str(k): str(v) for k, v in dict(self.client_config).items()})
 
     def _split(self, url: str) -> tuple[str, str]:

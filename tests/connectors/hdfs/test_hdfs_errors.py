@@ -1,12 +1,17 @@
-"""hdfs-native's errors as eosink's: what a lost DataNode raises is retryable."""
+"""hdfs-native's errors as eosink's: what a lost DataNode raises, or a write it stalls, is retryable."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 
 from eosink.connectors.hdfs import HdfsConfig
-from eosink.connectors.hdfs._errors import translate
-from eosink.errors import EosinkError, TransientError
+from eosink.connectors.hdfs._errors import translate, translated
+from eosink.connectors.hdfs._files import _Buffered
+from eosink.connectors.hdfs._fs import bounded
+from eosink.errors import ConfigurationError, EosinkError, TransientError
 
 CONFIG = HdfsConfig("hdfs://127.0.0.1:1/t")
 
@@ -25,3 +30,48 @@ def test_a_failure_talking_to_datanodes_is_transient(text: str) -> None:
 
 def test_another_runtime_error_stays_an_eosink_error() -> None:
     assert type(translate(CONFIG, RuntimeError('InternalError("boom")'), "write")) is EosinkError
+
+
+class _StalledWriter:
+    """An hdfs-native writer whose ``hsync`` waits for a DataNode pipeline that never answers."""
+
+    def __init__(self) -> None:
+        self.written = b""
+        self.release = threading.Event()
+        self.closed = False
+
+    def write(self, data: bytes) -> int:
+        self.written += data
+        return len(data)
+
+    def hsync(self) -> None:
+        self.release.wait(30)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_stalled_hsync_ends_in_a_transient_error_within_write_timeout_s() -> None:
+    config = HdfsConfig("hdfs://127.0.0.1:1/t", write_timeout_s=0.2)
+    raw = _StalledWriter()
+    out = _Buffered(raw, config.write_timeout_s)  # type: ignore[arg-type]
+    out.write(b"rows")
+    started = time.monotonic()
+    with pytest.raises(TransientError) as caught, translated(config, "pre_commit"):
+        out.sync_and_close()
+    assert time.monotonic() - started < 5
+    assert "write_timeout_s" in str(caught.value) and "hsync and close" in str(caught.value)
+    assert raw.written == b"rows" and not raw.closed and not out.closed  # abandoned, never closed under the call
+    raw.release.set()
+
+
+def test_bounded_returns_the_value_and_raises_the_error_of_its_call() -> None:
+    assert bounded(lambda: 7, 5, "a call") == 7
+    with pytest.raises(FileExistsError):
+        bounded(lambda: (_ for _ in ()).throw(FileExistsError("taken")), 5, "a call")
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, 86_401, "60"])
+def test_write_timeout_s_must_be_a_positive_time(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="write_timeout_s"):
+        HdfsConfig("hdfs://127.0.0.1:1/t", write_timeout_s=bad)  # type: ignore[arg-type]
