@@ -161,7 +161,14 @@ def kill_pids(pids: Sequence[int], timeout_s: float = 10.0) -> list[int]:
 
 def driver_env(fault_log: Path, java_opts: str, faults: str | None = None, **extra: str) -> dict[str, str]:
     """The environment of a Spark driver started by the demo or a harness: loopback Spark, this Python,
-    fault points from ``faults`` (none otherwise, whatever this process has), and ``extra``."""
+    fault points from ``faults`` (none otherwise, whatever this process has), and ``extra``.
+
+    The driver's JVM keeps its temporary files (native libraries, block manager and artifact
+    directories) in ``driver-tmp`` beside ``fault_log`` (``EOSINK_DRIVER_TMP``, read by
+    :func:`eosink.demo.session.job_session`), not in ``/tmp``: a driver killed with SIGKILL never
+    removes them, and the run's own directory goes away with the run."""
+    tmp = fault_log.parent / "driver-tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.pop("EOSINK_FAULTS", None)
     env.update(
@@ -171,6 +178,7 @@ def driver_env(fault_log: Path, java_opts: str, faults: str | None = None, **ext
         PYTHONUNBUFFERED="1",
         EOSINK_FAULT_LOG=str(fault_log),
         EOSINK_DRIVER_JAVA_OPTS=java_opts,
+        EOSINK_DRIVER_TMP=str(tmp),
         **extra,
     )
     if faults:

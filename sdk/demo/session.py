@@ -26,6 +26,10 @@ def job_session(master: str, app_name: str) -> Any:
         export_crash_scope()
     java_opts = f"{JAVA_OPTS} {os.environ.get('EOSINK_DRIVER_JAVA_OPTS', '')}".strip()
     builder = SparkSession.builder
+    tmp = os.environ.get("EOSINK_DRIVER_TMP")
+    if tmp:  # the run's own directory, not /tmp: a killed driver leaves its files there (eosink._procs.driver_env)
+        java_opts += f' "-Djava.io.tmpdir={tmp}"'
+        builder = builder.config("spark.local.dir", tmp)
     for var in CRASH_SCOPE_VARS:
         builder = builder.config(f"spark.executorEnv.{var}", os.environ.get(var, ""))
     spark = (

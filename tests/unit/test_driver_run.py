@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from eosink._driver import DriverRun
 from eosink._procs import is_alive, session_members
@@ -68,3 +69,39 @@ def test_the_tools_kill_ends_the_whole_session(tmp_path: Path) -> None:
 def test_a_driver_past_its_deadline_is_killed_and_timed_out(tmp_path: Path) -> None:
     outcome = _run(tmp_path, "import time; time.sleep(60)", timeout_s=0.5).outcome()
     assert (outcome.status, outcome.killed_by_us) == ("timeout", True)
+
+
+def test_a_driver_keeps_its_temporary_files_in_its_run_directory(tmp_path: Path, monkeypatch: Any) -> None:
+    """A SIGKILLed JVM never removes its temporary files, so they must not go to /tmp.
+
+    Pass: driver_env names ``driver-tmp`` beside the fault log, made already, and job_session turns it into
+    the JVM's java.io.tmpdir and Spark's local directory."""
+    from eosink import _procs
+    from eosink.demo import session
+
+    env = _procs.driver_env(tmp_path / "run" / "faults.log", "")
+    tmp = Path(env["EOSINK_DRIVER_TMP"])
+    assert tmp == tmp_path / "run" / "driver-tmp" and tmp.is_dir()
+
+    seen: dict[str, str] = {}
+
+    class _Builder:
+        def config(self, key: str, value: str) -> _Builder:
+            seen[key] = value
+            return self
+
+        def master(self, _: str) -> _Builder:
+            return self
+
+        appName = master
+
+        def getOrCreate(self) -> Any:
+            return type("S", (), {"sparkContext": type("C", (), {"setLogLevel": lambda self, _: None})()})()
+
+    import pyspark.sql
+
+    monkeypatch.setattr(pyspark.sql.SparkSession, "builder", _Builder())
+    monkeypatch.setenv("EOSINK_DRIVER_TMP", str(tmp))
+    session.job_session("local[1]", "t")
+    assert seen["spark.local.dir"] == str(tmp)
+    assert f'"-Djava.io.tmpdir={tmp}"' in seen["spark.driver.extraJavaOptions"]
