@@ -117,10 +117,15 @@ spark: venv java
 
 # -- one pattern per sink: make test-SINK runs its contract suite and connector tests, one Spark
 # kill-and-restart per strategy and one chaos schedule (docs/testing.md). make test runs it for every sink.
+# The connector tests mostly wait on the server's round trips, the Spark tests and the chaos schedule mostly
+# compute: $(call SINK_TESTS,sink,connector test options) runs the two halves at the same time.
 SINKS := postgres kafka s3 hdfs
+TOGETHER = $(PYTHON) scripts/together.py
+SINK_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --durations=10" \
+	"$(PYTEST) tests/spark/test_$(1)_pipeline.py tests/chaos/test_chaos_quick.py -q -m 'not full' -k 'not chaos or $(1)' \
+	--durations=10"
 test-postgres: venv java
-	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py \
-		tests/chaos/test_chaos_quick.py -q -m "not full" -k "not chaos or postgres" --durations=10)
+	@$(call WITH_POSTGRES,$(call SINK_TESTS,postgres,))
 
 test-postgres-full: venv java
 	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py \
@@ -130,8 +135,7 @@ test-postgres-full: venv java
 # walks at every 8th step; test-kafka-full runs the whole suite (60 schedules, every step) and every
 # fault point x strategy under Spark. The chaos schedule runs against a private broker of its own.
 test-kafka: venv java
-	@$(call WITH_KAFKA,$(PYTEST) tests/connectors/kafka tests/spark/test_kafka_pipeline.py tests/chaos/test_chaos_quick.py \
-		-q -m "not full" -k "not chaos or kafka" --eosink-contract-examples=4 --eosink-crash-stride=8 --durations=10)
+	@$(call WITH_KAFKA,$(call SINK_TESTS,kafka,--eosink-contract-examples=4 --eosink-crash-stride=8))
 
 test-kafka-full: venv java
 	@$(call WITH_KAFKA,$(PYTEST) tests/connectors/kafka tests/spark/test_kafka_pipeline.py -q --durations=10)
@@ -140,8 +144,7 @@ test-kafka-full: venv java
 # step), one Spark kill-and-restart per strategy and one chaos schedule (against a private MinIO);
 # test-s3-full: the whole suite, Parquet and JSON lines, and every S3 pipeline.
 test-s3: venv java tools
-	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 tests/spark/test_s3_pipeline.py tests/chaos/test_chaos_quick.py \
-		-q -m "not full" -k "not chaos or s3" --eosink-contract-examples=8 --eosink-crash-stride=4 --durations=10)
+	@$(call WITH_MINIO,$(call SINK_TESTS,s3,--eosink-contract-examples=8 --eosink-crash-stride=4))
 
 test-s3-full: venv java tools
 	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 tests/spark/test_s3_pipeline.py -q --durations=10)
@@ -151,8 +154,7 @@ test-s3-full: venv java tools
 # kill-and-restart per strategy (2pc with its checkpoint on hdfs://) and one chaos schedule (against a private
 # MiniDFSCluster); test-hdfs-full: the whole suite, Parquet and JSON lines, and every HDFS pipeline.
 test-hdfs: venv java tools
-	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py tests/chaos/test_chaos_quick.py \
-		-q -m "not full" -k "not chaos or hdfs" --eosink-contract-examples=8 --eosink-crash-stride=4 --durations=10)
+	@$(call WITH_HDFS,$(call SINK_TESTS,hdfs,--eosink-contract-examples=8 --eosink-crash-stride=4))
 
 test-hdfs-full: venv java tools
 	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py -q --durations=10)

@@ -437,7 +437,7 @@ def test_an_interrupted_parallel_run_starts_no_new_schedule_and_stops_its_server
         if not sent.is_set():  # the first schedule: interrupt the main thread, finish once it stopped the pool
             sent.set()
             signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-        assert wait_until(lambda: not pools[0].todo, 10.0), "the interrupted pool still takes schedules"
+        assert wait_until(lambda: not pools[0].todo, 60.0), "the interrupted pool still takes schedules"
         return fake(self, schedule)
 
     monkeypatch.setattr(runner._Pool, "__init__", init)

@@ -11,6 +11,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
+import eosink
+import eosink.spark
 from eosink.connectors.reference import ReferenceSink
 
 
@@ -22,8 +24,6 @@ def main() -> int:
     df = spark.readStream.schema("id LONG, account STRING, amount LONG").option("maxFilesPerTrigger", 1).json(source)
     stream = df.writeStream.option("checkpointLocation", checkpoint)
     if strategy.startswith("datasource:"):
-        import eosink.spark
-
         eosink.spark.register(spark)
         stream = (
             stream.format("eosink")
