@@ -111,9 +111,10 @@ docs: venv
 	$(VENV)/bin/mkdocs build --strict -q -d build/site
 
 # What only a real Spark shows, on the reference sink (no server), and the demo's 2pc run.
-SPARK_CORE := tests/spark/test_kill_restart.py tests/spark/test_datasource.py tests/spark/test_demo.py
+# Two drivers at a time: a driver spends much of its run starting its JVM and waiting on its own processes.
 spark: venv java
-	$(PYTEST) $(SPARK_CORE) -q -m "not full" --durations=10
+	@$(TOGETHER) "$(PYTEST) tests/spark/test_kill_restart.py -q -m 'not full' --durations=10" \
+		"$(PYTEST) tests/spark/test_datasource.py tests/spark/test_demo.py -q -m 'not full' --durations=10"
 
 # -- one pattern per sink: make test-SINK runs its contract suite and connector tests, one Spark
 # kill-and-restart per strategy and one chaos schedule (docs/testing.md). make test runs it for every sink.
