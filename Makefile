@@ -125,12 +125,20 @@ TOGETHER = $(PYTHON) scripts/together.py
 SINK_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --durations=10" \
 	"$(PYTEST) tests/spark/test_$(1)_pipeline.py tests/chaos/test_chaos_quick.py -q -m 'not full' -k 'not chaos or $(1)' \
 	--durations=10"
+SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py)
+# The quick Spark tests (tests/spark -m "not full") with Python $(1), the sinks' pipelines beside the rest
+# (which also takes $(2)): local-cluster and the PySpark matrix.
+QUICK_SPARK = $(TOGETHER) "$(1) -m pytest -p no:cacheprovider $(SPARK_PIPELINES) -q -m 'not full' --durations=5" \
+	"$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full' --durations=5 $(2) \
+	$(foreach f,$(SPARK_PIPELINES),--ignore=$(f))"
+# test-SINK-full: every test of the sink, the connector tests (and $(2)) beside the Spark pipelines.
+SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --durations=10" \
+	"$(PYTEST) tests/spark/test_$(1)_pipeline.py -q --durations=10"
 test-postgres: venv java
 	@$(call WITH_POSTGRES,$(call SINK_TESTS,postgres,))
 
 test-postgres-full: venv java
-	@$(call WITH_POSTGRES,$(PYTEST) tests/connectors/postgres tests/spark/test_postgres_pipeline.py \
-		tests/bench/test_quick_run.py -q --durations=10)
+	@$(call WITH_POSTGRES,$(call SINK_FULL_TESTS,postgres,tests/bench/test_quick_run.py))
 
 # Kafka: every step is a broker round trip, so make test draws 4 random schedules and crashes the
 # walks at every 8th step; test-kafka-full runs the whole suite (60 schedules, every step) and every
@@ -139,7 +147,7 @@ test-kafka: venv java
 	@$(call WITH_KAFKA,$(call SINK_TESTS,kafka,--eosink-contract-examples=4 --eosink-crash-stride=8))
 
 test-kafka-full: venv java
-	@$(call WITH_KAFKA,$(PYTEST) tests/connectors/kafka tests/spark/test_kafka_pipeline.py -q --durations=10)
+	@$(call WITH_KAFKA,$(call SINK_FULL_TESTS,kafka,))
 
 # S3 (MinIO): the contract suite with Parquet objects (8 random schedules, the crash walks at every 4th
 # step), one Spark kill-and-restart per strategy and one chaos schedule (against a private MinIO);
@@ -148,7 +156,7 @@ test-s3: venv java tools
 	@$(call WITH_MINIO,$(call SINK_TESTS,s3,--eosink-contract-examples=8 --eosink-crash-stride=4))
 
 test-s3-full: venv java tools
-	@$(call WITH_MINIO,$(PYTEST) tests/connectors/s3 tests/spark/test_s3_pipeline.py -q --durations=10)
+	@$(call WITH_MINIO,$(call SINK_FULL_TESTS,s3,))
 
 # HDFS (the harness's MiniDFSCluster): the contract suite with Parquet files (8 random schedules, the crash
 # walks at every 4th step, the NameNode RPC cut by the proxy), the connector's tests, one Spark
@@ -158,7 +166,7 @@ test-hdfs: venv java tools
 	@$(call WITH_HDFS,$(call SINK_TESTS,hdfs,--eosink-contract-examples=8 --eosink-crash-stride=4))
 
 test-hdfs-full: venv java tools
-	@$(call WITH_HDFS,$(PYTEST) tests/connectors/hdfs tests/spark/test_hdfs_pipeline.py -q --durations=10)
+	@$(call WITH_HDFS,$(call SINK_FULL_TESTS,hdfs,))
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5
@@ -207,15 +215,17 @@ test-full: venv java tools
 	@$(STAGES) --title "make test-full" --budget 10800 --out build/test-full-times.json $(FULL_STAGES)
 
 # Every real-Spark test: every fault point x strategy on the reference sink, the demo's strategies, Spark Connect.
+# Two drivers at a time, as in make spark: the reference sink's kill tests beside the rest.
 spark-full: venv java
-	$(PYTEST) tests/spark -q --durations=20 --ignore=tests/spark/test_postgres_pipeline.py --ignore=tests/spark/test_kafka_pipeline.py \
-		--ignore=tests/spark/test_s3_pipeline.py --ignore=tests/spark/test_hdfs_pipeline.py
+	@$(TOGETHER) "$(PYTEST) tests/spark/test_kill_restart.py -q --durations=20" \
+		"$(PYTEST) tests/spark -q --durations=20 --ignore=tests/spark/test_kill_restart.py \
+		$(foreach f,$(SPARK_PIPELINES),--ignore=$(f))"
 
 # The quick Spark tests again with executors in JVMs of their own (but the demo: it runs its drivers on
 # local[2,4] whatever the tests' master, so it would only prove again what spark-full proved).
 local-cluster: venv java
-	@$(call WITH_SPARK_SERVICES,EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]" $(PYTEST) tests/spark -q \
-		-m "not full" --deselect tests/spark/test_demo.py --durations=10)
+	@export EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]"; \
+	$(call WITH_SPARK_SERVICES,$(call QUICK_SPARK,$(PY),--deselect tests/spark/test_demo.py))
 
 # The chaos harness's whole mode (every strategy, the plain baseline, the non-deterministic mode), 3 schedules
 # each, 2 at a time, checked by chaos-quick's full tests: a superset of `make chaos-quick`, so test-full runs only this.
@@ -248,8 +258,8 @@ spark-on: venv java
 		$$mv/bin/uv pip install --python $$mv/bin/python -q --no-deps --reinstall-package eosink . || exit 1; \
 	fi; \
 	$$mv/bin/python -c 'import pyspark, pandas; print("PySpark", pyspark.__version__, "pandas", pandas.__version__)'; \
-	$(call WITH_SPARK_SERVICES,PYSPARK_PYTHON=$(CURDIR)/$$mv/bin/python PYSPARK_DRIVER_PYTHON=$(CURDIR)/$$mv/bin/python \
-		$$mv/bin/python -m pytest -p no:cacheprovider tests/spark -q -m "not full" --durations=5)
+	export PYSPARK_PYTHON=$(CURDIR)/$$mv/bin/python PYSPARK_DRIVER_PYTHON=$(CURDIR)/$$mv/bin/python; \
+	$(call WITH_SPARK_SERVICES,$(call QUICK_SPARK,$$mv/bin/python,))
 
 # The end-to-end chaos harness (docs/chaos.md). It starts a private server of its own.
 SINK ?= postgres
