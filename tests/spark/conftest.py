@@ -139,6 +139,9 @@ class Pipeline:
             kill_session(proc.pid)
             _, stderr = proc.communicate()
             raise AssertionError(f"driver did not finish in {timeout_s} s:\n{stderr[-4000:]}") from None
+        except BaseException:  # Ctrl-C or a stopped test run: the driver's session must not outlive the test
+            kill_session(proc.pid)
+            raise
         if proc.returncode == -signal.SIGKILL:  # a crash must have ended the whole driver by itself
             left = _session_left(proc.pid, 10.0)
             kill_session(proc.pid)
