@@ -1,0 +1,44 @@
+"""scripts/together.py and scripts/stages.py, which make test and make test-full run their stages with."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def _run(script: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True, timeout=60, cwd=cwd
+    )
+
+
+def test_together_runs_every_command_shows_each_whole_in_order_and_fails_if_one_failed(tmp_path: Path) -> None:
+    """Pass: both commands run at once (the first waits for a file only the second writes); each one's output
+    comes whole, in the order given; the run fails, naming the command that failed."""
+    flag = tmp_path / "second-ran"
+    first = (
+        f"{sys.executable} -c \"import pathlib,time; p=pathlib.Path('{flag}'); t=time.time()\n"
+        "while not p.exists() and time.time()-t<30: time.sleep(0.05)\nprint('first', p.exists())\""
+    )
+    second = f"{sys.executable} -c \"import pathlib,sys; pathlib.Path('{flag}').touch(); print('second'); sys.exit(3)\""
+    done = _run("together.py", first, second)
+    assert done.returncode == 1
+    out = done.stdout
+    assert "first True" in out, out  # the second ran while the first waited
+    assert out.index("first True") < out.index("second\n") < out.index("together: FAILED")
+    assert "(exit 3," in out and out.count("together: FAILED") == 1
+
+
+def test_stages_writes_its_times_after_every_stage(tmp_path: Path) -> None:
+    """Pass: the JSON lists each stage with its result, the failed one marked, and the run's result."""
+    (tmp_path / "Makefile").write_text("ok:\n\t@true\nbad:\n\t@false\n")
+    out = tmp_path / "times.json"
+    done = _run("stages.py", "--title", "t", "--out", str(out), "ok:60", "bad", cwd=tmp_path)
+    assert done.returncode == 1
+    body = json.loads(out.read_text())
+    assert [(r["stage"], r["result"]) for r in body["stages"]] == [("ok", "ok"), ("bad", "FAILED (2)")]
+    assert body["result"] == "failed" and "total" in done.stdout
