@@ -17,6 +17,7 @@ helpers with ``from unit_conftest import ...``.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from collections import Counter
@@ -54,6 +55,24 @@ SinkFactory = Callable[[Path], ReferenceSink]
 
 
 # -- faults ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _no_crash_scope_left() -> Iterator[None]:
+    """No test leaves a crash scope (``EOSINK_FAULT_SESSION``/``_PGID``) in the test process's environment.
+
+    A scope naming the test run's own session or process group would make a later test's ``kill`` fault
+    signal the whole run (make and every stage with it). Runs after monkeypatch has undone its changes.
+    """
+    before = {v: os.environ.get(v) for v in faults.CRASH_SCOPE_VARS}
+    yield
+    after = {v: os.environ.get(v) for v in faults.CRASH_SCOPE_VARS}
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    assert after == before, f"the test left a crash scope in the environment: {after} (use monkeypatch)"
 
 
 @pytest.fixture(autouse=True)
