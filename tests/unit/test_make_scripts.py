@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,19 +18,18 @@ def _run(script: str, *args: str, cwd: Path | None = None) -> subprocess.Complet
 
 
 def test_together_runs_every_command_shows_each_whole_in_order_and_fails_if_one_failed(tmp_path: Path) -> None:
-    """Pass: both commands run at once (the first waits for a file only the second writes); each one's output
-    comes whole, in the order given; the run fails, naming the command that failed."""
-    flag = tmp_path / "second-ran"
-    first = (
-        f"{sys.executable} -c \"import pathlib,time; p=pathlib.Path('{flag}'); t=time.time()\n"
-        "while not p.exists() and time.time()-t<30: time.sleep(0.05)\nprint('first', p.exists())\""
-    )
-    second = f"{sys.executable} -c \"import pathlib,sys; pathlib.Path('{flag}').touch(); print('second'); sys.exit(3)\""
+    """Pass: both commands run at once (the first blocks reading a pipe that only the second opens; run one
+    after the other they would hang until the bound); each one's output comes whole, in the order given; the
+    run fails, naming the command that failed."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    first = f"{sys.executable} -c \"print('first', open('{pipe}').read())\""
+    second = f"{sys.executable} -c \"import sys; open('{pipe}', 'w').write('met'); print('second'); sys.exit(3)\""
     done = _run("together.py", first, second)
     assert done.returncode == 1
     out = done.stdout
-    assert "first True" in out, out  # the second ran while the first waited
-    assert out.index("first True") < out.index("second\n") < out.index("together: FAILED")
+    assert "first met" in out, out  # the second ran while the first waited
+    assert out.index("first met") < out.index("second\n") < out.index("together: FAILED")
     assert "(exit 3," in out and out.count("together: FAILED") == 1
 
 
