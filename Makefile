@@ -126,14 +126,14 @@ SINK_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) 
 	"$(PYTEST) tests/spark/test_$(1)_pipeline.py tests/chaos/test_chaos_quick.py -q -m 'not full' -k 'not chaos or $(1)' \
 	--durations=10"
 SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py)
-# The quick Spark tests (tests/spark -m "not full") with Python $(1), the sinks' pipelines beside the rest
-# (which also takes $(2)): local-cluster and the PySpark matrix.
-QUICK_SPARK = $(TOGETHER) "$(1) -m pytest -p no:cacheprovider $(SPARK_PIPELINES) -q -m 'not full' --durations=5" \
-	"$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full' --durations=5 $(2) \
-	$(foreach f,$(SPARK_PIPELINES),--ignore=$(f))"
-# test-SINK-full: every test of the sink, the connector tests (and $(2)) beside the Spark pipelines.
+# The quick Spark tests (tests/spark -m "not full", $(2) passed on) with Python $(1), dealt to two pytest
+# processes run together (--shard, tests/conftest.py): local-cluster and the PySpark matrix.
+QUICK_SPARK = $(TOGETHER) $(foreach k,0 1,"$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full' --durations=5 \
+	--shard=$(k)/2 $(2)")
+# test-SINK-full: every test of the sink, the connector tests (and $(2)) beside the Spark pipelines, which
+# are dealt to two pytest processes (--shard): three at a time, as the connector tests mostly wait.
 SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --durations=10" \
-	"$(PYTEST) tests/spark/test_$(1)_pipeline.py -q --durations=10"
+	$(foreach k,0 1,"$(PYTEST) tests/spark/test_$(1)_pipeline.py -q --durations=10 --shard=$(k)/2")
 test-postgres: venv java
 	@$(call WITH_POSTGRES,$(call SINK_TESTS,postgres,))
 

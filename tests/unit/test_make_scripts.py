@@ -42,3 +42,31 @@ def test_stages_writes_its_times_after_every_stage(tmp_path: Path) -> None:
     body = json.loads(out.read_text())
     assert [(r["stage"], r["result"]) for r in body["stages"]] == [("ok", "ok"), ("bad", "FAILED (2)")]
     assert body["result"] == "failed" and "total" in done.stdout
+
+
+def _collect(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=SCRIPTS.parent,
+    )
+
+
+def _collected(*args: str) -> list[str]:
+    done = _collect(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_shards_deal_the_selection_between_them_once() -> None:
+    """Pass: --shard=0/2 and --shard=1/2 (tests/conftest.py) each take part of what -k selected, none twice,
+    none lost; a malformed shard is a usage error naming the option."""
+    selection = ("tests/unit/test_make_scripts.py", "-k", "not shards")
+    whole = _collected(*selection)
+    first, second = _collected(*selection, "--shard=0/2"), _collected(*selection, "--shard=1/2")
+    assert len(whole) >= 2 and first and second
+    assert sorted(first + second) == sorted(whole) and not set(first) & set(second)
+    bad = _collect(*selection, "--shard=2/2")
+    assert bad.returncode == 4 and "--shard" in bad.stderr, bad.stderr
