@@ -131,8 +131,13 @@ SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py)
 QUICK_SPARK = $(TOGETHER) $(foreach k,0 1,"$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full' --durations=5 \
 	--shard=$(k)/2 $(2)")
 # test-SINK-full: every test of the sink, the connector tests (and $(2)) beside the Spark pipelines, which
-# are dealt to two pytest processes (--shard): three at a time, as the connector tests mostly wait.
-SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --durations=10" \
+# are dealt to two pytest processes (--shard). $(3), if given, is a contract suite class that sends the
+# same requests as the sink's main one in another encoding (JSON lines beside Parquet): it runs at make
+# test's strength (8 random schedules, crash walks at every 4th step) in a process of its own, while the
+# main class runs whole (60 schedules, a crash at every step).
+LIGHT_CONTRACT = --eosink-contract-examples=8 --eosink-crash-stride=4
+SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --durations=10 $(if $(3),-k 'not $(3)')" \
+	$(if $(3),"$(PYTEST) tests/connectors/$(1) -q --durations=5 -k $(3) $(LIGHT_CONTRACT)") \
 	$(foreach k,0 1,"$(PYTEST) tests/spark/test_$(1)_pipeline.py -q --durations=10 --shard=$(k)/2")
 test-postgres: venv java
 	@$(call WITH_POSTGRES,$(call SINK_TESTS,postgres,))
@@ -151,22 +156,23 @@ test-kafka-full: venv java
 
 # S3 (MinIO): the contract suite with Parquet objects (8 random schedules, the crash walks at every 4th
 # step), one Spark kill-and-restart per strategy and one chaos schedule (against a private MinIO);
-# test-s3-full: the whole suite, Parquet and JSON lines, and every S3 pipeline.
+# test-s3-full: the whole suite with Parquet (JSON lines at make test's strength), and every S3 pipeline.
 test-s3: venv java tools
-	@$(call WITH_MINIO,$(call SINK_TESTS,s3,--eosink-contract-examples=8 --eosink-crash-stride=4))
+	@$(call WITH_MINIO,$(call SINK_TESTS,s3,$(LIGHT_CONTRACT)))
 
 test-s3-full: venv java tools
-	@$(call WITH_MINIO,$(call SINK_FULL_TESTS,s3,))
+	@$(call WITH_MINIO,$(call SINK_FULL_TESTS,s3,,TestS3JsonLinesContract))
 
 # HDFS (the harness's MiniDFSCluster): the contract suite with Parquet files (8 random schedules, the crash
 # walks at every 4th step, the NameNode RPC cut by the proxy), the connector's tests, one Spark
 # kill-and-restart per strategy (2pc with its checkpoint on hdfs://) and one chaos schedule (against a private
-# MiniDFSCluster); test-hdfs-full: the whole suite, Parquet and JSON lines, and every HDFS pipeline.
+# MiniDFSCluster); test-hdfs-full: the whole suite with Parquet (JSON lines at make test's
+# strength), and every HDFS pipeline.
 test-hdfs: venv java tools
-	@$(call WITH_HDFS,$(call SINK_TESTS,hdfs,--eosink-contract-examples=8 --eosink-crash-stride=4))
+	@$(call WITH_HDFS,$(call SINK_TESTS,hdfs,$(LIGHT_CONTRACT)))
 
 test-hdfs-full: venv java tools
-	@$(call WITH_HDFS,$(call SINK_FULL_TESTS,hdfs,))
+	@$(call WITH_HDFS,$(call SINK_FULL_TESTS,hdfs,,TestHdfsJsonLinesContract))
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5

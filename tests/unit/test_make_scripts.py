@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.conftest import parse_shard
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
@@ -44,18 +48,14 @@ def test_stages_writes_its_times_after_every_stage(tmp_path: Path) -> None:
     assert body["result"] == "failed" and "total" in done.stdout
 
 
-def _collect(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+def _collected(*args: str) -> list[str]:
+    done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=SCRIPTS.parent,
     )
-
-
-def _collected(*args: str) -> list[str]:
-    done = _collect(*args)
     assert done.returncode == 0, done.stdout + done.stderr
     return [line for line in done.stdout.splitlines() if "::" in line]
 
@@ -68,5 +68,7 @@ def test_shards_deal_the_selection_between_them_once() -> None:
     first, second = _collected(*selection, "--shard=0/2"), _collected(*selection, "--shard=1/2")
     assert len(whole) >= 2 and first and second
     assert sorted(first + second) == sorted(whole) and not set(first) & set(second)
-    bad = _collect(*selection, "--shard=2/2")
-    assert bad.returncode == 4 and "--shard" in bad.stderr, bad.stderr
+    assert parse_shard("1/3") == (1, 3)
+    for bad in ("2/2", "1", "a/2", "-1/2"):
+        with pytest.raises(pytest.UsageError, match="--shard"):
+            parse_shard(bad)
