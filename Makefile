@@ -127,9 +127,11 @@ SINK_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) 
 	--durations=10"
 SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py)
 # The quick Spark tests (tests/spark -m "not full", $(2) passed on) with Python $(1), dealt to two pytest
-# processes run together (--shard, tests/conftest.py): local-cluster and the PySpark matrix.
-QUICK_SPARK = $(TOGETHER) $(foreach k,0 1,"$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full' --durations=5 \
-	--shard=$(k)/2 $(2)")
+# processes run together (--shard, tests/conftest.py): local-cluster and the PySpark matrix. Without the
+# sinks' txid-check kills: a sink's txid-check commit is driver-side Python that neither the Spark version
+# nor the executors' layout touches, and the reference sink's and the data source's txid-check kills run.
+QUICK_SPARK = $(TOGETHER) $(foreach k,0 1,"$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full' \
+	-k 'not (_pipeline and txid)' --durations=5 --shard=$(k)/2 $(2)")
 # test-SINK-full: every test of the sink, the connector tests (and $(2)) beside the Spark pipelines, which
 # are dealt to two pytest processes (--shard). $(3), if given, is a contract suite class that sends the
 # same requests as the sink's main one in another encoding (JSON lines beside Parquet): it runs at make
