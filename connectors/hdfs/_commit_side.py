@@ -223,6 +223,7 @@ class _CommitSide(_SinkBase):
         for rel in present - keep:
             if not any(part.startswith(("_", ".")) for part in rel.split("/")):
                 self.fs.delete(f"{final}/{rel}", False)
+        faults.hit(faults.FaultPoint.F6, batch.batch_id)  # the files are the batch's, its record not yet
         self._check_epoch(batch.app_id, bundle.epoch, "commit")
         record = BatchRecord(bundle, tuple(sorted(keep)), schema, keys)
         if not self.fs.create_only(f"{final}/{L.BUNDLE_FILE}", record.encode()):

@@ -45,7 +45,8 @@ pytestmark = pytest.mark.spark
 
 SINK_DRIVER = Path(__file__).with_name("sink_driver.py")
 STRATEGIES = ["2pc", "txid-check", "idempotent"]
-# HdfsSink passes F6 after gathering the first participant's files into the batch's staging directory.
+# HdfsSink passes F6 after gathering the first participant's files into the batch's staging directory (2pc,
+# txid-check), or, idempotent, once the batch's visible files are checked and before its record is written.
 COMMON_POINTS = ["F1", "F2", "F3", "F4", "F6", "F8"]
 # make test: one kill-and-restart per strategy. 2pc at F5 with the checkpoint on HDFS
 # (test_a_checkpoint_on_hdfs_...): batch 1 is prepared and in Spark's commit log, so only the
