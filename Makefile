@@ -224,11 +224,10 @@ test-full: venv java tools
 	@$(STAGES) --title "make test-full" --budget 10800 --out build/test-full-times.json $(FULL_STAGES)
 
 # Every real-Spark test: every fault point x strategy on the reference sink, the demo's strategies, Spark Connect.
-# Two drivers at a time, as in make spark: the reference sink's kill tests beside the rest.
+# Two drivers at a time, as in make spark: the tests dealt to two pytest processes (--shard).
 spark-full: venv java
-	@$(TOGETHER) "$(PYTEST) tests/spark/test_kill_restart.py -q --durations=20" \
-		"$(PYTEST) tests/spark -q --durations=20 --ignore=tests/spark/test_kill_restart.py \
-		$(foreach f,$(SPARK_PIPELINES),--ignore=$(f))"
+	@$(TOGETHER) $(foreach k,0 1,"$(PYTEST) tests/spark -q --durations=20 --shard=$(k)/2 \
+		$(foreach f,$(SPARK_PIPELINES),--ignore=$(f))")
 
 # The quick Spark tests again with executors in JVMs of their own (but the demo: it runs its drivers on
 # local[2,4] whatever the tests' master, so it would only prove again what spark-full proved).
