@@ -181,7 +181,7 @@ contracts: venv
 	$(PY) tests/template/check_template.py
 
 # The PostgreSQL connector against Debian's PostgreSQL 15 (compatibility; part of test-full): every test, the
-# contract suite at make test's strength (the SQL it sends is the same at any strength).
+# contract suites at the strength make test-s3 uses (LIGHT_CONTRACT): the SQL they send is the same at any strength.
 PG15_BINDIR ?= /usr/lib/postgresql/15/bin
 postgres15: venv
 	@test -x $(PG15_BINDIR)/postgres || { echo "PostgreSQL 15 not found in $(PG15_BINDIR): apt-get install postgresql-15, or set PG15_BINDIR" >&2; exit 1; }
