@@ -228,12 +228,9 @@ def assert_killed(run: Run, point: str) -> None:
 
 DATASOURCE_KILLS = [("txid-check", "F5"), ("txid-check", "F8"), ("idempotent", "F1"), ("idempotent", "F4")]
 """Kafka's, S3's and HDFS's kills through format("eosink") (2pc is refused there), in test-SINK-full: each of
-F1, F4, F5 and F8 once, each strategy twice (in doubt and replayed for txid-check). PostgreSQL runs the
-other half (DATASOURCE_KILLS_OTHER_HALF), so the whole strategy x point matrix through the data source runs
-in test-full: the data source's path up to the connector is the same for every sink, and each sink's commit
-is killed before and after its COMMIT at least once."""
-DATASOURCE_KILLS_OTHER_HALF = [("txid-check", "F1"), ("txid-check", "F4"), ("idempotent", "F5"), ("idempotent", "F8")]
-"""The strategy x point pairs of F1, F4, F5 and F8 that DATASOURCE_KILLS leaves out (PostgreSQL's kills)."""
+F1, F4, F5 and F8 once, each strategy twice (in doubt and replayed for txid-check). The whole strategy x
+point matrix through the data source runs on PostgreSQL (test_postgres_pipeline): the data source's path
+up to the connector is the same for every sink, so the other sinks repeat only what differs, their commit."""
 WHOLE_ROW_KEYS = "id,account,amount"
 """The data source's idempotent keys in these tests: whole rows (it takes user keys only)."""
 

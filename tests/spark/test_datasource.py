@@ -55,8 +55,7 @@ def test_a_clean_run_writes_every_row_once(pipeline: Pipeline, strategy: str) ->
 
 QUICK = ("txid-check", "F5")  # make test: one kill-and-restart through the data source
 # test-full adds one for idempotent; the whole strategy x F1/F4/F5/F8 matrix through the data source runs
-# against the real sinks, half on PostgreSQL and half on each of the others (DATASOURCE_KILLS), so it is not
-# repeated here.
+# against a real sink, PostgreSQL (tests/spark/test_postgres_pipeline.py), so it is not repeated here.
 KILLS = [QUICK, ("idempotent", "F8")]
 
 
