@@ -714,13 +714,15 @@ class SinkContract:
         driver.run()
         driver.assert_exact()
 
-    @pytest.mark.parametrize("point", ["F1", "F2", "F3", "F4", "F8"])
+    @pytest.mark.parametrize("point", ["F1", "F2", "F3", "F4", "F6", "F8"])
     def test_crash_at_a_fault_point_then_restart_is_exact(self, variant: Variant, ns: Namespace, point: str) -> None:
-        """F1 (before begin), F2 (mid-write), F3 (after pre_commit), F4 (after the manifest), F8 (after commit).
+        """F1 (before begin), F2 (mid-write), F3 (after pre_commit), F4 (after the manifest), F6 (mid-commit:
+        the sink's own point, which its ``commit`` passes once part of the batch is published and before
+        its bundle is written), F8 (after commit).
 
         How: arm the point for batch 1, run until the crash, restart from configuration and
-        run to the end (Spark replays what it did not commit). Pass: exactly once, as in the
-        happy path.
+        run to the end (Spark replays what it did not commit). Pass: the point fired, in every
+        strategy; then exactly once, as in the happy path.
         """
         faults.configure(f"{point}@1:raise")
         driver = _Driver(self, ns, variant, _batches(variant))

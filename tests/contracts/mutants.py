@@ -208,6 +208,14 @@ class ConstantFingerprint(ReferenceSink):
         super().commit(batch, committables, replace(bundle, fingerprint=made_up))
 
 
+class NoMidCommitPoint(ReferenceSink):
+    """Never passes fault point F6, so no test ever crashes it between its data and its bundle."""
+
+    @staticmethod
+    def _mid_commit(batch: BatchRef) -> None:
+        return None
+
+
 def _one_bundle(sink: ReferenceSink, where_order: str, app_id: str) -> Bundle | None:
     """The first bundle ``SELECT bundle FROM bundles WHERE <where_order> LIMIT 1`` finds (a mutant's own query)."""
     query = f"SELECT bundle FROM bundles WHERE {where_order} LIMIT 1"  # the mutants' fixed text, no input
@@ -242,4 +250,5 @@ MUST_FAIL: dict[type[ReferenceSink], tuple[str, ...]] = {
     ZeroFingerprint: ("test_f13_divergent_replay_of_a_committed_batch",),
     ConstantFingerprint: ("test_f13_divergent_replay_of_a_committed_batch",),
     LastWrittenBundle: (RANDOM,),
+    NoMidCommitPoint: ("test_crash_at_a_fault_point_then_restart_is_exact",),
 }

@@ -17,7 +17,8 @@ onto it like this::
     fence(app_id)        epoch file + 1, under the exclusive lock; open (unprepared) work deleted
     begin, write         rows appended to the staged .jsonl
     pre_commit           fsync the rows, then write the committable next to them (prepared)
-    commit               os.replace each staged .jsonl into data/, then write the bundle (last)
+    commit               os.replace each staged .jsonl into data/, pass fault point F6, then write
+                         the bundle (last)
     abort                delete the staged files; refuse if the rows are already published
     commit_status        bundle -> COMMITTED; every committable staged or published -> PREPARED;
                          else ABORTED
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from eosink import faults
 from eosink.contract import BatchRef, Bundle, Capabilities, CommitStatus, Committable, Sink, TaskRef
 from eosink.errors import CommitAbortedError, ConfigurationError, FencedError
 
@@ -288,6 +290,9 @@ class {{ cookiecutter.class_name }}(Sink[_Txn]):
                 if self._state(c) == "prepared":
                     self._move(self._staged(c.batch.app_id, c.id, ".jsonl"), self._data_path(c.id))
                 self._staged(c.batch.app_id, c.id, ".json").unlink(missing_ok=True)
+            # Fault point F6 (mid-commit): the rows published, the bundle not yet. Tests crash the commit
+            # here (EOSINK_FAULTS="F6@1:kill"); the contract suite checks that every strategy passes it.
+            faults.hit(faults.FaultPoint.F6, batch.batch_id)
             self._write_atomic(self._bundle_path(batch), json.dumps(bundle.to_json()))
 
     def _already_committed(self, batch: BatchRef, bundle: Bundle) -> bool:
