@@ -82,28 +82,32 @@ class _Warm:
         yield from _discard(batches)
 
 
-def warm_up(spark: Any, adapter: BenchAdapter, job: Job, data: str | None) -> None:
-    """Start Spark's Python workers (one per concurrent task) with the sink's modules imported, and read the
-    data once, so that no run's clock includes what a long-running streaming job pays only at its start.
+WARMED_KINDS = ("eosink", "datasource", "at-least-once", "spark")
+"""The kinds of run whose own write :func:`warm_up` runs once on a few rows before the clock."""
 
-    A ``format("eosink")`` run also writes one small batch of its own first (:func:`_warm_data_source`).
+
+def warm_up(spark: Any, adapter: BenchAdapter, job: Job, data: str | None) -> None:
+    """Start Spark's Python workers (one per concurrent task) with the sink's modules imported, read the
+    data once, and write a few rows the run's own way (:func:`_warm_write`), so that no run's clock
+    includes what a long-running streaming job pays only at its start.
     """
     modules = ("eosink.spark", *getattr(adapter, "worker_modules", ()))
     spark.range(0, job.participants * 100, 1, job.participants).mapInArrow(_Warm(modules), "rows long").collect()
     if data:
         spark.read.schema(SPARK_SCHEMA).parquet(data).write.format("noop").mode("overwrite").save()
-    if job.spec.kind == "datasource":
-        _warm_data_source(spark, adapter, job)
+    if job.spec.kind in WARMED_KINDS:
+        _warm_write(spark, adapter, job)
 
 
-def _warm_data_source(spark: Any, adapter: BenchAdapter, job: Job) -> None:
-    """Run a streaming query of a few rows through the run's own ``format("eosink")`` write, into a scratch
-    namespace that is dropped after.
+def _warm_write(spark: Any, adapter: BenchAdapter, job: Job) -> None:
+    """Run a streaming query of a few rows through the run's own write, into a scratch namespace that is
+    dropped after.
 
-    Spark runs a data source's planning and commit in driver-side Python workers that it starts, cold, at
-    the query's first batch (a fresh interpreter importing eosink and the connector). A long-running
-    stream pays that once, as ``foreach_batch`` pays its driver's imports once, so neither way in's
-    clock includes it.
+    Each way of writing pays once, at a stream's first batch, what a long-running stream never pays
+    again: eosink's driver imports its connector and opens its first client (boto3 alone takes about a
+    second to import and load its service model), Spark's own sinks load their classes and open their
+    file system or producer, and a ``format("eosink")`` write has Spark start its driver-side Python
+    workers, cold. Every contender writes the same few rows this way first, so no clock includes it.
     """
     ns = f"{job.ns}w"
     root = Path(job.root) / "warm-up"
@@ -121,6 +125,7 @@ def _warm_data_source(spark: Any, adapter: BenchAdapter, job: Job) -> None:
         fn = adapter.batch_function(job.spec, ns, checkpoint, job.participants)
         df = spark.readStream.schema(SPARK_SCHEMA).parquet(source)
         start_query(df, fn, checkpoint, job.participants, {"availableNow": True}).awaitTermination()
+        finish_writer(fn)
     finally:
         adapter.drop(ns)
 
