@@ -291,8 +291,12 @@ WITH_PG_KAFKA = $(EOSINK) services up postgres kafka && $(EOSINK) services check
 examples: venv java tools
 	@$(call WITH_SPARK_SERVICES,$(PYTEST) tests/examples -q -m "not full" --durations=5)
 
+# Two drivers at a time, as in spark-full, dealt by example rather than --shard: every other test is a
+# through-a-kill run, so dealing every second test would give one process all the long runs.
+EXAMPLES_SPLIT := s3 or hdfs or kafka_to_kafka
 examples-full: venv java tools
-	@$(call WITH_SPARK_SERVICES,$(PYTEST) tests/examples -q --durations=5)
+	@$(call WITH_SPARK_SERVICES,$(TOGETHER) "$(PYTEST) tests/examples -q --durations=5 -k 'not ($(EXAMPLES_SPLIT))'" \
+		"$(PYTEST) tests/examples -q --durations=5 -k '$(EXAMPLES_SPLIT)'")
 
 EXAMPLE_DIR ?= /tmp/eosink-example
 # Each starts afresh (the harness's server is new on every `services up`, so is the example's directory).
