@@ -122,6 +122,9 @@ spark: venv java
 # compute: $(call SINK_TESTS,sink,connector test options) runs the two halves at the same time.
 SINKS := postgres kafka s3 hdfs
 TOGETHER = $(PYTHON) scripts/together.py
+# Command $(1) as two processes run together, one given -k '$(2)($(3))', the other -k '$(2)not ($(3))':
+# a split by test name, for selections too short or uneven for --shard's every-N-th dealing.
+TOGETHER_K = $(TOGETHER) "$(1) -k '$(2)($(3))'" "$(1) -k '$(2)not ($(3))'"
 SINK_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --durations=10" \
 	"$(PYTEST) tests/spark/test_$(1)_pipeline.py tests/chaos/test_chaos_quick.py -q -m 'not full' -k 'not chaos or $(1)' \
 	--durations=10"
@@ -136,8 +139,8 @@ SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py)
 # on the other for 1-3 minutes.
 QUICK_K := not (_pipeline and (txid or idempotent))
 QUICK_SPLIT := test_demo or test_kill_restart
-QUICK_PYTEST = "$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full' -k '($(QUICK_K)) and $(3)' --durations=5 $(2)"
-QUICK_SPARK = $(TOGETHER) $(call QUICK_PYTEST,$(1),$(2),($(QUICK_SPLIT))) $(call QUICK_PYTEST,$(1),$(2),not ($(QUICK_SPLIT)))
+QUICK_SPARK = $(call TOGETHER_K,$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full' --durations=5 $(2),\
+	($(QUICK_K)) and ,$(QUICK_SPLIT))
 # test-SINK-full: every test of the sink, the connector tests (and $(2)) beside the Spark pipelines, which
 # are dealt to two pytest processes (--shard). $(3), if given, is a contract suite class that sends the
 # same requests as the sink's main one in another encoding (JSON lines beside Parquet): it runs at make
@@ -299,8 +302,7 @@ examples: venv java tools
 # through-a-kill run, so dealing every second test would give one process all the long runs.
 EXAMPLES_SPLIT := s3 or hdfs or kafka_to_kafka
 examples-full: venv java tools
-	@$(call WITH_SPARK_SERVICES,$(TOGETHER) "$(PYTEST) tests/examples -q --durations=5 -k 'not ($(EXAMPLES_SPLIT))'" \
-		"$(PYTEST) tests/examples -q --durations=5 -k '$(EXAMPLES_SPLIT)'")
+	@$(call WITH_SPARK_SERVICES,$(call TOGETHER_K,$(PYTEST) tests/examples -q --durations=5,,$(EXAMPLES_SPLIT)))
 
 EXAMPLE_DIR ?= /tmp/eosink-example
 # Each starts afresh (the harness's server is new on every `services up`, so is the example's directory).
