@@ -5,10 +5,13 @@ the batch into record batches or partitions, so a faithful replay hashes the sam
 
 Hashes are stored (in bundles' fingerprints) and derived into row keys, so a version's numbers
 never change; golden tests pin them. Version 1 hashes decimals through their text as Python
-objects; version 2 hashes their Arrow buffer in numpy, about 15 times faster. Generated
-keys stay on version 1 (a replay after an upgrade must produce the same keys); fingerprints
-carry their version, and a replay is fingerprinted with the version of the bundle it is
-compared with.
+objects; version 2 hashes their Arrow buffer in numpy, about 15 times faster. Version 3
+also hashes strings and binaries from their Arrow buffers (a polynomial over the bytes, taken
+with prefix sums in numpy) instead of making a Python object per value, about twice as fast.
+It tells accidental differences apart (what a fingerprint is for: a replay that computed
+other values), not crafted collisions. Generated keys stay on version 1 (a replay after an
+upgrade must produce the same keys); fingerprints carry their version, and a replay is
+fingerprinted with the version of the bundle it is compared with.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import pyarrow.compute as pc
 
 U64 = npt.NDArray[np.uint64]
 
-HASH_VERSIONS = (1, 2)
+HASH_VERSIONS = (1, 2, 3)
 """The row-hash versions this release computes."""
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -89,6 +92,84 @@ def _decimal_hash(arr: pa.Array) -> U64:
     return h
 
 
+_BASE = 0x100000001B3  # odd, so invertible modulo 2**64
+_SPAN = 1 << 16
+"""Bytes hashed in one numpy pass: bounds the temporary arrays (8 bytes per byte hashed)."""
+_TABLES: list[tuple[U64, U64]] = []
+
+
+def _power_tables() -> tuple[U64, U64]:
+    """``_BASE**k`` and ``_BASE**-k`` modulo 2**64 for ``k <= _SPAN`` (made once per process)."""
+    if not _TABLES:
+        tables = []
+        for base in (_BASE, pow(_BASE, -1, 1 << 64)):
+            steps = np.full(_SPAN + 1, base, dtype=np.uint64)
+            steps[0] = 1
+            tables.append(np.cumprod(steps, dtype=np.uint64))
+        _TABLES.append((tables[0], tables[1]))
+    return _TABLES[0]
+
+
+def _poly(data: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> U64:
+    """``sum((data[start + t] + 1) * _BASE**t for t < end - start)`` per value, wrapping; values within one span.
+
+    A prefix sum over the span weights each byte by ``_BASE**i`` (its index in the span); a
+    value's difference of prefix sums is its polynomial times ``_BASE**start``, which the
+    inverse power takes out.
+    """
+    lo = int(starts[0])
+    m = int(ends[-1]) - lo
+    powers, inverses = _power_tables()
+    with np.errstate(over="ignore"):
+        prefix = np.zeros(m + 1, dtype=np.uint64)
+        np.cumsum((data[lo : lo + m].astype(np.uint64) + np.uint64(1)) * powers[:m], out=prefix[1:])
+        return (prefix[ends - lo] - prefix[starts - lo]) * inverses[starts - lo]  # type: ignore[no-any-return]
+
+
+def _long_poly(data: npt.NDArray[np.uint8], start: int, end: int) -> np.uint64:
+    """:func:`_poly` of one value longer than a span, a span at a time."""
+    total = 0
+    for lo in range(start, end, _SPAN):
+        hi = min(lo + _SPAN, end)
+        part = int(_poly(data, np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))[0])
+        total = (total + part * pow(_BASE, lo - start, 1 << 64)) % (1 << 64)
+    return np.uint64(total)
+
+
+def _bytes_hash(arr: pa.Array) -> U64:
+    """Version 3 hash of each value of a string or binary array, from its offsets and data buffers.
+
+    Null slots hash like empty values here; :func:`column_hash` replaces them with the null constant.
+    """
+    n = len(arr)
+    wide = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    offsets_buf, data_buf = arr.buffers()[1], arr.buffers()[2]
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    if offsets_buf is None:  # every value empty (or null)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+    else:
+        offsets = np.frombuffer(offsets_buf, dtype=np.int64 if wide else np.int32)[arr.offset : arr.offset + n + 1]
+        offsets = offsets.astype(np.int64)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, dtype=np.uint8)
+    sums = np.zeros(n, dtype=np.uint64)
+    i = 0
+    while i < n:
+        if offsets[i + 1] - offsets[i] > _SPAN:
+            sums[i] = _long_poly(data, int(offsets[i]), int(offsets[i + 1]))
+            i += 1
+            continue
+        j = max(int(np.searchsorted(offsets, offsets[i] + _SPAN, side="right")) - 1, i + 1)  # rows i..j-1
+        sums[i:j] = _poly(data, offsets[i:j], offsets[i + 1 : j + 1])
+        i = j
+    lengths = (offsets[1:] - offsets[:-1]).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        return splitmix64(sums + splitmix64(lengths))
+
+
+_BYTES_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+
+
 def column_hash(arr: pa.Array, version: int = 1) -> U64:
     """One uint64 per value under hash ``version``; nulls hash to a fixed constant."""
     if version not in HASH_VERSIONS:
@@ -104,6 +185,8 @@ def column_hash(arr: pa.Array, version: int = 1) -> U64:
         h = splitmix64(np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.uint64))
     elif version >= 2 and pa.types.is_decimal(arr.type):
         h = _decimal_hash(arr)
+    elif version >= 3 and any(is_(arr.type) for is_ in _BYTES_TYPES):
+        h = _bytes_hash(arr)
     elif pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         h = _object_hash(arr.fill_null("").to_numpy(zero_copy_only=False))
     elif pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):

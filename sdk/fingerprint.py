@@ -20,7 +20,7 @@ from eosink.contract import Fingerprint
 
 __all__ = ["FINGERPRINT_VERSION", "fingerprint_of"]
 
-FINGERPRINT_VERSION = 2
+FINGERPRINT_VERSION = 3
 """The row-hash version of new fingerprints (``eosink._rowhash``)."""
 
 _SECOND = np.uint64(0xD6E8FEB86659FD93)

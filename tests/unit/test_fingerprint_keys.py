@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import subprocess
 import sys
 import uuid
@@ -24,7 +25,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eosink._rowhash import column_hash, row_hashes
+from eosink import _rowhash
+from eosink._rowhash import column_hash, row_hashes, splitmix64
 from eosink.contract import Fingerprint
 from eosink.errors import SchemaError
 from eosink.fingerprint import FINGERPRINT_VERSION, fingerprint_of
@@ -418,7 +420,11 @@ def golden_batch() -> pa.RecordBatch:
 
 @pytest.mark.parametrize(
     ("version", "sums"),
-    [(1, ("57ce7bfb90406c98", "08336536351ebaae")), (2, ("190b69e52f0fcf6b", "5368d9337cf8f542"))],
+    [
+        (1, ("57ce7bfb90406c98", "08336536351ebaae")),
+        (2, ("190b69e52f0fcf6b", "5368d9337cf8f542")),
+        (3, ("a3339784a968cc24", "7b282ea11b0de09a")),
+    ],
 )
 def test_fingerprint_versions_are_pinned(version: int, sums: tuple[str, str]) -> None:
     """Bundles store fingerprints and replays compare with them: a version's numbers never change.
@@ -430,12 +436,51 @@ def test_fingerprint_versions_are_pinned(version: int, sums: tuple[str, str]) ->
 
 
 def test_new_fingerprints_use_the_current_version() -> None:
-    """Pass: fingerprint_of defaults to FINGERPRINT_VERSION (2), which differs from version 1 on decimals only."""
+    """Pass: fingerprint_of defaults to FINGERPRINT_VERSION (3); version 2 differs from version 1 on
+    decimals only, version 3 from version 2 on strings and binaries only."""
     batch = golden_batch()
-    assert fingerprint_of(batch).version == FINGERPRINT_VERSION == 2
+    assert fingerprint_of(batch).version == FINGERPRINT_VERSION == 3
     no_decimal = batch.drop_columns(["d"])
     v1, v2 = fingerprint_of(no_decimal, 1), fingerprint_of(no_decimal, 2)
     assert (v1.sum1, v1.sum2) == (v2.sum1, v2.sum2) and v1 != v2
+    no_bytes = batch.drop_columns(["s", "b"])
+    v2, v3 = fingerprint_of(no_bytes, 2), fingerprint_of(no_bytes, 3)
+    assert (v2.sum1, v2.sum2) == (v3.sum1, v3.sum2) and v2 != v3
+    assert fingerprint_of(batch, 2).sum1 != fingerprint_of(batch, 3).sum1
+
+
+def _bytes_reference(value: bytes) -> int:
+    """Version 3's hash of one string or binary value, in plain Python (the definition)."""
+    mod = 1 << 64
+    poly = sum((c + 1) * pow(_rowhash._BASE, t, mod) for t, c in enumerate(value)) % mod
+    length = int(splitmix64(np.array([len(value)], dtype=np.uint64))[0])
+    return int(splitmix64(np.array([(poly + length) % mod], dtype=np.uint64))[0])
+
+
+def test_bytes_hash_v3_is_its_definition_whatever_the_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Version 3 hashes strings and binaries from Arrow's buffers, in spans of bytes at a time.
+
+    Pass: every value hashes to the plain-Python definition, in string, large string, binary and
+    large binary arrays, in a slice as alone, and with a span so small that values cross span
+    ends and some are longer than a span; an empty value, a zero byte and a prefix are told apart.
+    """
+    rng = random.Random(3)
+    values = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 90))) for _ in range(200)]
+    values += [b"", b"\x00", b"\x00a", b"a", b"a\x00", "héllo".encode()]
+    expected = [_bytes_reference(v) for v in values]
+    for kind in (pa.binary(), pa.large_binary()):
+        arr = pa.array(values, kind)
+        assert [int(h) for h in column_hash(arr, 3)] == expected
+        assert [int(h) for h in column_hash(arr.slice(17, 60), 3)] == expected[17:77]
+    text = ["a", "héllo", "", "zzz" * 40]
+    for kind in (pa.string(), pa.large_string()):
+        assert [int(h) for h in column_hash(pa.array(text, kind), 3)] == [_bytes_reference(t.encode()) for t in text]
+    assert len(set(expected[-6:-1])) == 5
+    monkeypatch.setattr(_rowhash, "_SPAN", 64)
+    monkeypatch.setattr(_rowhash, "_TABLES", [])
+    assert [int(h) for h in column_hash(pa.array(values, pa.binary()), 3)] == expected
+    nulls = pa.array(["a", None, ""], pa.string())
+    assert column_hash(nulls, 3)[1] == column_hash(pa.array([None], pa.string()), 3)[0] != column_hash(nulls, 3)[2]
 
 
 def test_decimal_hash_v2_ignores_slicing_and_tells_values_apart() -> None:
@@ -469,7 +514,7 @@ def test_generated_keys_are_pinned() -> None:
 
 
 def test_fingerprint_json_keeps_the_version_and_reads_old_bundles() -> None:
-    """Pass: version 2 round-trips through JSON; JSON without a version (older bundles) reads as version 1;
+    """Pass: the current version round-trips through JSON; JSON without a version (older bundles) reads as version 1;
     empty fingerprints are equal whatever their version; adding different versions is refused."""
     fp = fingerprint_of(golden_batch())
     assert Fingerprint.from_json(json.loads(json.dumps(fp.to_json()))) == fp
@@ -477,7 +522,7 @@ def test_fingerprint_json_keeps_the_version_and_reads_old_bundles() -> None:
     assert "version" not in old.to_json() and Fingerprint.from_json(old.to_json()).version == 1
     assert Fingerprint() == Fingerprint(version=2) and hash(Fingerprint()) == hash(Fingerprint(version=2))
     assert Fingerprint() + fp == fp == fp + Fingerprint(version=1)
-    with pytest.raises(ValueError, match="versions 2 and 1"):
+    with pytest.raises(ValueError, match="versions 3 and 1"):
         _ = fp + old
     with pytest.raises(ValueError, match="unknown row-hash version"):
-        column_hash(pa.array([1]), 3)
+        column_hash(pa.array([1]), 4)
