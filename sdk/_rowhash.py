@@ -123,17 +123,18 @@ def _poly(data: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.
     with np.errstate(over="ignore"):
         prefix = np.zeros(m + 1, dtype=np.uint64)
         np.cumsum((data[lo : lo + m].astype(np.uint64) + np.uint64(1)) * powers[:m], out=prefix[1:])
-        return (prefix[ends - lo] - prefix[starts - lo]) * inverses[starts - lo]  # type: ignore[no-any-return]
+        sums: U64 = (prefix[ends - lo] - prefix[starts - lo]) * inverses[starts - lo]
+        return sums
 
 
-def _long_poly(data: npt.NDArray[np.uint8], start: int, end: int) -> np.uint64:
+def _long_poly(data: npt.NDArray[np.uint8], start: int, end: int) -> int:
     """:func:`_poly` of one value longer than a span, a span at a time."""
     total = 0
     for lo in range(start, end, _SPAN):
         hi = min(lo + _SPAN, end)
         part = int(_poly(data, np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))[0])
         total = (total + part * pow(_BASE, lo - start, 1 << 64)) % (1 << 64)
-    return np.uint64(total)
+    return total
 
 
 def _bytes_hash(arr: pa.Array) -> U64:
