@@ -5,11 +5,11 @@ What each does (``ctl`` is ``<prefix>/_eosink/<app-dir>/``)::
     commit(batch, cs, b)   1. the epoch (GET ctl/epoch.json): a newer one -> FencedError
                            2. the batch's marker (GET ctl/commits/<batch>.json): there with the same
                               committables -> done; with others -> CommitAbortedError
-                           3. CompleteMultipartUpload of every object (its reply checked: a 200 can
-                              carry an error); an upload that is gone is looked up with HEAD: the
-                              object exists (an earlier commit completed it) -> go on; it does not
-                              -> CommitAbortedError (the work is lost), objects this call completed
-                              are deleted again
+                           3. CompleteMultipartUpload of every object, up to eight at once (each
+                              reply checked: a 200 can carry an error); an upload that is gone is
+                              looked up with HEAD: the object exists (an earlier commit completed
+                              it) -> go on; it does not -> CommitAbortedError (the work is lost),
+                              objects this call completed are deleted again
                            4. the epoch again (a writer that fenced meanwhile keeps the batch out)
                            5. the marker, PUT with If-None-Match: * : 412 -> read it (the same
                               committables: done; others: CommitAbortedError); no reply ->
@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from eosink import faults
@@ -47,6 +48,9 @@ from eosink.errors import AmbiguousCommitError, CommitAbortedError
 __all__ = ["_CommitSide"]
 
 log = logging.getLogger("eosink.s3")
+
+_COMPLETE_THREADS = 8
+"""CompleteMultipartUpload requests a commit has in flight at once (boto3 pools 10 connections per client)."""
 
 
 def records(c: Committable) -> list[ObjectRecord]:
@@ -91,41 +95,66 @@ class _CommitSide(_S3Base):
         self._seen(existing)
 
     def _complete_all(self, batch: BatchRef, committables: Sequence[Committable]) -> list[MarkedObject]:
-        objects: list[MarkedObject] = []
+        """Complete every object of the batch, up to ``_COMPLETE_THREADS`` at a time (each is one round trip
+        of its own); an object whose upload is gone and which does not exist either makes the batch
+        uncommittable: the objects this call completed are deleted again (CommitAbortedError)."""
+        jobs = [(c, record) for c in committables for record in records(c)]
         completed: list[str] = []
-        for n, c in enumerate(committables):
-            for record in records(c):
-                if not c.payload.get("transactional", True) or record.upload_id is None:
-                    etag = record.etag or self._existing_etag(batch, c, record, completed)
-                else:
-                    etag = self._complete_one(batch, c, record, completed)
-                objects.append(MarkedObject(record.key, etag, record.size, record.rows, c.id, record.partition))
-            if n == 0:
-                faults.hit(faults.FaultPoint.F6, batch.batch_id)  # some objects complete, the marker not yet
-        return objects
+        outcomes: list[str | BaseException | None] = [None] * len(jobs)
 
-    def _complete_one(self, batch: BatchRef, c: Committable, record: ObjectRecord, completed: list[str]) -> str:
-        if not record.parts:  # a committable recover() listed: its parts are on the store
-            record.parts = self._parts(record)
-        try:
-            etag = complete(self.config, self._s3_once, record)
-        except UploadGone:
-            return self._existing_etag(batch, c, record, completed)
-        completed.append(record.key)
-        return etag
+        def run(n: int) -> None:
+            c, record = jobs[n]
+            try:
+                outcomes[n] = self._complete_one(c, record, completed)
+            except Exception as exc:
+                outcomes[n] = exc
 
-    def _existing_etag(self, batch: BatchRef, c: Committable, record: ObjectRecord, completed: list[str]) -> str:
-        """The ETag of an object whose upload is gone: completed before (its ETag), or lost (CommitAbortedError)."""
-        head = self._head(record.key)
-        if head is None:
+        if len(jobs) == 1:
+            run(0)
+            faults.hit(faults.FaultPoint.F6, batch.batch_id)  # the objects complete, the marker not yet
+        elif jobs:
+            with ThreadPoolExecutor(min(len(jobs), _COMPLETE_THREADS), thread_name_prefix="eosink-s3-complete") as pool:
+                for n, done in enumerate(as_completed([pool.submit(run, n) for n in range(len(jobs))])):
+                    done.result()
+                    if n == 0:
+                        faults.hit(faults.FaultPoint.F6, batch.batch_id)  # some objects complete, the marker not yet
+        lost = [(c, record) for (c, record), out in zip(jobs, outcomes, strict=True) if out is None]
+        if lost:
             if completed:
                 with self._quiet(f"removing the objects this commit of batch {batch} completed"):
                     self._delete_keys(completed)
+            c, record = lost[0]
             raise CommitAbortedError(
                 f"Committable {c.id} of batch {batch}: the upload of {record.key!r} is gone and the object does "
                 "not exist; the batch cannot be committed.",
                 "Abort the batch's other committables and replay the batch.",
             )
+        for out in outcomes:
+            if isinstance(out, BaseException):
+                raise out
+        return [
+            MarkedObject(record.key, str(etag), record.size, record.rows, c.id, record.partition)
+            for (c, record), etag in zip(jobs, outcomes, strict=True)
+        ]
+
+    def _complete_one(self, c: Committable, record: ObjectRecord, completed: list[str]) -> str | None:
+        """The object's ETag once it is complete; None when its upload is gone and the object does not exist."""
+        if not c.payload.get("transactional", True) or record.upload_id is None:
+            return record.etag or self._existing_etag(record)
+        if not record.parts:  # a committable recover() listed: its parts are on the store
+            record.parts = self._parts(record)
+        try:
+            etag = complete(self.config, self._s3_once, record)
+        except UploadGone:
+            return self._existing_etag(record)
+        completed.append(record.key)
+        return etag
+
+    def _existing_etag(self, record: ObjectRecord) -> str | None:
+        """The ETag of an object whose upload is gone (completed before), or None (the object is lost)."""
+        head = self._head(record.key)
+        if head is None:
+            return None
         etag = str(head["ETag"])
         if record.parts and etag != expected_etag(record.parts):
             log.warning("eosink: %s exists with ETag %s, not %s", record.key, etag, expected_etag(record.parts))

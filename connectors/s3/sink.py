@@ -3,9 +3,9 @@
 The contract maps onto S3 like this (``ctl`` is ``<prefix>/_eosink/<app-dir>/``, see ``_layout``)::
 
     setup(app_id)          HeadBucket (a 403 is asked again as a one-key listing, whose error says
-                           whether the keys or a permission is wrong); once per process and prefix, a
-                           probe that the store honours If-None-Match: * and If-Match (a store that
-                           ignores them is refused)
+                           whether the keys or a permission is wrong); once per process, endpoint and
+                           bucket, a probe that the store honours If-None-Match: * and If-Match (a
+                           store that ignores them is refused)
     fence(app_id)          ctl/epoch.json read, then written as epoch + 1 with If-Match on the ETag
                            read (If-None-Match: * for the first): two writers fencing at once both
                            get an epoch of their own, and a lost reply is recognised by a nonce
@@ -61,7 +61,9 @@ __all__ = ["S3Sink"]
 
 log = logging.getLogger("eosink.s3")
 
-_PROBED: set[tuple[int, Any, str, str]] = set()
+_PROBED: set[tuple[int, Any, str]] = set()
+"""(pid, connection, bucket) whose conditional writes this process has probed: a property of the store
+and bucket, not of a prefix, so a second sink on the same bucket does not pay the probe's four requests again."""
 _PROBE_LOCK = threading.Lock()
 FENCE_ATTEMPTS = 50
 
@@ -119,11 +121,11 @@ class S3Sink(_WriteSide, _CommitSide, Sink[_Txn]):
     # -- setup and fencing -------------------------------------------------------------------------
 
     def setup(self, app_id: str) -> None:
-        """Check the bucket, and once per process and prefix that the store honours conditional writes."""
+        """Check the bucket, and once per process and bucket that the store honours conditional writes."""
         self._head_bucket()
         if not self.config.check_conditional_writes:
             return
-        key = (os.getpid(), self._conn, self.config.bucket, self.config.prefix)
+        key = (os.getpid(), self._conn, self.config.bucket)
         with _PROBE_LOCK:
             if key in _PROBED:
                 return

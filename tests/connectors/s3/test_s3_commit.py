@@ -1,0 +1,103 @@
+"""S3Sink.commit with many objects: they are completed concurrently, and a batch with one lost object
+leaves nothing of itself behind.
+
+The objects come from three participants writing into two partition folders each (six multipart
+uploads), straight through the contract's calls against the harness's MinIO.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pytest
+
+from eosink.connectors.s3 import S3Sink, committed_markers
+from eosink.connectors.s3._upload import ObjectRecord
+from eosink.contract import BatchRef, Bundle, Committable, Fingerprint, TaskRef
+from eosink.errors import CommitAbortedError
+
+from .conftest import HARNESS
+
+APP = "commit-app"
+
+
+def _prepare(sink: S3Sink, batch: BatchRef, epoch: int) -> list[Committable]:
+    """Three participants, each with rows for regions ``eu`` and ``us``: two objects apiece."""
+    out = []
+    for participant in range(3):
+        txn = sink.begin(TaskRef(batch, epoch, participant, f"a{participant}", strategy="2pc"))
+        ids = [participant * 10 + i for i in range(4)]
+        sink.write(txn, pa.record_batch({"id": ids, "region": ["eu", "us", "eu", "us"]}))
+        out.append(sink.pre_commit(txn))
+    return out
+
+
+def _keys(committables: Sequence[Committable]) -> list[str]:
+    return [str(o["key"]) for c in committables for o in c.payload["objects"]]
+
+
+def _exists(key: str) -> bool:
+    return bool(HARNESS.client().list_objects_v2(Bucket=HARNESS.bucket, Prefix=key).get("KeyCount"))
+
+
+@pytest.fixture
+def sink(prefix: str) -> S3Sink:
+    made = S3Sink(HARNESS.config(prefix, partition_by=("region",)))
+    made.setup(APP)
+    return made
+
+
+def test_every_object_of_a_batch_is_completed_concurrently_and_named_by_its_marker(sink: S3Sink) -> None:
+    """Pass: six uploads complete, from more than one thread at once; the marker names each with the
+    ETag the store gives it; committing the batch again changes nothing."""
+    epoch = sink.fence(APP)
+    batch = BatchRef(APP, 0)
+    committables = _prepare(sink, batch, epoch)
+    keys = _keys(committables)
+    assert len(keys) == 6 and not any(_exists(k) for k in keys)
+
+    client = sink._s3_once
+    threads: set[str] = set()
+    original = client.complete_multipart_upload
+
+    def spy(**kwargs: object) -> object:
+        threads.add(threading.current_thread().name)
+        return original(**kwargs)
+
+    client.complete_multipart_upload = spy
+    bundle = Bundle(batch, epoch, Fingerprint(), tuple(sorted(c.id for c in committables)), None, "2pc")
+    try:
+        sink.commit(batch, committables, bundle)
+    finally:
+        del client.complete_multipart_upload
+    assert len(threads) > 1, threads
+
+    (marker,) = committed_markers(sink.config, APP)
+    assert sorted(o.key for o in marker.objects) == sorted(keys)
+    s3 = HARNESS.client()
+    for obj in marker.objects:
+        assert s3.head_object(Bucket=HARNESS.bucket, Key=obj.key)["ETag"] == obj.etag
+    sink.commit(batch, committables, bundle)
+    assert [m.batch_id for m in committed_markers(sink.config, APP)] == [0]
+
+
+def test_a_lost_upload_aborts_the_commit_and_removes_the_objects_it_completed(sink: S3Sink) -> None:
+    """One upload is aborted behind the sink's back (a lifecycle rule) and its object never existed.
+
+    Pass: commit raises CommitAbortedError naming that object; none of the batch's six objects
+    exists afterwards (the five completed by the call are deleted again) and no marker was written.
+    """
+    epoch = sink.fence(APP)
+    batch = BatchRef(APP, 0)
+    committables = _prepare(sink, batch, epoch)
+    lost = ObjectRecord.from_json(committables[1].payload["objects"][0])
+    HARNESS.client().abort_multipart_upload(Bucket=HARNESS.bucket, Key=lost.key, UploadId=lost.upload_id)
+
+    bundle = Bundle(batch, epoch, Fingerprint(), tuple(sorted(c.id for c in committables)), None, "2pc")
+    with pytest.raises(CommitAbortedError) as err:
+        sink.commit(batch, committables, bundle)
+    assert lost.key in str(err.value) and "replay the batch" in str(err.value)
+    assert not [k for k in _keys(committables) if _exists(k)]
+    assert committed_markers(sink.config, APP) == []
