@@ -33,7 +33,7 @@ from eosink.bench.runs import (
     target_size,
 )
 
-__all__ = ["BenchPlan", "main", "plan_from_args"]
+__all__ = ["BenchPlan", "main", "plan_from_args", "round_order"]
 
 RSS_MASTER = "local-cluster[2,1,1024]"
 LATENCY_KINDS = ("eosink", "at-least-once")
@@ -95,8 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--repeat",
         type=int,
-        help="rounds of throughput runs at the target size (1M rows, else the smallest), interleaved; each run's "
-        "median counts (default 3; quick 1)",
+        help="rounds of throughput runs at the target size (1M rows, else the smallest), interleaved, each round "
+        "starting one run later; each run's median counts (default 3; quick 1)",
     )
     ap.add_argument("--rss-rows", help="batch sizes of the driver-RSS runs (default 1000000,5000000); 0 skips")
     ap.add_argument("--out", default="results", help="where bench-<sink>.json/.md/.png go")
@@ -142,6 +142,14 @@ def plan_from_args(argv: Sequence[str]) -> BenchPlan:
     )
 
 
+def round_order(specs: list[RunSpec], n: int) -> list[RunSpec]:
+    """The runs of throughput round ``n`` (from 0): the list rotated left by ``n``."""
+    if not specs:
+        return []
+    k = n % len(specs)
+    return specs[k:] + specs[:k]
+
+
 class _Bench:
     def __init__(self, plan: BenchPlan, adapter: BenchAdapter) -> None:
         self.plan = plan
@@ -149,6 +157,8 @@ class _Bench:
         self.started = time.monotonic()
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
         self.work = plan.cache / "runs" / stamp
+        self.rounds_run = 0
+        """Throughput rounds started so far, of every size: where the next round's order starts."""
 
     def say(self, text: str) -> None:
         print(f"[{time.monotonic() - self.started:7.1f}s] {text}", flush=True)
@@ -188,13 +198,19 @@ class _Bench:
 
     def run_throughput(self, dataset: Dataset, rounds: int = 1) -> list[RunResult]:
         """Every throughput run over ``dataset``, ``rounds`` times, interleaved (a slow minute of the machine hits
-        every contender alike); each run's median counts, and any failed round fails the run."""
+        every contender alike); each run's median counts, and any failed round fails the run.
+
+        Each round starts one run later in the list than the round before (:func:`round_order`), so no run is
+        always the first of a round, or always follows the same one: what one run leaves behind on the store
+        or the machine falls on each in turn."""
         specs = [spec for spec in self.adapter.runs() if self.wanted(spec.name)]
         bodies: dict[str, list[dict[str, Any]]] = {spec.name: [] for spec in specs}
         for n in range(rounds):
             if rounds > 1:
                 self.say(f"throughput {dataset.rows:>9,} round {n + 1} of {rounds}")
-            for spec in specs:
+            order = round_order(specs, self.rounds_run)
+            self.rounds_run += 1
+            for spec in order:
                 body = self.throughput(spec, dataset, self.plan.master)
                 bodies[spec.name].append(body)
                 self._report_round(spec, dataset, body)

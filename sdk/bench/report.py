@@ -284,7 +284,11 @@ def _rounds_note(results: list[RunResult]) -> list[str]:
     rounds = max((len(r.round_seconds) for r in results), default=0)
     if rounds < 2:
         return []
-    return [f"Each run {rounds} times, interleaved; the median run counts (fastest-slowest seconds in brackets).", ""]
+    return [
+        f"Each run {rounds} times, interleaved, each round starting one run later; the median run counts "
+        "(fastest-slowest seconds in brackets).",
+        "",
+    ]
 
 
 def render_markdown(report: Report, chart: str | None = None, level: int = 1) -> str:

@@ -280,9 +280,34 @@ def test_repeated_runs_count_their_median_and_any_failed_round_fails(tmp_path: P
     assert result.ok and result.seconds == 4.0 and result.round_seconds == [5.0, 3.0, 4.0]
     assert RunResult.from_json(result.to_json()) == result
     text = render_markdown(_report(throughput={ROWS: [result]}))
-    assert "| eosink-2pc | atomic | 4.00 (3.00-5.00) |" in text and "Each run 3 times, interleaved" in text
+    assert "| eosink-2pc | atomic | 4.00 (3.00-5.00) |" in text
+    assert "Each run 3 times, interleaved, each round starting one run later" in text
     short = [{"seconds": 3.0, "verified_rows": ROWS}, {"seconds": 3.0, "verified_rows": ROWS - 1}]
     assert not bench._result(spec, data, short).ok
+
+
+def test_each_round_starts_one_run_later_so_no_run_is_always_first(tmp_path: Path) -> None:
+    """Whatever a run leaves behind (objects being purged, dirty pages) slows the run after it; with one fixed
+    order the same run always paid for it. Pass: over as many rounds as runs, every run is first once and
+    follows each position's predecessor in turn; the next data set's round goes on rotating."""
+    bench = _Bench(plan_from_args(["--no-docs", "--cache", str(tmp_path)]), _adapter())
+    names = [s.name for s in _adapter().runs()]
+    seen: list[str] = []
+
+    def throughput(spec: RunSpec, dataset: Dataset, master: str, kind: str = "throughput") -> dict[str, Any]:
+        seen.append(spec.name)
+        return {"seconds": 1.0, "verified_rows": dataset.rows}
+
+    bench.throughput = throughput  # type: ignore[method-assign]
+    results = bench.run_throughput(Dataset(ROWS, 1, tmp_path, 100 * ROWS), rounds=len(names))
+    rounds = [seen[i : i + len(names)] for i in range(0, len(seen), len(names))]
+    assert [r[0] for r in rounds] == names
+    assert all(sorted(r) == sorted(names) for r in rounds)
+    assert [r.name for r in results] == names and all(len(r.round_seconds) == len(names) for r in results)
+    seen.clear()
+    bench.run_throughput(Dataset(5 * ROWS, 1, tmp_path, 500 * ROWS))  # round len(names): the list's own order
+    bench.run_throughput(Dataset(5 * ROWS, 1, tmp_path, 500 * ROWS))
+    assert seen == names + names[1:] + names[:1]
 
 
 def test_a_job_result_becomes_a_run_result_and_targets_are_judged_at_1m_rows(tmp_path: Path) -> None:
