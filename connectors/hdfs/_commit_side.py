@@ -17,7 +17,8 @@ commit the same committables (a zombie and its successor) gather into one place,
 rename that wins publishes them all; the loser finds the same bundle in place.
 
 Idempotent (non-transactional) committables are visible already: the commit deletes files of
-the batch's directory that no committable names (an earlier attempt's) and writes the record.
+the batch's directory that no committable names (an earlier attempt's) and writes the record; a
+lost reply to the record's rename is ambiguous too, resolved by looking for the record.
 """
 
 from __future__ import annotations
@@ -136,13 +137,17 @@ class _CommitSide(_SinkBase):
                 "record.",
             ) from None
         except (OSError, RuntimeError) as exc:
-            if is_connection_error(exc):
-                raise AmbiguousCommitError(
-                    f"The rename making batch {batch} visible got no reply ({self.config.scrub(str(exc)[:300])}).",
-                    "Ask commit_status (the coordinator does): it looks whether the batch's directory exists with "
-                    "its record; never assume either outcome.",
-                ) from None
+            self._raise_if_lost_reply(f"rename making batch {batch} visible", exc)
             raise
+
+    def _raise_if_lost_reply(self, what: str, exc: BaseException) -> None:
+        """A connection lost during the commit's last step: the NameNode may have done it; only looking tells."""
+        if is_connection_error(exc):
+            raise AmbiguousCommitError(
+                f"The {what} got no reply ({self.config.scrub(str(exc)[:300])}).",
+                "Ask commit_status (the coordinator does): it looks whether the batch's directory holds its "
+                "record; never assume either outcome.",
+            ) from None
 
     def _gather(self, batch: BatchRef, committables: Sequence[Committable], stage: str) -> list[str]:
         """Steps 2 and 3: every committable's files, counted, then moved into ``stage``; their paths in it."""
@@ -226,7 +231,12 @@ class _CommitSide(_SinkBase):
         faults.hit(faults.FaultPoint.F6, batch.batch_id)  # the files are the batch's, its record not yet
         self._check_epoch(batch.app_id, bundle.epoch, "commit")
         record = BatchRecord(bundle, tuple(sorted(keep)), schema, keys)
-        if not self.fs.create_only(f"{final}/{L.BUNDLE_FILE}", record.encode()):
+        try:
+            created = self.fs.create_only(f"{final}/{L.BUNDLE_FILE}", record.encode())
+        except (OSError, RuntimeError) as exc:
+            self._raise_if_lost_reply(f"rename of batch {batch}'s record into place", exc)
+            raise
+        if not created:
             found = self._read_record(final)
             assert found is not None
             self._same_bundle(batch, found.bundle, bundle)

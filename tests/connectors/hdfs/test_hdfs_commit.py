@@ -1,0 +1,51 @@
+"""The last step of an HDFS commit, cut by the fault proxy: the sink says ambiguous, looking settles it.
+
+The contract suite accepts TransientError for a cut commit too (safe to retry); here the connector
+is held to the sharper answer for its deciding rename, under both kinds of committable: the staging
+directory renamed into place (2pc, txid-check) and the batch record renamed into the batch's
+directory (idempotent).
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from eosink.connectors.hdfs import HdfsConfig, HdfsSink, read_committed
+from eosink.connectors.hdfs.testing import COMMIT_REQUEST_MARKER
+from eosink.contract import BatchRef, CommitStatus
+from eosink.contracts._steps import bundle_for, canon, prepare, rows_for
+from eosink.errors import AmbiguousCommitError
+from eosink.services.proxy import FaultProxy
+
+APP = "cut-app"
+
+
+@pytest.mark.parametrize("transactional", [True, False], ids=["transactional", "idempotent"])
+def test_a_lost_reply_to_the_deciding_rename_is_ambiguous_and_resolved_as_committed(
+    target: str, fault_proxy: Callable[[str, int], FaultProxy], transactional: bool
+) -> None:
+    parts = urllib.parse.urlsplit(target)
+    assert parts.hostname and parts.port
+    proxy = fault_proxy(parts.hostname, parts.port)
+    config = HdfsConfig(target)
+    cut = HdfsSink(config.with_address("127.0.0.1", proxy.port))
+    epoch = cut.fence(APP)
+    batch = BatchRef(APP, 0)
+    shares = [rows_for(APP, 0, p, 4) for p in range(2)]
+    committables = [prepare(cut, batch, epoch, p, rows, transactional=transactional) for p, rows in enumerate(shares)]
+    bundle = bundle_for(batch, epoch, committables, "2pc" if transactional else "idempotent")
+
+    proxy.cut_after_request(COMMIT_REQUEST_MARKER)
+    with pytest.raises(AmbiguousCommitError, match="got no reply"):
+        cut.commit(batch, committables, bundle)
+    assert proxy.stats.cuts == 1
+
+    other = HdfsSink(config)
+    assert other.commit_status(batch, committables) is CommitStatus.COMMITTED
+    other.commit(batch, committables, bundle)  # a repeat after the resolution changes nothing
+    expected: list[dict[str, Any]] = [row for rows in shares for row in rows]
+    assert canon(read_committed(config).to_pylist()) == canon(expected)
