@@ -93,6 +93,9 @@ _ARTIFACTS = (
 
 _JVM_OPTS = ("-Xmx768m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.net.preferIPv4Stack=true")
 _MAIN = "MiniHdfs"
+#: The training start writes its archive (about 75 MB) while it exits: on a loaded machine that outlasts
+#: the usual 30 s between SIGTERM and SIGKILL, and a SIGKILL leaves no archive.
+_TRAINING_STOP_S = 120.0
 #: The private cluster's NameNode declares a silent DataNode dead after 12 s, not 10.5 min (see MiniHdfs.java).
 _QUICK_DATANODE_EXPIRY = "-Dminihdfs.quickDataNodeExpiry=true"
 _READY = re.compile(r"^READY rpc=127\.0\.0\.1:(\d+) http=127\.0\.0\.1:(\d+)$", re.MULTILINE)
@@ -215,19 +218,26 @@ class HdfsService(Service[HdfsEndpoint]):
         if archive.exists() or failed.exists():
             return
         cds = archive.parent
-        if cds.exists():
-            shutil.rmtree(cds)
-        cds.mkdir()
         work, train_log = cds / "train", cds / "train.log"
+        if cds.exists():  # earlier builds' archives, an interrupted training; a failed one's log stays
+            for stale in cds.iterdir():
+                if stale.is_dir():
+                    shutil.rmtree(stale)
+                elif stale != train_log:
+                    stale.unlink()
+        cds.mkdir(exist_ok=True)
         (work / "tmp").mkdir(parents=True)
         partial = archive.with_suffix(".partial")
         log.info("[hdfs] one training start to make a class-data-sharing archive (once per build)")
         started = time.monotonic()
-        proc = spawn(self._argv(java, work, [f"-XX:ArchiveClassesAtExit={partial}"]), train_log)
+        # -Xlog:cds=off: the dump at exit warns once per old-format class in Hadoop's jars, hundreds of
+        # lines that would push a failed start's own error out of the log's tail (the error message).
+        argv = self._argv(java, work, [f"-XX:ArchiveClassesAtExit={partial}", "-Xlog:cds=off"])
+        proc = spawn(argv, train_log)
         try:
             self._wait_ready(proc, train_log)
         finally:
-            stop(proc, what="HDFS (training start)")
+            stop(proc, what="HDFS (training start)", timeout_s=_TRAINING_STOP_S)
         shutil.rmtree(work, ignore_errors=True)
         if partial.exists():
             os.replace(partial, archive)
