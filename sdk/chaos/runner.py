@@ -389,6 +389,18 @@ def plan_schedules(
     return planned
 
 
+def _wait_all(ended: list[threading.Event]) -> None:
+    """Wait until every worker has set its event.
+
+    Not ``Thread.join``: on CPython up to 3.12 a join that a signal interrupts marks the thread it waited
+    for as stopped though it still runs, and a second join then returns at once; the command would exit
+    under a running schedule (its result lost, its server left running, the interpreter's exit aborted by
+    a thread inside native code).
+    """
+    for event in ended:
+        event.wait()
+
+
 class _Pool:
     """Runs the planned schedules not done yet with a pool of workers, each a :class:`ScheduleRunner` against
     a private server of its own (a sink restart in one schedule must not be a fault in another).
@@ -422,12 +434,14 @@ class _Pool:
         if workers == 1:
             self._worker(0)
             return workers
-        threads = [threading.Thread(target=self._guarded, args=(n,), name=f"chaos-{n}") for n in range(workers)]
+        ended = [threading.Event() for _ in range(workers)]
+        threads = [
+            threading.Thread(target=self._guarded, args=(n, ended[n]), name=f"chaos-{n}") for n in range(workers)
+        ]
         try:
             for t in threads:
                 t.start()
-            for t in threads:
-                t.join()
+            _wait_all(ended)
         except BaseException:  # Ctrl-C or SIGTERM in the main thread: start no new schedule, stop cleanly
             with self.lock:
                 self.todo.clear()
@@ -435,21 +449,23 @@ class _Pool:
                 "  interrupted: the running schedules finish, then their servers stop (a second signal ends at "
                 "once); --resume goes on from the journal"
             )
-            for t in threads:
-                if t.ident is not None:
-                    t.join()
+            _wait_all([e for t, e in zip(threads, ended, strict=True) if t.ident is not None])
             raise
+        for t in threads:
+            t.join()
         if self.errors:
             raise self.errors[0]
         return workers
 
-    def _guarded(self, slot: int) -> None:
+    def _guarded(self, slot: int, ended: threading.Event) -> None:
         try:
             self._worker(slot)
         except BaseException as exc:  # re-raised by run(), after every worker stopped
             with self.lock:
                 self.errors.append(exc)
                 self.todo.clear()
+        finally:
+            ended.set()
 
     def _worker(self, slot: int) -> None:
         target = get_target(self.sink)

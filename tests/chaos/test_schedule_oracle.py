@@ -413,11 +413,14 @@ def test_an_interrupted_parallel_run_starts_no_new_schedule_and_stops_its_server
 ) -> None:
     """Ctrl-C (or SIGTERM, which eosink turns into the same unwinding) while two workers run schedules.
 
-    Pass: KeyboardInterrupt comes out of run_chaos; only the schedules already running ran (no new one was
-    taken after the interrupt); every worker's private server was stopped; the finished ones are journaled.
+    Pass: KeyboardInterrupt comes out of run_chaos only after both running schedules finished (the first
+    worker's takes a second longer: a run that returned early, leaving it to the interpreter's exit, failed
+    here); no new schedule was taken after the interrupt; every worker's private server was stopped; the
+    finished ones are journaled.
     """
     import signal
     import threading
+    import time
 
     from eosink.chaos import runner
 
@@ -431,13 +434,18 @@ def test_an_interrupted_parallel_run_starts_no_new_schedule_and_stops_its_server
         real_init(self, *args, **kwargs)
         pools.append(self)
 
-    sent = threading.Event()
+    both = threading.Barrier(2, timeout=10.0)
+    finished: list[str] = []
 
     def run(self: object, schedule: object) -> Any:
-        if not sent.is_set():  # the first schedule: interrupt the main thread, finish once it stopped the pool
-            sent.set()
+        # the first schedule of each worker: once both run one, interrupt the main thread; finish once it
+        # stopped the pool
+        if both.wait() == 0:
             signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
         assert wait_until(lambda: not pools[0].todo, 10.0), "the interrupted pool still takes schedules"
+        if threading.current_thread().name == "chaos-0":
+            time.sleep(1.0)  # a schedule still running: its length, not a synchronisation
+        finished.append(threading.current_thread().name)
         return fake(self, schedule)
 
     monkeypatch.setattr(runner._Pool, "__init__", init)
@@ -449,7 +457,8 @@ def test_an_interrupted_parallel_run_starts_no_new_schedule_and_stops_its_server
     request.addfinalizer(lambda: signal.signal(signal.SIGINT, inherited))
     with pytest.raises(KeyboardInterrupt):
         runner.run_chaos("fake", seed=3, schedules=2, workload=W, workdir=tmp_path, jobs=2, say=lambda _: None)
-    assert 1 <= len(calls) <= 2, calls  # the schedules running at the interrupt, of 10 planned
+    assert sorted(finished) == ["chaos-0", "chaos-1"]  # both running schedules ended before run_chaos did
+    assert len(calls) == 2, calls  # the schedules running at the interrupt, of 10 planned
     assert _FakeTarget.started.count(1) >= 1 and sum(_FakeTarget.started) == 0  # every started server stopped
     assert len(list((tmp_path / "journal").iterdir())) == len(calls)
 
