@@ -142,13 +142,13 @@ QUICK_SPLIT := test_demo or test_kill_restart
 QUICK_SPARK = $(call TOGETHER_K,$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full' --durations=5 $(2),\
 	($(QUICK_K)) and ,$(QUICK_SPLIT))
 # test-SINK-full: every test of the sink, the connector tests (and $(2)) beside the Spark pipelines, which
-# are dealt to two pytest processes (--shard). $(3), if given, is a contract suite class that sends the
-# same requests as the sink's main one in another encoding (JSON lines beside Parquet): it runs at make
-# test's strength (8 random schedules, crash walks at every 4th step) in a process of its own, while the
-# main class runs whole (60 schedules, a crash at every step).
+# are dealt to two pytest processes (--shard). $(3), if given, selects (-k) contract suite classes that send
+# much the same requests as the sink's main one in another layout (JSON lines, Hive partitions beside plain
+# Parquet): they run at make test's strength (8 random schedules, crash walks at every 4th step) in a
+# process of their own, while the main class runs whole (60 schedules, a crash at every step).
 LIGHT_CONTRACT = --eosink-contract-examples=8 --eosink-crash-stride=4
-SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --durations=10 $(if $(3),-k 'not $(3)')" \
-	$(if $(3),"$(PYTEST) tests/connectors/$(1) -q --durations=5 -k $(3) $(LIGHT_CONTRACT)") \
+SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --durations=10 $(if $(3),-k 'not ($(3))')" \
+	$(if $(3),"$(PYTEST) tests/connectors/$(1) -q --durations=5 -k '$(3)' $(LIGHT_CONTRACT)") \
 	$(foreach k,0 1,"$(PYTEST) tests/spark/test_$(1)_pipeline.py -q --durations=10 --shard=$(k)/2")
 test-postgres: venv java
 	@$(call WITH_POSTGRES,$(call SINK_TESTS,postgres,))
@@ -177,13 +177,13 @@ test-s3-full: venv java tools
 # HDFS (the harness's MiniDFSCluster): the contract suite with Parquet files (8 random schedules, the crash
 # walks at every 4th step, the NameNode RPC cut by the proxy), the connector's tests, one Spark
 # kill-and-restart per strategy (2pc with its checkpoint on hdfs://) and one chaos schedule (against a private
-# MiniDFSCluster); test-hdfs-full: the whole suite with Parquet (JSON lines at make test's
-# strength), and every HDFS pipeline.
+# MiniDFSCluster); test-hdfs-full: the whole suite with Parquet (JSON lines and Parquet partitioned by a
+# column at make test's strength), and every HDFS pipeline.
 test-hdfs: venv java tools
 	@$(call WITH_HDFS,$(call SINK_TESTS,hdfs,$(LIGHT_CONTRACT)))
 
 test-hdfs-full: venv java tools
-	@$(call WITH_HDFS,$(call SINK_FULL_TESTS,hdfs,,TestHdfsJsonLinesContract))
+	@$(call WITH_HDFS,$(call SINK_FULL_TESTS,hdfs,,TestHdfsJsonLinesContract or TestHdfsPartitionedContract))
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5
@@ -234,19 +234,19 @@ test-full: venv java tools
 
 # Every real-Spark test: every fault point x strategy on the reference sink, the demo's strategies, Spark Connect.
 # Two drivers at a time, as in make spark: the tests dealt to two pytest processes (--shard).
-spark-full: venv java
+spark-full: venv java tools
 	@$(TOGETHER) $(foreach k,0 1,"$(PYTEST) tests/spark -q --durations=20 --shard=$(k)/2 \
 		$(foreach f,$(SPARK_PIPELINES),--ignore=$(f))")
 
 # The quick Spark tests again with executors in JVMs of their own (but the demo: it runs its drivers on
 # local[2,4] whatever the tests' master, so it would only prove again what spark-full proved).
-local-cluster: venv java
+local-cluster: venv java tools
 	@export EOSINK_TEST_MASTER="local-cluster[2$(COMMA)1$(COMMA)1024]"; \
 	$(call WITH_SPARK_SERVICES,$(call QUICK_SPARK,$(PY),--deselect tests/spark/test_demo.py))
 
 # The chaos harness's whole mode (every strategy, the plain baseline, the non-deterministic mode), 2 schedules
 # each, 2 at a time, checked by chaos-quick's full tests: a superset of `make chaos-quick`, so test-full runs only this.
-chaos-full: venv java
+chaos-full: venv java tools
 	EOSINK_CHAOS_SCHEDULES=$(FULL_CHAOS_SCHEDULES) EOSINK_CHAOS_JOBS=2 EOSINK_CHAOS_REPORT=$(FULL_CHAOS_DIR).json \
 		$(PYTEST) tests/chaos/test_chaos_quick.py -q -m full -k "not one_schedule" --durations=10
 
@@ -285,7 +285,7 @@ SEED ?= 1
 JOBS ?= 1
 CHAOS_DIR ?= $(CURDIR)/.cache/chaos-$(SINK)-$(SEED)-$(SCHEDULES)
 # Finished schedules are journaled in CHAOS_DIR: an interrupted `make chaos` goes on where it stopped.
-chaos: venv java
+chaos: venv java tools
 	$(EOSINK) chaos --sink $(SINK) --schedules $(SCHEDULES) --seed $(SEED) --jobs $(JOBS) --workdir $(CHAOS_DIR) --resume
 
 chaos-quick: venv java tools
@@ -377,7 +377,7 @@ demo-hdfs: $(DEMO_HDFS_STAMP) java tools
 	$(EOSINK) demo --sink hdfs $(ARGS)
 
 # Throughput, streaming latency and driver RSS on the same generated data; starts what it needs.
-bench: venv java
+bench: venv java tools
 	$(VENV)/bin/eosink bench --sink $(SINK) $(if $(ROWS),--rows $(ROWS)) $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 clean:
