@@ -1,4 +1,6 @@
-"""The last step of an HDFS commit, cut by the fault proxy: the sink says ambiguous, looking settles it.
+"""The deciding step of an HDFS commit, the rename that makes a batch visible: cut by the fault proxy, the
+sink says ambiguous and looking settles it; meeting a directory already in its place, it moves nothing
+into it.
 
 The contract suite accepts TransientError for a cut commit too (safe to retry); here the connector
 is held to the sharper answer for its deciding rename, under both kinds of committable: the staging
@@ -18,7 +20,7 @@ from eosink.connectors.hdfs import HdfsConfig, HdfsSink, read_committed
 from eosink.connectors.hdfs.testing import COMMIT_REQUEST_MARKER
 from eosink.contract import BatchRef, CommitStatus
 from eosink.contracts._steps import bundle_for, canon, prepare, rows_for
-from eosink.errors import AmbiguousCommitError
+from eosink.errors import AmbiguousCommitError, CommitAbortedError
 from eosink.services.proxy import FaultProxy
 
 APP = "cut-app"
@@ -47,5 +49,36 @@ def test_a_lost_reply_to_the_deciding_rename_is_ambiguous_and_resolved_as_commit
     other = HdfsSink(config)
     assert other.commit_status(batch, committables) is CommitStatus.COMMITTED
     other.commit(batch, committables, bundle)  # a repeat after the resolution changes nothing
+    expected: list[dict[str, Any]] = [row for rows in shares for row in rows]
+    assert canon(read_committed(config).to_pylist()) == canon(expected)
+
+
+def test_the_deciding_rename_never_moves_a_batch_into_a_directory_already_there(target: str) -> None:
+    """A directory that eosink did not write already has batch 0's name. HDFS's two-argument rename would move
+    the staging directory *into* it; the sink's rename must not.
+
+    Pass: the commit stops with CommitAbortedError naming the directory; the foreign directory holds only its
+    own file (nothing was moved into it) and the batch stays prepared; once the directory is moved away, the
+    same commit lands the batch once."""
+    config = HdfsConfig(target)
+    sink = HdfsSink(config)
+    sink.setup(APP)
+    epoch = sink.fence(APP)
+    batch = BatchRef(APP, 0)
+    shares = [rows_for(APP, 0, p, 4) for p in range(2)]
+    committables = [prepare(sink, batch, epoch, p, rows) for p, rows in enumerate(shares)]
+    bundle = bundle_for(batch, epoch, committables)
+    final = sink._final(APP, 0)
+    foreign = f"{final}/someone-elses.txt"
+    assert sink.fs.create_only(foreign, b"not eosink's")
+
+    with pytest.raises(CommitAbortedError, match="holds no batch record"):
+        sink.commit(batch, committables, bundle)
+    assert [s.path for s in sink.fs.walk_files(final)] == [foreign], "the batch was moved into the directory"
+    assert sink.commit_status(batch, committables) is CommitStatus.PREPARED
+    assert read_committed(config).num_rows == 0
+
+    sink.fs.delete(final)
+    sink.commit(batch, committables, bundle)
     expected: list[dict[str, Any]] = [row for rows in shares for row in rows]
     assert canon(read_committed(config).to_pylist()) == canon(expected)

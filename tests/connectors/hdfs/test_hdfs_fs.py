@@ -59,3 +59,29 @@ def test_a_read_that_stays_short_is_a_transient_error(monkeypatch: pytest.Monkey
     monkeypatch.setattr(_fs, "_SHORT_READ_WAIT_S", 0.1)
     with pytest.raises(TransientError, match=r"/t/f read 0 of its \d+ bytes"):
         _fs_with(_ShortFirst(short=10**9), monkeypatch).read_bytes("/t/f")
+
+
+class _RenameMovesNothing:
+    """A client whose rename answers success and leaves both paths as they were (a false "done")."""
+
+    def __init__(self) -> None:
+        self.renames: list[tuple[str, str, bool]] = []
+
+    def rename(self, src: str, dst: str, overwrite: bool) -> None:
+        self.renames.append((src, dst, overwrite))
+
+    def get_file_info(self, path: str) -> _Status:
+        if path == "/t/src":
+            return _Status(0)
+        raise FileNotFoundError(path)
+
+
+def test_a_rename_that_answers_success_but_moved_nothing_raises_rename_not_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = _RenameMovesNothing()
+    fs = _fs_with(client, monkeypatch)
+    with pytest.raises(_fs.RenameNotDone, match="/t/dst is not in place"):
+        fs.rename("/t/src", "/t/dst")
+    assert client.renames == [("/t/src", "/t/dst", False)], "a checked rename never overwrites"
+    fs.rename("/t/src", "/t/dst", checked=False)  # unchecked: the caller looks for itself
