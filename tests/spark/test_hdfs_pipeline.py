@@ -14,6 +14,9 @@ has a target directory of its own.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -24,7 +27,7 @@ from typing import Any
 import pytest
 
 from eosink.checkpoint import SparkCheckpoint
-from eosink.connectors.hdfs import HdfsConfig, committed_batches, read_committed
+from eosink.connectors.hdfs import HdfsConfig, HdfsSink, committed_batches, read_committed
 from eosink.connectors.hdfs.admin import HdfsAdmin
 from eosink.connectors.hdfs.testing import files_under, listed_rows, remove
 from eosink.errors import ServiceError
@@ -231,3 +234,41 @@ def test_kill_through_the_data_source_then_restart_is_exact(
     """
     kill_through_the_data_source(hdfs_pipeline, strategy, point)
     hdfs_pipeline.assert_exact()
+
+
+@pytest.mark.full
+def test_pending_work_a_cleanup_job_deleted_stops_the_query_and_a_rewind_lands_the_batch_once(
+    hdfs_pipeline: HdfsPipeline,
+) -> None:
+    """2pc SIGKILLed at F5 of batch 1 (Spark committed it, the sink did not); then a cleanup job deletes the
+    app's pending and staging directories, the prepared files with them.
+
+    Pass: the restart stops with PreparedWorkLostError (exit 3) naming batch 1 and the rewind, with
+    nothing of batch 1 visible to either reader; ``eosink recover --rewind`` prints its plan and changes
+    nothing, ``--yes`` carries it out; the next restart completes and the target is exact.
+    """
+    p = hdfs_pipeline
+    p.strategy = "2pc"
+    assert_killed(p.run("F5@1:kill"), "F5")
+    assert p.in_doubt(), "batch 1's prepared work should be there after a kill at F5"
+    sink = HdfsSink(p.config())
+    for path in (sink._pending(p.app_id), sink._staging(p.app_id)):
+        sink.fs.delete(path)
+    stopped = p.run()
+    assert stopped.returncode == 3 and stopped.error_kind == "PreparedWorkLostError", stopped.stderr[-3000:]
+    assert "Batch 1 of app_id" in stopped.stderr and "--rewind" in stopped.stderr
+    assert p.found() == p.listed() == _rows_of_files(p, {0}), "the query went on past the lost batch"
+    cli = [
+        *("recover", "--sink", "hdfs", "--url", p.config().target_url, "--app-id", p.app_id),
+        *("--checkpoint", str(p.checkpoint), "--rewind"),
+    ]
+    eosink = [sys.executable, "-m", "eosink.cli"]
+    env = {**os.environ, **p.environment()}
+    dry = subprocess.run([*eosink, *cli], capture_output=True, text=True, env=env, timeout=120)
+    assert dry.returncode == 0 and "dry run: nothing changed" in dry.stdout, dry.stdout + dry.stderr
+    assert (p.checkpoint / "commits" / "1").exists()
+    done = subprocess.run([*eosink, *cli, "--yes"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "Start the query again" in done.stdout, done.stdout + done.stderr
+    assert not (p.checkpoint / "commits" / "1").exists() and (p.checkpoint / "offsets" / "1").exists()
+    assert_clean(p.run())
+    p.assert_exact()
