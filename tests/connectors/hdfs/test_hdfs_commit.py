@@ -23,6 +23,8 @@ from eosink.contracts._steps import bundle_for, canon, prepare, rows_for
 from eosink.errors import AmbiguousCommitError, CommitAbortedError
 from eosink.services.proxy import FaultProxy
 
+from .conftest import prepared_batch
+
 APP = "cut-app"
 
 
@@ -62,23 +64,17 @@ def test_the_deciding_rename_never_moves_a_batch_into_a_directory_already_there(
     same commit lands the batch once."""
     config = HdfsConfig(target)
     sink = HdfsSink(config)
-    sink.setup(APP)
-    epoch = sink.fence(APP)
-    batch = BatchRef(APP, 0)
-    shares = [rows_for(APP, 0, p, 4) for p in range(2)]
-    committables = [prepare(sink, batch, epoch, p, rows) for p, rows in enumerate(shares)]
-    bundle = bundle_for(batch, epoch, committables)
+    work = prepared_batch(sink, APP)
     final = sink._final(APP, 0)
     foreign = f"{final}/someone-elses.txt"
     assert sink.fs.create_only(foreign, b"not eosink's")
 
     with pytest.raises(CommitAbortedError, match="holds no batch record"):
-        sink.commit(batch, committables, bundle)
+        sink.commit(work.batch, work.committables, work.bundle)
     assert [s.path for s in sink.fs.walk_files(final)] == [foreign], "the batch was moved into the directory"
-    assert sink.commit_status(batch, committables) is CommitStatus.PREPARED
+    assert sink.commit_status(work.batch, work.committables) is CommitStatus.PREPARED
     assert read_committed(config).num_rows == 0
 
     sink.fs.delete(final)
-    sink.commit(batch, committables, bundle)
-    expected: list[dict[str, Any]] = [row for rows in shares for row in rows]
-    assert canon(read_committed(config).to_pylist()) == canon(expected)
+    sink.commit(work.batch, work.committables, work.bundle)
+    assert canon(read_committed(config).to_pylist()) == canon(work.rows)

@@ -75,3 +75,42 @@ def test_bounded_returns_the_value_and_raises_the_error_of_its_call() -> None:
 def test_write_timeout_s_must_be_a_positive_time(bad: object) -> None:
     with pytest.raises(ConfigurationError, match="write_timeout_s"):
         HdfsConfig("hdfs://127.0.0.1:1/t", write_timeout_s=bad)  # type: ignore[arg-type]
+
+
+KEYTAB = "/etc/security/keytabs/writer-7f3a.keytab"
+TOKEN = "tok-9d1c55e0b2"  # a delegation-token-like client setting
+
+
+def _secret_config() -> HdfsConfig:
+    return HdfsConfig(
+        "hdfs://127.0.0.1:1/t",
+        kerberos_principal="writer@EXAMPLE.ORG",
+        kerberos_keytab=KEYTAB,
+        client_config={"dfs.client.delegation.token": TOKEN, "dfs.replication": "2"},
+    )
+
+
+def test_secret_settings_never_show_in_repr_or_str() -> None:
+    config = _secret_config()
+    for shown in (repr(config), str(config)):
+        assert KEYTAB not in shown and TOKEN not in shown, shown
+        assert "'dfs.replication': '2'" in shown and "kerberos=on" in shown
+
+
+def test_an_error_text_that_quotes_a_secret_is_scrubbed_along_its_chain() -> None:
+    config = _secret_config()
+    cause = RuntimeError(f"GSSAPI failed reading {KEYTAB}")
+    with pytest.raises(EosinkError) as caught, translated(config, "commit"):
+        try:
+            raise cause
+        except RuntimeError as inner:
+            raise ConnectionError(f"connection reset while sending token {TOKEN}") from inner
+    seen: list[str] = []
+    exc: BaseException | None = caught.value
+    while exc is not None:
+        seen.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    assert type(caught.value) is TransientError
+    assert "***" in str(caught.value)
+    assert not any(KEYTAB in text or TOKEN in text for text in seen), seen
+    assert KEYTAB not in str(cause), "the chained hdfs-native error keeps the keytab path"
