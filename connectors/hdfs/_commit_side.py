@@ -296,7 +296,10 @@ class _CommitSide(_SinkBase):
 
     def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
         """COMMITTED if the batch's directory holds its record; PREPARED if every committable's files are
-        there (pending, staged, or, idempotent, in the batch's directory); else ABORTED."""
+        there (pending, staged, or, idempotent, in the batch's directory); else ABORTED.
+
+        A transactional batch's record reaches its directory only with the rename of the whole staging
+        directory, so a record in place also means the source is gone: one look settles a lost reply."""
         app, batch_id = batch.app_id, batch.batch_id
         with self._errors("commit_status"):
             final = self._final(app, batch_id)

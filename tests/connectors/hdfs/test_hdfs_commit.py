@@ -50,6 +50,8 @@ def test_a_lost_reply_to_the_deciding_rename_is_ambiguous_and_resolved_as_commit
 
     other = HdfsSink(config)
     assert other.commit_status(batch, committables) is CommitStatus.COMMITTED
+    if transactional:  # the rename went through: the batch's directory holds its record, the staging one is gone
+        assert other.fs.info(other._staging(APP, 0)) is None
     other.commit(batch, committables, bundle)  # a repeat after the resolution changes nothing
     expected: list[dict[str, Any]] = [row for rows in shares for row in rows]
     assert canon(read_committed(config).to_pylist()) == canon(expected)
