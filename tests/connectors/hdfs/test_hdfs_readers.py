@@ -21,6 +21,7 @@ from pyarrow.fs import FSSpecHandler, PyFileSystem
 
 from eosink import faults
 from eosink.connectors.hdfs import HdfsConfig, HdfsSink, read_committed
+from eosink.connectors.hdfs._fs import Fs
 from eosink.contract import BatchRef, Committable, TaskRef
 from eosink.contracts._steps import bundle_for, prepare, rows_for
 from eosink.contracts.harness import CONTRACT_SCHEMA
@@ -48,6 +49,9 @@ def pyarrow_rows(config: HdfsConfig) -> Counter[tuple[Any, ...]]:
         format="json" if config.format == "jsonl" else "parquet",
         partitioning=partitioning,
     )
+    whole = Fs(config)
+    for path in dataset.files:  # the harness's NameNode closes files before their last block is reported
+        whole.read_bytes(path)  # (docs: file close latency): wait, bounded, until each reads whole
     table = dataset.to_table(columns=list(COLUMNS)) if dataset.files else pa.table({c: [] for c in COLUMNS})
     return Counter(_canon(row) for row in table.to_pylist())
 
