@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
+from hdfs_native.fsspec import HdfsFileSystem
 from pyarrow.fs import FSSpecHandler, PyFileSystem
 
 from eosink import faults
@@ -38,8 +39,6 @@ LAYOUTS = [
 
 def pyarrow_rows(config: HdfsConfig) -> Counter[tuple[Any, ...]]:
     """The rows ``pyarrow.dataset`` finds by listing the target (Hive partitions discovered), as tuples."""
-    from hdfs_native.fsspec import HdfsFileSystem
-
     parts = urllib.parse.urlsplit(config.target_url)
     filesystem = PyFileSystem(FSSpecHandler(HdfsFileSystem(host=parts.hostname, port=parts.port)))
     partitioning = ds.HivePartitioning.discover(infer_dictionary=False)
