@@ -231,12 +231,15 @@ class Fs:
         self.client.rename(tmp, path, True)
 
     def _write(self, path: str, data: bytes) -> None:
+        """Write a small file whole and durably: hsync before close, as for data files (a batch record is
+        the commit point, and must outlive a power loss of the DataNodes as the batch's data does)."""
         writer = self.create(path, overwrite=False, parents=True)
 
         def put() -> None:
             try:
                 if data:
                     writer.write(data)
+                    writer.hsync()
             finally:
                 writer.close()
 

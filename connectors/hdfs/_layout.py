@@ -11,7 +11,6 @@
     T/_eosink/apps/<app>/pending/<batch>/.w-e<epoch>-p<n>-<attempt>/  a participant writing (not prepared)
     T/_eosink/apps/<app>/pending/<batch>/<task>/      a participant's prepared files
     T/_eosink/apps/<app>/staging/<batch>/         a batch being gathered by its commit
-    T/_eosink/apps/<app>/supersede/<batch>        an upsert's rewrite of older files, until done
 
 ``<app>`` is the app_id made safe for a path plus a hash of it, so that ``fetch_last_bundle`` and
 ``recover`` match one app_id exactly (no prefix, case or glob match); ``<batch>`` is the batch id

@@ -72,8 +72,9 @@ class HdfsConfig:
     * ``format``: ``"parquet"`` (default) or ``"jsonl"`` (JSON lines, one object per row).
     * ``partition_by``: columns to partition by, Hive-style (``col=value`` directories inside
       each batch directory; the columns leave the files, as Spark and Hive expect).
-    * ``mode`` / ``key_columns``: ``"upsert"`` replaces, by key, rows written by earlier batches
-      (their files are rewritten without them); ``"append"`` (default) adds.
+    * ``mode`` / ``key_columns``: ``"upsert"`` records the key columns in each batch record, so that
+      :func:`~eosink.connectors.hdfs.read_committed` keeps the newest row per key (files are never
+      rewritten: a listing reader sees every version); ``"append"`` (default) adds.
     * ``create_dirs``: create the target directory and its parents if missing (default); with
       False a missing target is a ConfigurationError.
     * ``hadoop_conf_dir``: a Hadoop configuration directory (``core-site.xml``, ``hdfs-site.xml``):
@@ -134,6 +135,13 @@ class HdfsConfig:
             if not isinstance(column, str) or not column or "/" in column or "=" in column:
                 raise ConfigurationError(
                     f"{column!r} is not a usable column name for HdfsSink.", "Name columns without '/' or '='."
+                )
+        for column in self.partition_by:
+            if column.startswith(("_", ".")):
+                raise ConfigurationError(
+                    f"Partition column {column!r} starts with {column[0]!r}: its directories ({column}=...) would be "
+                    "hidden from readers that skip '_' and '.' names (pyarrow, Hive), and from eosink's cleanup.",
+                    "Partition by a column whose name starts with a letter or digit (rename it in the query).",
                 )
         if self.mode not in ("append", "upsert"):
             raise ConfigurationError(f"Unknown mode {self.mode!r} for HdfsSink.", "Use 'append' or 'upsert'.")

@@ -187,6 +187,15 @@ def test_an_impossible_target_is_refused_when_the_config_is_made(
     assert "secret" not in str(err.value)
 
 
+@pytest.mark.parametrize("column", ["_tag", ".tag"])
+def test_a_partition_column_with_a_hidden_name_is_refused_when_the_config_is_made(column: str) -> None:
+    """Partition directories ``_tag=...`` or ``.tag=...`` would be skipped by listing readers (pyarrow, Hive)
+    and by the idempotent commit's cleanup: ConfigurationError at HdfsConfig(...), naming the column."""
+    with pytest.raises(ConfigurationError) as err:
+        HdfsConfig("hdfs://127.0.0.1:1/data", partition_by=(column,))
+    assert_names(err.value, [repr(column), "hidden"], ["Partition by"])
+
+
 def test_an_unreachable_namenode_is_a_transient_error_within_seconds(tmp_path: Path, target: str) -> None:
     """A NameNode nobody listens on: TransientError naming the target and saying the NameNode must be up,
     within 30 s (hdfs-native's own retries would take minutes); with the right address, every batch once."""
