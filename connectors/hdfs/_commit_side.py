@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from eosink import faults
 from eosink.connectors.hdfs import _layout as L
@@ -64,15 +65,25 @@ class _CommitSide(_SinkBase):
     def _pending_tasks(self, app_id: str, batch_id: int) -> set[str]:
         return {n for n in self.fs.names(self._pending(app_id, batch_id)) if L.parse_task(n) is not None}
 
-    def _missing_files(self, app_id: str, c: Committable, pending: set[str], staged: dict[str, list[str]]) -> int:
-        """How many of committable ``c``'s files are neither pending nor staged (its prepared name has the count)."""
-        parsed = L.parse_task(c.id)
-        if parsed is None:
-            return 1
-        have = len(staged.get(c.id, []))
-        if c.id in pending:
-            have += len(self.fs.walk_files(f"{self._pending(app_id, c.batch.batch_id)}/{c.id}"))
-        return max(0, parsed.files - have)
+    def _look(self, app_id: str, batch_id: int, committables: Sequence[Committable]) -> _Look:
+        """Where the batch's prepared files are: each transactional committable's, by pending name, wherever
+        they are now.
+
+        A commit moves files from pending to staging; pending is looked at first, staging after, so a
+        file that a concurrent commit (a zombie's, a recovery's) moves meanwhile is found in its new place.
+        """
+        pending = self._pending(app_id, batch_id)
+        tasks = self._pending_tasks(app_id, batch_id)
+        found: dict[str, set[str]] = {c.id: set() for c in committables if "files" not in c.payload}
+        for cid, names in found.items():
+            if cid in tasks:
+                src = f"{pending}/{cid}"
+                names.update(status.path[len(src) + 1 :] for status in self.fs.walk_files(src))
+        staged = self._staged(app_id, batch_id)
+        for task, rels in staged.items():
+            if task in found:
+                found[task].update(_unstaged(rel, task) for rel in rels)
+        return _Look(found, tasks, staged)
 
     # -- commit -----------------------------------------------------------------------------------
 
@@ -95,7 +106,9 @@ class _CommitSide(_SinkBase):
                 self._commit_visible(batch, committables, bundle, schema, keys)
             else:
                 stage = self._staging(app, batch_id)
-                files = self._gather(batch, committables, stage)
+                files = self._gather(batch, committables, bundle, stage)
+                if files is None:  # another coordinator committed the same batch meanwhile
+                    return
                 record = BatchRecord(bundle, tuple(files), schema, keys)
                 self.fs.replace(f"{stage}/{L.BUNDLE_FILE}", record.encode())
                 self._check_epoch(app, bundle.epoch, "commit")
@@ -149,19 +162,30 @@ class _CommitSide(_SinkBase):
                 "record; never assume either outcome.",
             ) from None
 
-    def _gather(self, batch: BatchRef, committables: Sequence[Committable], stage: str) -> list[str]:
-        """Steps 2 and 3: every committable's files, counted, then moved into ``stage``; their paths in it."""
+    def _gather(
+        self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle, stage: str
+    ) -> list[str] | None:
+        """Steps 2 and 3: every committable's files, counted, then moved into ``stage``; their paths in it.
+
+        None when the files are gone because another coordinator committed these committables meanwhile.
+        """
         app, batch_id = batch.app_id, batch.batch_id
-        staged = self._staged(app, batch_id)
-        pending = self._pending_tasks(app, batch_id)
-        for c in committables:
-            missing = self._missing_files(app, c, pending, staged)
-            if missing:
-                raise CommitAbortedError(
-                    f"Committable {c.id} of batch {batch} lost {missing} of its prepared files (neither pending nor "
-                    "staged); the batch cannot be committed.",
-                    "Abort the batch's other committables and replay the batch.",
-                )
+        look = self._look(app, batch_id, committables)
+        if look.lost(committables):  # moved on by a concurrent commit (its record tells), or back to pending
+            record = self._read_record(self._final(app, batch_id))
+            if record is not None:
+                self._same_bundle(batch, record.bundle, bundle)
+                return None
+            look = self._look(app, batch_id, committables)
+        lost = look.lost(committables)
+        if lost:
+            cid, missing = next(iter(lost.items()))
+            raise CommitAbortedError(
+                f"Committable {cid} of batch {batch} lost {missing} of its prepared files (neither pending nor "
+                "staged); the batch cannot be committed.",
+                "Abort the batch's other committables and replay the batch.",
+            )
+        staged, pending = look.staged, look.pending
         wanted = {c.id for c in committables}
         for task in set(staged) - wanted:  # another attempt's files from an earlier commit: back to pending
             for rel in staged.pop(task):
@@ -295,27 +319,37 @@ class _CommitSide(_SinkBase):
         return None
 
     def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
-        """COMMITTED if the batch's directory holds its record; PREPARED if every committable's files are
-        there (pending, staged, or, idempotent, in the batch's directory); else ABORTED.
+        """COMMITTED if the batch's directory holds its record, naming these committables (another attempt's
+        record: ABORTED, as ``commit`` answers); PREPARED if every committable's files are there (pending,
+        staged, or, idempotent, in the batch's directory); else ABORTED.
 
-        A transactional batch's record reaches its directory only with the rename of the whole staging
-        directory, so a record in place also means the source is gone: one look settles a lost reply."""
-        app, batch_id = batch.app_id, batch.batch_id
+        Files move pending -> staging -> the batch's directory, the last by the rename of the whole staging
+        directory with the record in it. The places are looked at in that order and the record last, so a
+        file that a concurrent commit moves while this looks is found in its next place, and a record in
+        place also means the source is gone: one look settles a lost reply. Work that looks incomplete is
+        looked at once more (another coordinator may have moved files back to pending) before ABORTED.
+        """
         with self._errors("commit_status"):
-            final = self._final(app, batch_id)
-            if self.fs.info(f"{final}/{L.BUNDLE_FILE}") is not None:
-                return CommitStatus.COMMITTED
-            pending = self._pending_tasks(app, batch_id)
-            staged = self._staged(app, batch_id)
-            visible: set[str] | None = None
-            for c in committables:
-                if "files" in c.payload:
-                    if visible is None:
-                        visible = {s.path[len(final) + 1 :] for s in self.fs.walk_files(final)}
-                    if not set(c.payload["files"]) <= visible:
-                        return CommitStatus.ABORTED
-                elif self._missing_files(app, c, pending, staged):
-                    return CommitStatus.ABORTED
+            status = self._status(batch, committables)
+            if status is CommitStatus.ABORTED:
+                status = self._status(batch, committables)
+        return status
+
+    def _status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
+        app, batch_id = batch.app_id, batch.batch_id
+        final = self._final(app, batch_id)
+        look = self._look(app, batch_id, committables)
+        visible: set[str] = set()
+        if any("files" in c.payload for c in committables):
+            visible = {s.path[len(final) + 1 :] for s in self.fs.walk_files(final)}
+        record = self._read_record(final)
+        if record is not None:
+            ours = {c.id for c in committables} <= set(record.bundle.committables)
+            return CommitStatus.COMMITTED if ours else CommitStatus.ABORTED
+        if look.lost(committables) or any(
+            not set(c.payload["files"]) <= visible for c in committables if "files" in c.payload
+        ):
+            return CommitStatus.ABORTED
         return CommitStatus.PREPARED
 
     def recover(self, app_id: str) -> list[Committable]:
@@ -336,6 +370,30 @@ class _CommitSide(_SinkBase):
                         BatchRef(app_id, batch_id), parsed.epoch, parsed.participant, id=task, rows=parsed.rows
                     )
         return sorted(found.values(), key=lambda c: (c.batch.batch_id, c.id))
+
+
+@dataclass(frozen=True)
+class _Look:
+    """One look at a batch's prepared files (see :meth:`_CommitSide._look`)."""
+
+    found: dict[str, set[str]]
+    """Transactional committable id -> the pending names of its files found, pending or staged."""
+    pending: set[str]
+    """The task directories in pending/<batch>/."""
+    staged: dict[str, list[str]]
+    """Task -> its files in staging/<batch>/, as paths relative to it."""
+
+    def lost(self, committables: Sequence[Committable]) -> dict[str, int]:
+        """Committable id -> how many of its files were found neither pending nor staged (its prepared name
+        has the count); transactional committables only."""
+        lost: dict[str, int] = {}
+        for c in committables:
+            if c.id in self.found:
+                parsed = L.parse_task(c.id)
+                missing = 1 if parsed is None else max(0, parsed.files - len(self.found[c.id]))
+                if missing:
+                    lost[c.id] = missing
+        return lost
 
 
 def _user_keys(committables: Sequence[Committable]) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ directory (idempotent).
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -80,3 +81,71 @@ def test_the_deciding_rename_never_moves_a_batch_into_a_directory_already_there(
     sink.fs.delete(final)
     sink.commit(work.batch, work.committables, work.bundle)
     assert canon(read_committed(config).to_pylist()) == canon(work.rows)
+
+
+def _when_first_walking_pending(sink: HdfsSink, monkeypatch: pytest.MonkeyPatch, act: Callable[[], None]) -> None:
+    """Run ``act`` (another coordinator's step) the first time ``sink`` lists a prepared attempt's files."""
+    walk = sink.fs.walk_files
+    done: list[bool] = []
+
+    def walk_files(path: str) -> Any:
+        if not done and "/pending/" in path and path.rsplit("/", 1)[-1].startswith("b"):
+            done.append(True)
+            act()
+        return walk(path)
+
+    monkeypatch.setattr(sink.fs, "walk_files", walk_files)
+
+
+@pytest.mark.parametrize("other_step", ["gathers", "commits"])
+def test_commit_status_finds_work_another_coordinator_moves_while_it_looks(
+    target: str, monkeypatch: pytest.MonkeyPatch, other_step: str
+) -> None:
+    """A recovery (or a zombie) asks commit_status while another coordinator commits the same batch: files move
+    from pending to staging, and staging is renamed into place, between two of its looks.
+
+    Pass: commit_status answers PREPARED while the files are staged, COMMITTED once the rename is done; never
+    ABORTED for work that exists (the looks follow the files' way: pending, staging, then the record)."""
+    config = HdfsConfig(target)
+    asking, other = HdfsSink(config), HdfsSink(config)
+    work = prepared_batch(other, APP)
+    stage = other._staging(APP, 0)
+    step = {
+        "gathers": lambda: other._gather(work.batch, work.committables, work.bundle, stage),
+        "commits": lambda: other.commit(work.batch, work.committables, work.bundle),
+    }[other_step]
+    _when_first_walking_pending(asking, monkeypatch, step)
+    expected = CommitStatus.PREPARED if other_step == "gathers" else CommitStatus.COMMITTED
+    assert asking.commit_status(work.batch, work.committables) is expected
+
+
+def test_a_commit_racing_another_coordinators_commit_of_the_same_batch_succeeds_once(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two coordinators commit the same committables (a zombie and its successor); the other one's whole commit
+    lands while this one counts the prepared files.
+
+    Pass: this commit finds the batch committed with the same bundle and succeeds without a change (not
+    CommitAbortedError for files it no longer finds); the batch is visible once."""
+    config = HdfsConfig(target)
+    racing, other = HdfsSink(config), HdfsSink(config)
+    work = prepared_batch(other, APP)
+    _when_first_walking_pending(racing, monkeypatch, lambda: other.commit(work.batch, work.committables, work.bundle))
+    racing.commit(work.batch, work.committables, work.bundle)
+    assert canon(read_committed(config).to_pylist()) == canon(work.rows)
+
+
+def test_commit_status_of_an_attempt_whose_batch_another_attempt_committed_is_aborted(target: str) -> None:
+    """Batch 0 prepared twice (a first attempt, then a replay's); the replay's attempt is committed.
+
+    Pass: commit_status of the replay's committables is COMMITTED, of the first attempt's ABORTED (its files
+    are not in the batch, and commit refuses them as already committed by another attempt), never COMMITTED."""
+    sink = HdfsSink(HdfsConfig(target))
+    first = prepared_batch(sink, APP)
+    replay = prepared_batch(sink, APP)
+    sink.commit(replay.batch, replay.committables, replay.bundle)
+    assert sink.commit_status(replay.batch, replay.committables) is CommitStatus.COMMITTED
+    assert sink.commit_status(first.batch, first.committables) is CommitStatus.ABORTED
+    newest = dataclasses.replace(first.bundle, epoch=replay.bundle.epoch)  # as a recovery would commit it
+    with pytest.raises(CommitAbortedError, match="already committed by another attempt"):
+        sink.commit(first.batch, first.committables, newest)
