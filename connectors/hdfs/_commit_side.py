@@ -36,7 +36,7 @@ from eosink.connectors.hdfs._files import check_schema_doc
 from eosink.connectors.hdfs._fs import RenameNotDone, base
 from eosink.connectors.hdfs._record import BatchRecord
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint
-from eosink.errors import AmbiguousCommitError, CommitAbortedError, SchemaError
+from eosink.errors import AmbiguousCommitError, CommitAbortedError, FencedError, SchemaError
 
 __all__ = ["_CommitSide"]
 
@@ -253,10 +253,15 @@ class _CommitSide(_SinkBase):
             if not any(part.startswith(("_", ".")) for part in rel.split("/")):
                 self.fs.delete(f"{final}/{rel}", False)
         faults.hit(faults.FaultPoint.F6, batch.batch_id)  # the files are the batch's, its record not yet
-        self._check_epoch(batch.app_id, bundle.epoch, "commit")
         record = BatchRecord(bundle, tuple(sorted(keep)), schema, keys)
+        tmp = self.fs.write_hidden(f"{final}/{L.BUNDLE_FILE}", record.encode())
+        try:  # the record written first: the epoch check and the rename are one NameNode call apart
+            self._check_epoch(batch.app_id, bundle.epoch, "commit")
+        except FencedError:
+            self.fs.delete(tmp, False)
+            raise
         try:
-            created = self.fs.create_only(f"{final}/{L.BUNDLE_FILE}", record.encode())
+            created = self.fs.place_new(tmp, f"{final}/{L.BUNDLE_FILE}")
         except (OSError, RuntimeError) as exc:
             self._raise_if_lost_reply(f"rename of batch {batch}'s record into place", exc)
             raise

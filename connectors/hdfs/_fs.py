@@ -215,8 +215,16 @@ class Fs:
         Atomic: the bytes go to a hidden temporary file first, renamed into place without overwrite,
         so no reader ever sees a part of the file.
         """
+        return self.place_new(self.write_hidden(path, data), path)
+
+    def write_hidden(self, path: str, data: bytes) -> str:
+        """Write ``data`` whole and durably to a hidden temporary file beside ``path``; its path."""
         tmp = self._tmp_for(path)
         self._write(tmp, data)
+        return tmp
+
+    def place_new(self, tmp: str, path: str) -> bool:
+        """Rename ``tmp`` (from :meth:`write_hidden`) to ``path`` unless it exists: True if this call placed it."""
         try:
             self.client.rename(tmp, path, False)
         except FileExistsError:
