@@ -212,7 +212,11 @@ class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
                     self.fs.delete(f"{base}/{name}")
                     log.info("eosink %s: removed the leftover attempt %s/%s", app_id, batch, name)
             if not names:
-                self.fs.delete(base, False)
+                try:
+                    self.fs.delete(base, False)
+                except RuntimeError as exc:  # a writer that began meanwhile made it non-empty: keep it
+                    if "PathIsNotEmptyDirectory" not in str(exc):
+                        raise
 
     def _check_epoch(self, app_id: str, epoch: int, what: str) -> None:
         current = self.current_epoch(app_id)
