@@ -226,6 +226,26 @@ def assert_killed(run: Run, point: str) -> None:
     assert run.returncode == -signal.SIGKILL, f"expected SIGKILL, got {run.returncode}:\n{run.stderr[-4000:]}"
 
 
+def assert_stopped_as_lost(run: Run) -> None:
+    """The driver stopped with PreparedWorkLostError (exit 3) naming batch 1 and the rewind."""
+    assert run.returncode == 3 and run.error_kind == "PreparedWorkLostError", run.stderr[-3000:]
+    assert "Batch 1 of app_id" in run.stderr and "--rewind" in run.stderr
+
+
+def rewind_batch_1(checkpoint: Path, recover_args: Sequence[str], env: dict[str, str]) -> str:
+    """``eosink recover ... --rewind`` (``recover_args`` name the sink, app_id and checkpoint): the dry run
+    prints its plan and changes nothing; ``--yes`` moves batch 1 out of Spark's commit log, its offsets kept.
+    Both runs' output, for checks of what they must not print."""
+    eosink = [sys.executable, "-m", "eosink.cli", *recover_args]
+    dry = subprocess.run(eosink, capture_output=True, text=True, env=env, timeout=120)
+    assert dry.returncode == 0 and "dry run: nothing changed" in dry.stdout, dry.stdout + dry.stderr
+    assert (checkpoint / "commits" / "1").exists()
+    done = subprocess.run([*eosink, "--yes"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "Start the query again" in done.stdout, done.stdout + done.stderr
+    assert not (checkpoint / "commits" / "1").exists() and (checkpoint / "offsets" / "1").exists()
+    return dry.stdout + dry.stderr + done.stdout + done.stderr
+
+
 DATASOURCE_KILLS = [("txid-check", "F5"), ("txid-check", "F8"), ("idempotent", "F1"), ("idempotent", "F4")]
 """Kafka's, S3's and HDFS's kills through format("eosink") (2pc is refused there), in test-SINK-full: each of
 F1, F4, F5 and F8 once, each strategy twice (in doubt and replayed for txid-check). The whole strategy x

@@ -15,8 +15,6 @@ has a target directory of its own.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -40,8 +38,10 @@ from .conftest import (
     assert_clean,
     assert_killed,
     assert_random_kills_exact,
+    assert_stopped_as_lost,
     assert_zombie_fenced,
     kill_through_the_data_source,
+    rewind_batch_1,
 )
 
 pytestmark = pytest.mark.spark
@@ -254,21 +254,12 @@ def test_pending_work_a_cleanup_job_deleted_stops_the_query_and_a_rewind_lands_t
     sink = HdfsSink(p.config())
     for path in (sink._pending(p.app_id), sink._staging(p.app_id)):
         sink.fs.delete(path)
-    stopped = p.run()
-    assert stopped.returncode == 3 and stopped.error_kind == "PreparedWorkLostError", stopped.stderr[-3000:]
-    assert "Batch 1 of app_id" in stopped.stderr and "--rewind" in stopped.stderr
+    assert_stopped_as_lost(p.run())
     assert p.found() == p.listed() == _rows_of_files(p, {0}), "the query went on past the lost batch"
     cli = [
         *("recover", "--sink", "hdfs", "--url", p.config().target_url, "--app-id", p.app_id),
         *("--checkpoint", str(p.checkpoint), "--rewind"),
     ]
-    eosink = [sys.executable, "-m", "eosink.cli"]
-    env = {**os.environ, **p.environment()}
-    dry = subprocess.run([*eosink, *cli], capture_output=True, text=True, env=env, timeout=120)
-    assert dry.returncode == 0 and "dry run: nothing changed" in dry.stdout, dry.stdout + dry.stderr
-    assert (p.checkpoint / "commits" / "1").exists()
-    done = subprocess.run([*eosink, *cli, "--yes"], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0 and "Start the query again" in done.stdout, done.stdout + done.stderr
-    assert not (p.checkpoint / "commits" / "1").exists() and (p.checkpoint / "offsets" / "1").exists()
+    rewind_batch_1(p.checkpoint, cli, {**os.environ, **p.environment()})
     assert_clean(p.run())
     p.assert_exact()

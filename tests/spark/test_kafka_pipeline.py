@@ -17,8 +17,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -39,8 +37,10 @@ from .conftest import (
     Pipeline,
     assert_clean,
     assert_killed,
+    assert_stopped_as_lost,
     assert_zombie_fenced,
     kill_through_the_data_source,
+    rewind_batch_1,
     run_and_kill,
     wait_for,
 )
@@ -217,8 +217,7 @@ def test_a_transaction_the_broker_expired_stops_the_query_and_a_rewind_lands_it_
     assert p.in_doubt(), "batch 1's transactions should be open after a kill at F5"
     wait_for(lambda: not p.in_doubt(), 90, "the broker to abort batch 1's expired transactions")
     stopped = p.run()
-    assert stopped.returncode == 3 and stopped.error_kind == "PreparedWorkLostError", stopped.stderr[-3000:]
-    assert "Batch 1 of app_id" in stopped.stderr and "--rewind" in stopped.stderr
+    assert_stopped_as_lost(stopped)
     assert "transaction.timeout.ms" in stopped.stderr or "transaction_timeout_ms" in stopped.stderr
     assert p.found() == _rows_of_files(p, {0}), "the query went on past the lost batch"
     cli = [
@@ -226,13 +225,7 @@ def test_a_transaction_the_broker_expired_stops_the_query_and_a_rewind_lands_it_
         *("--progress-topic", p.progress_topic, "--transactional-id-prefix", p.topic),
         *("--app-id", p.app_id, "--checkpoint", str(p.checkpoint), "--rewind"),
     ]
-    eosink = [sys.executable, "-m", "eosink.cli"]
-    dry = subprocess.run([*eosink, *cli], capture_output=True, text=True, env=dict(os.environ), timeout=120)
-    assert dry.returncode == 0 and "dry run: nothing changed" in dry.stdout, dry.stdout + dry.stderr
-    assert (p.checkpoint / "commits" / "1").exists()
-    done = subprocess.run([*eosink, *cli, "--yes"], capture_output=True, text=True, env=dict(os.environ), timeout=120)
-    assert done.returncode == 0 and "Start the query again" in done.stdout, done.stdout + done.stderr
-    assert not (p.checkpoint / "commits" / "1").exists() and (p.checkpoint / "offsets" / "1").exists()
+    rewind_batch_1(p.checkpoint, cli, dict(os.environ))
     assert_clean(p.run())
     p.assert_exact()
 

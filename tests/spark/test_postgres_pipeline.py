@@ -17,8 +17,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -42,7 +40,17 @@ from eosink.errors import ServiceError
 from eosink.services import get_service
 from eosink.services.postgres import PostgresEndpoint
 
-from .conftest import Pipeline, Run, assert_clean, assert_killed, assert_zombie_fenced, run_script, wait_for
+from .conftest import (
+    Pipeline,
+    Run,
+    assert_clean,
+    assert_killed,
+    assert_stopped_as_lost,
+    assert_zombie_fenced,
+    rewind_batch_1,
+    run_script,
+    wait_for,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -442,21 +450,12 @@ def test_prepared_work_rolled_back_by_hand_stops_the_query_and_a_rewind_lands_it
     assert lost, "batch 1 should be prepared after a kill at F5"
     for gid in lost:
         p.admin().execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
-    stopped = p.run()
-    assert stopped.returncode == 3 and stopped.error_kind == "PreparedWorkLostError", stopped.stderr[-3000:]
-    assert "Batch 1 of app_id" in stopped.stderr and "--rewind" in stopped.stderr
+    assert_stopped_as_lost(p.run())
     cli = [
         *("recover", "--sink", "postgres", "--conninfo-env", "EOSINK_TEST_PG_URL", "--table", p.table),
         *("--control-schema", p.control_schema, "--app-id", p.app_id, "--checkpoint", str(p.checkpoint), "--rewind"),
     ]
-    env = {**os.environ, "EOSINK_TEST_PG_URL": p.url}
-    eosink = [sys.executable, "-m", "eosink.cli"]
-    dry = subprocess.run([*eosink, *cli], capture_output=True, text=True, env=env, timeout=120)
-    assert dry.returncode == 0 and "dry run: nothing changed" in dry.stdout, dry.stdout + dry.stderr
-    assert (p.checkpoint / "commits" / "1").exists()
-    done = subprocess.run([*eosink, *cli, "--yes"], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0 and "Start the query again" in done.stdout, done.stdout + done.stderr
-    assert not (p.checkpoint / "commits" / "1").exists() and (p.checkpoint / "offsets" / "1").exists()
+    rewind_batch_1(p.checkpoint, cli, {**os.environ, "EOSINK_TEST_PG_URL": p.url})
     assert_clean(p.run())
     p.assert_balances()
 
