@@ -16,8 +16,10 @@ What each does::
                               IN_PROGRESS; every transaction open or committed by the producer
                               that wrote it -> PREPARED; otherwise ABORTED
     recover(app_id)        open data transactions of the app_id (ListTransactions) whose marker
-                              says "prepared", batch and participant read from the marker
-    fetch_last_bundle      the highest batch's bundle of the app_id in the progress topic
+                              says "prepared", batch and participant read from the marker (the
+                              markers partition read from shortly before the oldest one began)
+    fetch_last_bundle      the highest batch's bundle of the app_id in the progress topic (read
+                              back from the partition's end, see ``ProgressView``)
 
 A batch is visible participant by participant (each transaction commits on its own); its
 bundle is written last, once every participant's transaction committed.
@@ -34,7 +36,7 @@ from eosink import faults
 from eosink._waiting import wait_until
 from eosink.connectors.kafka import _wire
 from eosink.connectors.kafka._base import _SinkBase
-from eosink.connectors.kafka._names import bundle_txid, data_txid_prefix, parse_txid
+from eosink.connectors.kafka._names import app_txid_prefix, bundle_txid, parse_txid
 from eosink.connectors.kafka._progress import WINDOW, Marker, read_markers
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
 from eosink.errors import CommitAbortedError, EosinkError
@@ -65,7 +67,7 @@ class _CommitSide(_SinkBase):
         """End each participant's transaction with a commit, then write the bundle."""
         with self._errors(f"commit of batch {batch}"):
             admin = self._admin()
-            self._view.refresh(admin)
+            self._view.refresh(admin, batch.app_id, batch.batch_id)
             if self._already(batch, bundle):
                 return
             self._check_epoch(batch.app_id, bundle.epoch, "commit")
@@ -116,9 +118,10 @@ class _CommitSide(_SinkBase):
             return
         with self._errors(f"abort of {len(committables)} committable(s)"):
             admin = self._admin()
-            self._view.refresh(admin)
             for c in committables:
-                if self._view.lists(c.batch.app_id, c.id) is not None:
+                self._view.refresh(admin, c.batch.app_id, c.batch.batch_id)
+                found = self._view.bundle(c.batch.app_id, c.batch.batch_id)
+                if found is not None and c.id in found.committables:
                     raise _committed_already(c)
                 if "txid" in c.payload:
                     self._end(admin, c, commit=False)
@@ -142,7 +145,7 @@ class _CommitSide(_SinkBase):
         """The batch's fate from the progress topic and the transaction coordinator."""
         with self._errors(f"commit_status of batch {batch}"):
             admin = self._admin()
-            self._view.refresh(admin)
+            self._view.refresh(admin, batch.app_id, batch.batch_id)
             if self._view.bundle(batch.app_id, batch.batch_id) is not None:
                 return CommitStatus.COMMITTED
             if self._bundle_committing(batch.app_id):
@@ -168,7 +171,7 @@ class _CommitSide(_SinkBase):
         """Every open data transaction of ``app_id``, with its newest marker (None if it wrote none)."""
         admin = self._admin()
         prefix = self.config.transactional_id_prefix
-        ids = _list_open(admin, data_txid_prefix(prefix, app_id))
+        ids = _list_open(admin, app_txid_prefix(prefix, app_id))
         found: list[tuple[str, _wire.TxnState]] = []
         for txid in ids:
             if parse_txid(prefix, app_id, txid) is None:
@@ -178,24 +181,31 @@ class _CommitSide(_SinkBase):
                 found.append((txid, state))
         if not found:
             return []
-        open_markers, done_markers = read_markers(admin, self.config.progress_topic)
-        out: list[tuple[Marker | None, _wire.TxnState]] = []
-        for txid, state in found:
-            mine = [m for m in open_markers.get(state.producer_id, []) if m.txid == txid]
-            if not mine:  # committing now: its markers may be past their commit marker already
-                mine = [m for m in done_markers if m.txid == txid and m.producer_id == state.producer_id]
-            marker = mine[-1] if mine else None
-            if marker is not None and marker.app_id != app_id:
-                continue
-            out.append((marker, state))
-        return out
+        since = min((state.start_ms for _, state in found if state.start_ms > 0), default=None)
+        markers = _markers_of(found, *read_markers(admin, self.config.progress_topic, since))
+        if since is not None and any(m is None for m in markers):  # clocks far apart: read the whole partition
+            markers = _markers_of(found, *read_markers(admin, self.config.progress_topic))
+        return [(m, state) for m, (_, state) in zip(markers, found, strict=True) if m is None or m.app_id == app_id]
 
     def fetch_last_bundle(self, app_id: str) -> Bundle | None:
         """The bundle of ``app_id``'s highest committed batch."""
         with self._errors(f"fetch_last_bundle({app_id!r})"):
             self._settle(app_id)
-            self._view.refresh(self._admin())
+            self._view.refresh(self._admin(), app_id)
             return self._view.last(app_id)
+
+
+def _markers_of(
+    found: Sequence[tuple[str, _wire.TxnState]], open_markers: dict[int, list[Marker]], done_markers: list[Marker]
+) -> list[Marker | None]:
+    """The newest marker of each open transaction in ``found`` (None when none was read)."""
+    out: list[Marker | None] = []
+    for txid, state in found:
+        mine = [m for m in open_markers.get(state.producer_id, []) if m.txid == txid]
+        if not mine:  # committing now: its markers may be past their commit marker already
+            mine = [m for m in done_markers if m.txid == txid and m.producer_id == state.producer_id]
+        out.append(mine[-1] if mine else None)
+    return out
 
 
 def _ids(c: Committable) -> tuple[str, int, int]:

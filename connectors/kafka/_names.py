@@ -5,17 +5,26 @@ only in case or punctuation never share a name)::
 
     <prefix>.<tag>.fence                      fence(): its producer id and epoch are the writer epoch
     <prefix>.<tag>.bundles                    the coordinator's bundle transactions
-    <prefix>.<tag>.e<epoch>.p<n>.<slot>       a participant's data transaction
+    <prefix>.<tag>.p<n>.<slot>                a participant's data transaction
 
-A data transactional id is reused batch after batch (a bounded pool per writer epoch and
-participant); ``slot`` tells concurrent attempts of one participant apart: the Spark task's
-attempt number (``a0`` for a first attempt), or, outside Spark, the attempt id. Reusing an id
-re-initialises it, which aborts its open transaction, so an id is reused only once nothing can
-still commit its last transaction: a driver settles batch N before batch N+1 writes (every
-strategy), recovery settles a dead driver's work before the first batch, and a new driver's
-epoch gives it ids of its own (a zombie's never collide with it). As a last guard, ``begin``
-passes over an id whose transaction is still open (``a0r1``, ``a0r2``, ...) instead of
-initialising it: leftovers that recovery has not settled yet are never destroyed.
+The data transactional ids are one bounded pool per app_id, the same for every writer epoch:
+participant ``n`` (a partition of the batch) and a ``slot`` that tells concurrent attempts of
+one participant apart: the Spark task's attempt number (``a0`` for a first attempt). So an
+app_id keeps at most (participants x slots + 2) ids on the brokers, however many batches and
+writers it has had (a broker remembers every id for ``transactional.id.expiration.ms``, 7 days
+by default). Reusing an id re-initialises it, which
+aborts its open transaction, so an id is reused only once nothing can still commit its last
+transaction: a driver settles batch N before batch N+1 writes (every strategy), and recovery
+settles a dead driver's work before the first batch of the next. A zombie writer's open
+transaction on an id is aborted by the new writer's initialisation, and its producer epoch is
+then too old for EndTxn. As a last guard, ``begin`` passes over an id whose transaction is still
+open (``a0r1``, ``a0r2``, ...) instead of initialising it: leftovers that recovery has not settled
+yet are never destroyed. docs/design.md ("Kafka: one pool of transactional ids") says why this
+keeps fencing whole, and what a zombie task can still do.
+
+Earlier versions of eosink put the writer epoch into data ids (``<prefix>.<tag>.e<epoch>.p<n>.<slot>``,
+a new pool per writer); those ids are still recognised, so that work such a writer left in doubt is
+recovered after an upgrade.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ __all__ = [
     "COMMIT_REQUEST",
     "TxnName",
     "app_tag",
+    "app_txid_prefix",
     "bundle_key",
     "bundle_txid",
     "fence_txid",
@@ -61,45 +71,49 @@ def bundle_txid(prefix: str, app_id: str) -> str:
     return f"{prefix}.{app_tag(app_id)}.bundles"
 
 
-def data_txid_prefix(prefix: str, app_id: str) -> str:
-    """Every data transactional id of ``app_id`` starts with this."""
-    return f"{prefix}.{app_tag(app_id)}.e"
+def app_txid_prefix(prefix: str, app_id: str) -> str:
+    """Every transactional id of ``app_id`` (data, fence and bundles) starts with this."""
+    return f"{prefix}.{app_tag(app_id)}."
 
 
 @dataclass(frozen=True)
 class TxnName:
-    """A participant's data transactional id, taken apart."""
+    """A participant's data transactional id, taken apart (``epoch``: only in the names of earlier versions)."""
 
     app_tag: str
-    epoch: int
     participant: int
     slot: str
+    epoch: int | None = None
 
     def txid(self, prefix: str) -> str:
-        return f"{prefix}.{self.app_tag}.e{self.epoch}.p{self.participant}.{self.slot}"
+        era = "" if self.epoch is None else f".e{self.epoch}"
+        return f"{prefix}.{self.app_tag}{era}.p{self.participant}.{self.slot}"
 
 
-_TXID = re.compile(r"^(?P<prefix>.+)\.(?P<tag>[^.]+)\.e(?P<epoch>\d+)\.p(?P<participant>\d+)\.(?P<slot>[A-Za-z0-9]+)$")
+_DATA = re.compile(r"^(?:e(?P<epoch>\d+)\.)?p(?P<participant>\d+)\.(?P<slot>[A-Za-z0-9]+)$")
 
 
 def parse_txid(prefix: str, app_id: str, txid: str) -> TxnName | None:
     """The parts of one of ``app_id``'s data transactional ids; None for any other id."""
-    found = _TXID.match(txid)
-    if found is None or found["prefix"] != prefix or found["tag"] != app_tag(app_id):
+    mine = app_txid_prefix(prefix, app_id)
+    found = _DATA.match(txid[len(mine) :]) if txid.startswith(mine) else None
+    if found is None:
         return None
-    return TxnName(found["tag"], int(found["epoch"]), int(found["participant"]), found["slot"])
+    epoch = found["epoch"]
+    return TxnName(app_tag(app_id), int(found["participant"]), found["slot"], None if epoch is None else int(epoch))
 
 
-def task_slot(attempt: str, retry: int = 0) -> str:
-    """Which pool slot an attempt takes: Spark's task attempt number, else the attempt id; ``retry``
-    passes over slots whose transaction is still open."""
+def task_slot(retry: int = 0) -> str:
+    """Which pool slot an attempt takes: ``a<n>`` for Spark's task attempt number n (``a0`` outside Spark, where
+    attempts of one participant run one after another); ``retry`` passes over slots whose transaction is still
+    open (``a0r1``, ...)."""
     try:
         from pyspark import TaskContext
     except ImportError:
         context = None
     else:
         context = TaskContext.get()
-    base = f"a{context.attemptNumber()}" if context is not None else "x" + re.sub(r"[^A-Za-z0-9]", "", attempt)[:40]
+    base = f"a{context.attemptNumber()}" if context is not None else "a0"
     return f"{base}r{retry}" if retry else base
 
 

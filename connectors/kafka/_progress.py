@@ -34,7 +34,7 @@ from eosink.connectors.kafka._names import app_tag, bundle_key, marker_key
 from eosink.contract import BatchRef, Bundle
 from eosink.errors import ConfigurationError
 
-__all__ = ["BUNDLES", "MARKERS", "WINDOW", "Marker", "ProgressView", "ensure_progress_topic"]
+__all__ = ["BUNDLES", "MARKERS", "TAIL", "WINDOW", "Marker", "ProgressView", "ensure_progress_topic", "read_markers"]
 
 BUNDLES = 0
 MARKERS = 1
@@ -135,25 +135,64 @@ def marker_record(
     return marker_key(txid), marker.to_value()
 
 
+TAIL = 256
+"""Offsets of the bundles partition a new view reads first, back from its end. An app_id's newest
+bundle is its last record there (batches commit in order), so one that wrote lately is found in
+this tail; otherwise the view reads twice as far back, and again, until it finds one or reaches
+the log's start. Finding the last bundle costs what the app_id's idleness costs, never history."""
+
+
 @dataclass
 class ProgressView:
-    """This process's view of the bundles partition, read incrementally (thread-safe)."""
+    """This process's view of the bundles partition: a tail of it, read forward incrementally (thread-safe).
+
+    ``refresh(admin, app_id, batch_id)`` reads what was committed since the last refresh, and reads
+    further back until the view holds ``app_id``'s newest bundle (and, with ``batch_id``, reaches
+    back to that batch), or the whole log; ``refresh(admin)`` alone reads the whole log.
+    """
 
     topic: str
     _by_tag: dict[str, dict[int, Bundle]] = field(default_factory=dict)
+    _low: int | None = None
+    """The first offset read (None: nothing read yet); every offset from it to ``_next`` is applied."""
     _next: int = 0
+    _start: int = 0
+    """The log's start offset, when the view last looked."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def refresh(self, admin: Any) -> None:
-        """Read the bundles committed since the last refresh."""
+    def refresh(self, admin: Any, app_id: str | None = None, batch_id: int | None = None) -> None:
+        """Read the bundles committed since the last refresh, and as far back as ``app_id`` (or everyone) needs."""
         with self._lock:
-            part = _wire.read_log(admin, self.topic, BUNDLES, self._next)
-            for record in part.committed:
-                self._apply(record)
-            # an open transaction's records are read again next time, when its marker is there
-            # (committed records after it are applied twice: harmless)
-            first_open = min((rs[0].offset for rs in part.open.values() if rs), default=None)
-            self._next = part.high_watermark if first_open is None else first_open
+            if self._low is None:
+                self._start, end, _ = _wire.log_offsets(admin, self.topic, BUNDLES)
+                self._read_from(admin, self._start if app_id is None else max(self._start, end - TAIL))
+            else:
+                self._read_forward(admin)
+            while (low := self._low) is not None and low > self._start and not self._covers(app_id, batch_id):
+                self._start = _wire.log_offsets(admin, self.topic, BUNDLES)[0]
+                span = 0 if app_id is None else max(TAIL, 2 * (self._next - low))
+                self._read_from(admin, max(self._start, self._next - span) if span else self._start)
+
+    def _covers(self, app_id: str | None, batch_id: int | None) -> bool:
+        if app_id is None:
+            return False
+        mine = self._mine(app_id)
+        return bool(mine) and (batch_id is None or min(mine) <= batch_id)
+
+    def _read_from(self, admin: Any, low: int) -> None:
+        """Forget what was read and read from offset ``low`` to the end."""
+        self._by_tag = {}
+        self._low = self._next = low
+        self._read_forward(admin)
+
+    def _read_forward(self, admin: Any) -> None:
+        part = _wire.read_log(admin, self.topic, BUNDLES, self._next)
+        for record in part.committed:
+            self._apply(record)
+        # an open transaction's records are read again next time, when its marker is there
+        # (committed records after it are applied twice: harmless)
+        first_open = min((rs[0].offset for rs in part.open.values() if rs), default=None)
+        self._next = max(self._next, part.high_watermark if first_open is None else first_open)
 
     def _apply(self, record: _wire.LogRecord) -> None:
         key = (record.key or b"").decode(errors="replace")
@@ -167,7 +206,7 @@ class ProgressView:
         self._by_tag.setdefault(tag, {})[bundle.batch.batch_id] = bundle
 
     def app_ids(self) -> set[str]:
-        """Every app_id with a kept bundle."""
+        """Every app_id with a bundle in the view (after ``refresh(admin)``: every app_id with a kept bundle)."""
         return {b.batch.app_id for found in self._by_tag.values() for b in found.values()}
 
     def _mine(self, app_id: str) -> dict[int, Bundle]:
@@ -179,7 +218,7 @@ class ProgressView:
         return self._mine(app_id).get(batch_id)
 
     def bundles(self, app_id: str) -> list[Bundle]:
-        """The app_id's kept bundles, oldest batch first."""
+        """The app_id's bundles in the view, oldest batch first."""
         mine = self._mine(app_id)
         return [mine[n] for n in sorted(mine)]
 
@@ -187,17 +226,20 @@ class ProgressView:
         mine = self._mine(app_id)
         return mine[max(mine)] if mine else None
 
-    def lists(self, app_id: str, committable_id: str) -> Bundle | None:
-        """The kept bundle of ``app_id`` that commits ``committable_id``, if any."""
-        for bundle in self._mine(app_id).values():
-            if committable_id in bundle.committables:
-                return bundle
-        return None
+
+MARKER_SLACK_MS = 30_000
+"""How far before an open transaction's start its markers are looked for: records carry the writer's clock,
+the transaction's start the broker's (a marker not found so is looked for in the whole partition)."""
 
 
-def read_markers(admin: Any, topic: str) -> tuple[dict[int, list[Marker]], list[Marker]]:
-    """Markers of open transactions (by producer id) and of finished ones, in log order."""
-    part = _wire.read_log(admin, topic, MARKERS, 0)
+def read_markers(admin: Any, topic: str, since_ms: int | None = None) -> tuple[dict[int, list[Marker]], list[Marker]]:
+    """Markers of open transactions (by producer id) and of finished ones, in log order.
+
+    ``since_ms``: only what was written after then (less ``MARKER_SLACK_MS``); every marker of a
+    transaction that began after ``since_ms`` is among them. None: the whole partition.
+    """
+    start = 0 if since_ms is None else _wire.log_offsets(admin, topic, MARKERS, since_ms - MARKER_SLACK_MS)[2]
+    part = _wire.read_log(admin, topic, MARKERS, start)
     open_ = {pid: [m for r in rs if (m := _marker(r)) is not None] for pid, rs in part.open.items()}
     done = [m for r in part.committed if (m := _marker(r)) is not None]
     return open_, done

@@ -10,6 +10,8 @@ a real broker):
   producer id and epoch that wrote it: how the coordinator commits or aborts a participant's
   transaction, as the producer itself would;
 * :func:`describe` — ``DescribeTransactions`` for one id, None when the broker does not know it;
+* :func:`log_offsets` — ``ListOffsets``: where a partition's log starts and ends, and the first
+  offset at or after a time (through the admin client's public call);
 * :func:`read_log` — ``Fetch`` at ``read_uncommitted`` with the raw record batches: which
   producer wrote each record and where each transaction ended (commit or abort markers), so
   a reader can tell committed, aborted and open records apart anywhere in the log (a
@@ -23,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LogRecord", "Partition", "TxnState", "describe", "end_txn", "read_log"]
+__all__ = ["LogRecord", "Partition", "TxnState", "describe", "end_txn", "log_offsets", "read_log"]
 
 # Error codes of EndTxn (kafka/errors.py names them too).
 NONE = 0
@@ -140,6 +142,25 @@ class Partition:
     open: dict[int, tuple[LogRecord, ...]]
     high_watermark: int
     last_stable_offset: int
+
+
+def log_offsets(admin: Any, topic: str, partition: int, at_ms: int | None = None) -> tuple[int, int, int]:
+    """``(log start, high watermark, first offset whose timestamp is >= at_ms)`` of a partition.
+
+    The third is the high watermark when ``at_ms`` is None or no record is that new.
+    """
+    from kafka.protocol.consumer.offsets import OffsetSpec, OffsetTimestamp
+    from kafka.structs import TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    found = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST})
+    start = int(found[tp].offset)
+    end = int(admin.list_partition_offsets({tp: OffsetSpec.LATEST})[tp].offset)
+    at = end
+    if at_ms is not None:
+        offset = int(admin.list_partition_offsets({tp: OffsetTimestamp(max(0, at_ms))})[tp].offset)
+        at = end if offset < 0 else max(start, offset)
+    return start, end, at
 
 
 def read_log(admin: Any, topic: str, partition: int, start: int = 0, max_wait_s: float = 30.0) -> Partition:

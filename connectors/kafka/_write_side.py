@@ -4,7 +4,8 @@ Each transactional participant attempt is one transactional producer::
 
     begin(task)        the writer epoch is checked (FencedError); a producer with the attempt's
                        transactional id (a pool slot, see ``_names``) is initialised, which
-                       fences an older producer of the same id; its transaction begins with a
+                       fences an older producer of the same id, and the epoch is checked again
+                       (a writer fenced meanwhile stops); its transaction begins with a
                        "begun" marker in the progress topic (acknowledged before any data record
                        is sent, so a transaction with data always has a marker)
     write(txn, batch)  every row of the Arrow batch becomes a record, checked before any is sent
@@ -93,6 +94,9 @@ class _WriteSide(_SinkBase):
             )
             try:
                 producer.init_transactions()
+                # The id is shared by every writer epoch: a writer fenced between the check above and the
+                # initialisation stops here, aborting only what it just began (see _names).
+                self._check_epoch(app, task.epoch, "begin")
                 producer.begin_transaction()
                 key, value = marker_record(txid, task.batch, task.epoch, task.participant, task.attempt, "begun", 0)
                 producer.send(self.config.progress_topic, value=value, key=key, partition=MARKERS).get(
@@ -191,7 +195,7 @@ class _WriteSide(_SinkBase):
     def _free_txid(self, task: TaskRef) -> str:
         """The attempt's pool slot's transactional id, passing over slots with a transaction still open."""
         for retry in range(_MAX_SLOTS):
-            name = TxnName(app_tag(task.batch.app_id), task.epoch, task.participant, task_slot(task.attempt, retry))
+            name = TxnName(app_tag(task.batch.app_id), task.participant, task_slot(retry))
             txid = name.txid(self.config.transactional_id_prefix)
             state = _wire.describe(self._admin(), txid)
             if state is None or state.state not in ("Ongoing", "PrepareCommit", "PrepareAbort"):

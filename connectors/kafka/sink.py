@@ -212,12 +212,10 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
         for marker, state in self._open_work(app_id):
             if marker is not None and marker.state == "prepared":
                 continue  # in doubt: recovery decides
-            txid = marker.txid if marker is not None else None
-            if txid is None:
+            if marker is None or parse_txid(self.config.transactional_id_prefix, app_id, marker.txid) is None:
                 continue
-            name = parse_txid(self.config.transactional_id_prefix, app_id, txid)
-            if name is not None and name.epoch < epoch and state.state == "Ongoing":
-                _wire.end_txn(admin, txid, state.producer_id, state.producer_epoch, False, timeout_s=30)
+            if marker.epoch < epoch and state.state == "Ongoing":
+                _wire.end_txn(admin, marker.txid, state.producer_id, state.producer_epoch, False, timeout_s=30)
 
     # -- the bundle transaction -----------------------------------------------------------------
 
