@@ -59,7 +59,7 @@ __all__ = [
 
 BASE_TS_MS = 1_700_000_000_000
 SCHEMA = CONTRACT_SCHEMA
-FAST = CommitPolicy(resolve_timeout_s=5.0, transient_retries=3, backoff_s=0.001, max_backoff_s=0.01)
+FAST = CommitPolicy(resolve_timeout_s=5.0, transient_timeout_s=0.05, backoff_s=0.001, max_backoff_s=0.01)
 """A commit policy with tiny back-offs, so that retries in tests take milliseconds."""
 
 

@@ -7,7 +7,8 @@ replay batch ``N``; it is what the two-phase-commit strategy waits for before co
 eosink records each batch's commit decision (its committables and bundle) in
 ``<checkpoint>/eosink/<app>/N.json`` before the batch is released to Spark. The manifest
 shares the checkpoint's lifecycle: a fresh checkpoint has none, and recovery reads the
-manifests together with Spark's commit log.
+manifests together with Spark's commit log. A read or write that fails (the store restarting)
+is retried for up to :attr:`SparkCheckpoint.retry_s` (60 s) before it raises TransientError.
 
 Local paths and ``file:`` URIs are handled directly (with fsync). Another scheme goes to the
 :class:`CheckpointFS` a connector registers for it in the entry-point group
@@ -26,6 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from eosink._retry import retry_transient
 from eosink._rowhash import stable_u64
 from eosink.contract import Bundle, Committable
 from eosink.errors import ConfigurationError, TransientError
@@ -202,6 +204,9 @@ class SparkCheckpoint:
                 "Pass the same path you give to writeStream.option('checkpointLocation', ...).",
             )
         self.location = text
+        self.retry_s = 60.0
+        """How long a failing read or write of the checkpoint is retried before TransientError (the coordinator
+        sets it from ``CommitPolicy.transient_timeout_s``)."""
         self._fs: CheckpointFS
         if "://" not in text or text.startswith("file:"):
             self.root = os.path.abspath(re.sub(r"^file:(//)?", "", text))
@@ -227,14 +232,23 @@ class SparkCheckpoint:
     def _path(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
 
-    def _io(self, what: str, fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except OSError as exc:
-            raise TransientError(
+    def _io(self, what: str, fn: Any, *args: Any, retry: bool = True) -> Any:
+        """``fn(*args)``; an OSError is retried for up to :attr:`retry_s` (a store restarting), then TransientError."""
+
+        def failed(exc: BaseException) -> TransientError:
+            return TransientError(
                 f"Cannot {what} in the checkpoint {self.location!r}: {exc}.",
                 "Check that the checkpoint location is reachable and writable.",
-            ) from exc
+            )
+
+        return retry_transient(
+            f"{what} in the checkpoint",
+            lambda: fn(*args),
+            timeout_s=self.retry_s if retry else 0.0,
+            retry_on=(OSError, TransientError),
+            wrap=failed,
+            permanent=(FileNotFoundError,),
+        )
 
     # -- Spark's own files ------------------------------------------------------------------
 
@@ -395,7 +409,7 @@ class SparkCheckpoint:
 
     def move(self, src: tuple[str, ...], dst: tuple[str, ...]) -> None:
         """Move a file of the checkpoint to another place in it (a rename where the file system has one)."""
-        self._io("move a file of the checkpoint", self._fs.move, self._path(*src), self._path(*dst))
+        self._io("move a file of the checkpoint", self._fs.move, self._path(*src), self._path(*dst), retry=False)
 
     def write(self, parts: tuple[str, ...], text: str) -> None:
         """Write a file of the checkpoint atomically."""

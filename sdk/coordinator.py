@@ -13,6 +13,7 @@ never guessed and never blindly retried.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from eosink import faults
+from eosink._retry import retry_transient
 from eosink._waiting import backoff_s
 from eosink._watcher import CommitLogWatcher
 from eosink.checkpoint import Manifest, SparkCheckpoint
@@ -63,10 +65,15 @@ class CommitPolicy:
     """Bounds for retrying transient failures and resolving ambiguous commits."""
 
     resolve_timeout_s: float = 120.0
-    transient_retries: int = 5
+    """How long a commit whose reply was lost is asked after (``commit_status``) before AmbiguousCommitError."""
+    transient_timeout_s: float = 60.0
+    """How long a driver-side step that fails with TransientError (a sink or the checkpoint's store down: fence,
+    recover, commit, abort, fetch_last_bundle, checkpoint reads and writes) is retried before the query stops."""
     backoff_s: float = 0.2
+    """The first pause between retries; doubled each time, up to ``max_backoff_s``."""
     max_backoff_s: float = 5.0
     watch_interval_s: float = 0.01
+    """How often (2pc) a batch waiting for Spark's commit log looks for it."""
 
 
 @dataclass
@@ -108,6 +115,7 @@ class Coordinator:
         self.strategy = strategy
         self.checkpoint = checkpoint
         self.policy = policy or CommitPolicy()
+        checkpoint.retry_s = self.policy.transient_timeout_s
         self.stats = Stats()
         self.epoch: int | None = None
         self._checkpoint_id: str | None = None
@@ -142,14 +150,14 @@ class Coordinator:
         """
         if self._started:
             return
-        self.sink.setup(self.app_id)
+        self._retrying("setup", lambda: self.sink.setup(self.app_id))
         self._checkpoint_id = self.checkpoint.query_id()
-        self._check_checkpoint(self.sink.fetch_last_bundle(self.app_id), self._checkpoint_id)
+        self._check_checkpoint(self._fetch_last_bundle(), self._checkpoint_id)
         try:
-            self.epoch = self.sink.fence(self.app_id)
+            self.epoch = self._retrying("fence", lambda: self.sink.fence(self.app_id))
             self.checkpoint.write_lease(self.app_id, new_lease(self.epoch))  # eosink recover --rewind checks it
             self.recover()
-            self._last = self.sink.fetch_last_bundle(self.app_id)
+            self._last = self._fetch_last_bundle()
         except BaseException:
             self._reset()
             raise
@@ -162,10 +170,10 @@ class Coordinator:
         For a batch whose steps run in different processes (``format("eosink")``: planning and commit
         run in separate Python workers): the sink still refuses the commit if a newer writer fenced since.
         """
-        self.sink.setup(self.app_id)
+        self._retrying("setup", lambda: self.sink.setup(self.app_id))
         self.epoch = epoch
         self._checkpoint_id = self.checkpoint.query_id()
-        self._last = self.sink.fetch_last_bundle(self.app_id)
+        self._last = self._fetch_last_bundle()
         self._started = True
 
     @property
@@ -192,8 +200,8 @@ class Coordinator:
         The same checkpoint check as :meth:`start` comes first: a checkpoint that does not match
         the sink's bookkeeping raises CheckpointMismatchError here too.
         """
-        self._check_checkpoint(self.sink.fetch_last_bundle(self.app_id), self.checkpoint.query_id())
-        return plan_recovery(self.sink, self.app_id, self.strategy, self.checkpoint)
+        self._check_checkpoint(self._fetch_last_bundle(), self.checkpoint.query_id())
+        return self._plan_recovery()
 
     def recover(self) -> RecoveryPlan:
         """Roll forward the in-doubt batches the strategy must keep, abort the rest; returns the plan executed.
@@ -201,7 +209,7 @@ class Coordinator:
         The decisions come from :func:`eosink.recovery.plan_recovery` (what ``eosink recover
         --dry-run`` prints); the plan is also kept as ``last_recovery``.
         """
-        plan = plan_recovery(self.sink, self.app_id, self.strategy, self.checkpoint)
+        plan = self._plan_recovery()
         self.last_recovery = plan
         for n, batch_plan in enumerate(plan.batches):
             self._recover_batch(batch_plan)
@@ -237,7 +245,7 @@ class Coordinator:
             log.warning("eosink %s: aborting in-doubt batch %d (Spark will replay it)", self.app_id, batch_id)
             self.stats.recovered_aborted += 1
         if abort:
-            self.sink.abort(abort)
+            self._retrying("abort", lambda: self.sink.abort(abort))
             self.stats.orphans_aborted += len(abort)
         self.checkpoint.delete_manifest(self.app_id, batch_id)
 
@@ -381,24 +389,33 @@ class Coordinator:
     def _abort_orphans(self, batch: BatchRef, keep: set[str]) -> None:
         if not self.sink.capabilities.supports_recover:
             return
-        found = self._retrying(lambda: self.sink.recover(self.app_id))
+        found = self._retrying("recover", lambda: self.sink.recover(self.app_id))
         orphans = [c for c in found if c.batch == batch and c.id not in keep]
         if orphans:
-            self._retrying(lambda: self.sink.abort(orphans))
+            self._retrying("abort", lambda: self.sink.abort(orphans))
             self.stats.orphans_aborted += len(orphans)
             log.info("eosink %s: aborted %d leftover attempt(s) of batch %d", self.app_id, len(orphans), batch.batch_id)
 
-    def _retrying(self, call: Callable[[], _T]) -> _T:
-        """``call()``, retried with backoff on :class:`TransientError` (a sink restarting, a dropped connection)."""
-        attempt = 0
-        while True:
-            try:
-                return call()
-            except TransientError:
-                attempt += 1
-                if attempt > self.policy.transient_retries:
-                    raise
-                time.sleep(backoff_s(attempt, self.policy.backoff_s, self.policy.max_backoff_s))
+    def _retrying(self, what: str, call: Callable[[], _T]) -> _T:
+        """``call()``, retried with backoff on :class:`TransientError` (a sink restarting, a dropped connection)
+        for up to ``policy.transient_timeout_s``; each retry is logged (see :mod:`eosink._retry`)."""
+        p = self.policy
+        return retry_transient(
+            f"{what} of {self.app_id!r}",
+            call,
+            timeout_s=p.transient_timeout_s,
+            backoff=p.backoff_s,
+            max_backoff=p.max_backoff_s,
+        )
+
+    def _fetch_last_bundle(self) -> Bundle | None:
+        return self._retrying("fetch_last_bundle", lambda: self.sink.fetch_last_bundle(self.app_id))
+
+    def _plan_recovery(self) -> RecoveryPlan:
+        """The recovery plan (read-only, so a failure retries the whole planning)."""
+        return self._retrying(
+            "recovery planning", lambda: plan_recovery(self.sink, self.app_id, self.strategy, self.checkpoint)
+        )
 
     # -- committing --------------------------------------------------------------------------------
 
@@ -451,6 +468,7 @@ class Coordinator:
         deadline: float | None = None
         delay = policy.backoff_s
         transient = 0
+        transient_since: float | None = None
         recommits = 0
         need_commit = True
         while True:
@@ -470,16 +488,22 @@ class Coordinator:
                     deadline = deadline or time.monotonic() + policy.resolve_timeout_s
                 except TransientError as exc:
                     transient += 1
-                    if transient > policy.transient_retries:
+                    now = time.monotonic()
+                    transient_since = transient_since or now
+                    if now - transient_since >= policy.transient_timeout_s:
                         raise
+                    pause = backoff_s(transient, policy.backoff_s, policy.max_backoff_s)
                     log.warning(
-                        "eosink %s: commit of batch %d failed (%s); retry %d",
+                        "eosink %s: commit of batch %d failed (%s); retry %d in %.1f s (stops %.0f s after the "
+                        "first failure)",
                         self.app_id,
                         batch.batch_id,
                         exc.problem,
                         transient,
+                        pause,
+                        policy.transient_timeout_s,
                     )
-                    time.sleep(backoff_s(transient, policy.backoff_s, policy.max_backoff_s))
+                    time.sleep(pause)
                     continue
             try:
                 status = self.sink.commit_status(batch, committables)
@@ -530,7 +554,7 @@ class Coordinator:
                         "(writer.start(df.writeStream...) sets both); otherwise restart the query from its "
                         "checkpoint, and recovery resolves the batch.",
                     )
-                self.sink.abort(committables)  # Spark replays this batch in this process
+                self._retrying("abort", functools.partial(self.sink.abort, committables))  # Spark replays it here
                 self.checkpoint.delete_manifest(self.app_id, pending_id)
 
     def flush(self, timeout_s: float = 30.0) -> bool:
@@ -575,7 +599,7 @@ class Coordinator:
             raise self._lost(lost[0].batch_id, lost[0].commit, lost[0].reason)
         if not self.strategy.commits_after_spark:
             return
-        last = self.sink.fetch_last_bundle(self.app_id)
+        last = self._fetch_last_bundle()
         for batch_id in sorted(self.checkpoint.manifest_batches(self.app_id)):
             if (last is not None and last.batch.batch_id >= batch_id) or not self.checkpoint.is_committed(batch_id):
                 continue

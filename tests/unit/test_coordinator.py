@@ -40,6 +40,7 @@ from unit_conftest import (
 )
 
 from eosink import faults
+from eosink.checkpoint import SparkCheckpoint
 from eosink.connectors.reference import ReferenceSink
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint
 from eosink.coordinator import CommitPolicy, Coordinator
@@ -841,15 +842,112 @@ def test_transient_commit_failures_are_retried(tmp_path: Path, variant: Variant)
 
 
 def test_transient_commit_failures_are_bounded(tmp_path: Path) -> None:
-    """A sink that stays down: the commit is retried transient_retries times, then TransientError.
+    """A sink that stays down: the commit is retried for transient_timeout_s, then TransientError.
 
-    Pass: TransientError after 1 + 3 commit calls; nothing visible.
+    Pass: TransientError that says how often it was tried, after several commit calls and no sooner than the
+    bound; nothing visible.
     """
-    ms = mini(tmp_path, VARIANTS[1], n=1, sink_factory=lambda p: FlakySink(p, fail=100))
-    ms.crash(TransientError)
+    ms = mini(tmp_path, VARIANTS[1], n=1, sink_factory=lambda p: FlakySink(p, fail=10**6))
+    started = time.monotonic()
+    err = ms.crash(TransientError)
+    assert time.monotonic() - started >= FAST.transient_timeout_s
     sink = ms.coordinator.sink
-    assert isinstance(sink, FlakySink) and sink.commit_calls == 1 + FAST.transient_retries
+    assert isinstance(sink, FlakySink) and sink.commit_calls > 2
     assert ms.visible() == Counter()
+    assert "The store is down" in str(err)
+
+
+class DownForAWhileSink(ReferenceSink):
+    """Every driver-side call fails with TransientError until ``up_at`` (monotonic), as a server restarting."""
+
+    def __init__(self, path: Path, down_s: float = 0.0) -> None:
+        super().__init__(path)
+        self.up_at = 0.0
+        self.down_s = down_s
+        self.failures: Counter[str] = Counter()
+
+    def go_down(self) -> None:
+        self.up_at = time.monotonic() + self.down_s
+
+    def _gate(self, what: str) -> None:
+        if time.monotonic() < self.up_at:
+            self.failures[what] += 1
+            raise TransientError(f"The store is restarting ({what}).", "Retry.")
+
+    def setup(self, app_id: str) -> None:
+        self._gate("setup")
+        super().setup(app_id)
+
+    def fence(self, app_id: str) -> int:
+        self._gate("fence")
+        return super().fence(app_id)
+
+    def fetch_last_bundle(self, app_id: str) -> Bundle | None:
+        self._gate("fetch_last_bundle")
+        return super().fetch_last_bundle(app_id)
+
+    def recover(self, app_id: str) -> list[Committable]:
+        self._gate("recover")
+        return super().recover(app_id)
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        self._gate("commit")
+        super().commit(batch, committables, bundle)
+
+
+def test_a_sink_down_for_a_while_at_start_and_at_a_commit_is_ridden_out(
+    tmp_path: Path, variant: Variant, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sink is down (TransientError on every call) when the driver starts, and again before a commit:
+    setup, fetch_last_bundle, fence, recover and commit are retried until it is back, each retry logged.
+
+    Pass: every batch committed in one run, exact; the sink refused calls while down; warnings name the retries.
+    """
+    policy = CommitPolicy(transient_timeout_s=5.0, backoff_s=0.005, max_backoff_s=0.02)
+    ms = mini(tmp_path, variant, sink_factory=lambda p: DownForAWhileSink(p, down_s=0.1), policy=policy)
+    sink = ms.coordinator.sink
+    assert isinstance(sink, DownForAWhileSink)
+    sink.go_down()
+    with caplog.at_level("WARNING", logger="eosink"):
+        ms.run()
+    assert ms.stats.batches_committed == 4
+    assert sink.failures["setup"] > 0, sink.failures
+    assert any("retry" in r.getMessage() and "setup" in r.getMessage() for r in caplog.records)
+    ms.assert_exact()
+
+
+def test_a_checkpoint_store_that_fails_for_a_while_is_retried_then_gives_up(tmp_path: Path) -> None:
+    """Checkpoint I/O that raises OSError is retried for ``retry_s`` (then TransientError saying how long);
+    a missing file (FileNotFoundError) is not retried."""
+    ckpt = SparkCheckpoint(tmp_path)
+    ckpt.retry_s = 5.0
+    calls = {"n": 0}
+
+    class Flaky:
+        def exists(self, path: str) -> bool:
+            calls["n"] += 1
+            if calls["n"] < 3:
+                raise OSError("connection refused")
+            return True
+
+    ckpt._fs = Flaky()  # type: ignore[assignment]
+    assert ckpt.has_commit_file(0) is True and calls["n"] == 3
+    ckpt.retry_s = 0.05
+    calls["n"] = -(10**6)
+    with pytest.raises(TransientError, match=r"tried \d+ times"):
+        ckpt.has_commit_file(0)
+
+    class Gone:
+        def exists(self, path: str) -> bool:
+            calls["n"] += 1
+            raise FileNotFoundError(path)
+
+    ckpt._fs = Gone()  # type: ignore[assignment]
+    calls["n"] = 0
+    ckpt.retry_s = 5.0
+    with pytest.raises(TransientError):
+        ckpt.has_commit_file(0)
+    assert calls["n"] == 1
 
 
 class FlakyRecoverSink(ReferenceSink):
