@@ -304,6 +304,7 @@ class Coordinator:
             generate_keys=self.strategy.generates_keys(),
             time_ms=self.checkpoint.batch_timestamp_ms(batch_id) or batch_id,
             strategy=self.strategy.name,
+            begin_timeout_s=self.policy.transient_timeout_s,
         )
 
     def abort_batch(self, batch_id: int) -> None:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import uuid6
 
 from eosink import faults
+from eosink._retry import retry_transient
 from eosink.contract import BatchRef, Committable, Fingerprint, Sink, TaskRef
 from eosink.faults import FaultPoint
 from eosink.fingerprint import FINGERPRINT_VERSION, fingerprint_of
@@ -51,6 +52,9 @@ class WritePlan:
     generate_keys: bool
     time_ms: int
     strategy: str = ""
+    begin_timeout_s: float = 60.0
+    """How long a participant retries ``begin`` through TransientError (its sink restarting) before its task fails:
+    a short outage is waited out instead of using up Spark's task retries in a second."""
 
     def task(self, participant: int) -> TaskRef:
         """A task reference for one attempt of one participant (a fresh, unique attempt id)."""
@@ -78,7 +82,11 @@ def run_participant(plan: WritePlan, participant: int, batches: Iterable[pa.Reco
         if keys is not None:
             batch = keys.add_keys(batch)
         if txn is None:
-            txn = sink.begin(plan.task(participant))
+            txn = retry_transient(
+                f"begin of participant {participant} of batch {plan.batch}",
+                lambda: sink.begin(plan.task(participant)),
+                timeout_s=plan.begin_timeout_s,
+            )
         sink.write(txn, batch)
         faults.hit(FaultPoint.F2, plan.batch.batch_id)
     if txn is None:

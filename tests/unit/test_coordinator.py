@@ -42,7 +42,7 @@ from unit_conftest import (
 from eosink import faults
 from eosink.checkpoint import SparkCheckpoint
 from eosink.connectors.reference import ReferenceSink
-from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint
+from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, TaskRef
 from eosink.coordinator import CommitPolicy, Coordinator
 from eosink.errors import (
     AmbiguousCommitError,
@@ -858,12 +858,14 @@ def test_transient_commit_failures_are_bounded(tmp_path: Path) -> None:
 
 
 class DownForAWhileSink(ReferenceSink):
-    """Every driver-side call fails with TransientError until ``up_at`` (monotonic), as a server restarting."""
+    """Every driver-side call fails with TransientError until ``up_at`` (monotonic), as a server restarting;
+    the next ``refuse_begins`` participant begins fail alike."""
 
     def __init__(self, path: Path, down_s: float = 0.0) -> None:
         super().__init__(path)
         self.up_at = 0.0
         self.down_s = down_s
+        self.refuse_begins = 0
         self.failures: Counter[str] = Counter()
 
     def go_down(self) -> None:
@@ -893,6 +895,36 @@ class DownForAWhileSink(ReferenceSink):
     def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
         self._gate("commit")
         super().commit(batch, committables, bundle)
+
+    def begin(self, task: TaskRef) -> Any:
+        if self.refuse_begins > 0:
+            self.refuse_begins -= 1
+            self.failures["begin"] += 1
+            raise TransientError("The store is restarting (begin).", "Retry.")
+        return super().begin(task)
+
+
+def test_a_participant_waits_at_begin_while_its_sink_is_down(tmp_path: Path, variant: Variant) -> None:
+    """The sink goes down after the batch was planned: each participant's begin is retried (an executor-side
+    wait, so a short outage does not use up Spark's task retries) and the batch lands once.
+
+    Pass: begin refused while down, every batch committed in one run, exact.
+    """
+    policy = CommitPolicy(transient_timeout_s=5.0, backoff_s=0.005, max_backoff_s=0.02)
+    ms = mini(tmp_path, variant, sink_factory=lambda p: DownForAWhileSink(p, down_s=0.1), policy=policy)
+    sink = ms.coordinator.sink
+    assert isinstance(sink, DownForAWhileSink)
+    ms.ckpt.write_offsets(0)
+    plan = ms.coordinator.begin_batch(0)
+    assert plan is not None and plan.begin_timeout_s == 5.0 and plan.sink is sink
+    sink.refuse_begins = 3
+    committables = ms.batches[0].write(plan)
+    assert sink.failures["begin"] > 0 and not sink.failures["commit"]
+    ms.coordinator.finish_batch(0, committables)
+    ms.ckpt.write_commit(0)
+    ms.coordinator.commit_ready()
+    ms.run()
+    ms.assert_exact()
 
 
 def test_a_sink_down_for_a_while_at_start_and_at_a_commit_is_ridden_out(
