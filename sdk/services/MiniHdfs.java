@@ -14,6 +14,8 @@
 // of the same login may write anywhere), any other user needs permissions; /tmp is world-writable (1777).
 // The process runs until SIGTERM (or SIGINT), which stops the cluster cleanly and exits with status 0,
 // leaving the data in place.
+// A start that fails (a NameNode port another process took, say) prints its error and halts with status 1,
+// leaving the data as a crash would (MiniDFSCluster's own clean-up of a failed build deletes the base dir at exit).
 //
 // With -Dminihdfs.quickDataNodeExpiry=true (the private test cluster), DataNodes heartbeat every second and
 // the NameNode checks every second: a DataNode silent for 12 s is dead (HDFS's defaults: 10.5 min), and the
@@ -98,6 +100,35 @@ public final class MiniHdfs {
         conf.set("dfs.datanode.ipc.address", "127.0.0.1:0");
         conf.set("dfs.namenode.https-address", "127.0.0.1:0");
 
+        MiniDFSCluster cluster;
+        try {
+            cluster = start(conf, base, rpcPort, httpPort, keep);
+        } catch (Throwable t) {
+            // A cluster that fails to build shuts itself down, which marks the whole base dir for deletion at exit:
+            // halt instead, as a crash would, so that a failed restart (a NameNode port another process took
+            // meanwhile, say) leaves the data for the next one. The harness reads the error from the log.
+            t.printStackTrace();
+            System.err.flush();
+            System.out.flush();
+            Runtime.getRuntime().halt(1);
+            return;
+        }
+
+        InetSocketAddress rpc = cluster.getNameNode().getNameNodeAddress();
+        InetSocketAddress http = cluster.getNameNode().getHttpAddress();
+        Control control = new Control(cluster);
+        System.out.println("READY rpc=127.0.0.1:" + rpc.getPort() + " http=127.0.0.1:" + http.getPort());
+        System.out.flush();
+        control.run(); // until standard input ends
+        Thread.currentThread().join();
+    }
+
+    /**
+     * Builds the cluster on {@code base} (formatted, or with {@code keep} as an earlier run left it), stops it on
+     * SIGTERM and SIGINT, and returns once the NameNode and the DataNodes are up and {@code /tmp} is world-writable.
+     */
+    private static MiniDFSCluster start(Configuration conf, File base, int rpcPort, int httpPort, boolean keep)
+            throws IOException {
         MiniDFSCluster cluster = new MiniDFSCluster.Builder(conf, base)
                 .nameNodePort(rpcPort)
                 .nameNodeHttpPort(httpPort)
@@ -119,14 +150,7 @@ public final class MiniHdfs {
         FileSystem fs = cluster.getFileSystem();
         fs.mkdirs(new Path("/tmp"));
         fs.setPermission(new Path("/tmp"), new FsPermission((short) 01777));
-
-        InetSocketAddress rpc = cluster.getNameNode().getNameNodeAddress();
-        InetSocketAddress http = cluster.getNameNode().getHttpAddress();
-        Control control = new Control(cluster);
-        System.out.println("READY rpc=127.0.0.1:" + rpc.getPort() + " http=127.0.0.1:" + http.getPort());
-        System.out.flush();
-        control.run(); // until standard input ends
-        Thread.currentThread().join();
+        return cluster;
     }
 
     /** The commands on standard input (see the header): stop and start single DataNodes. */

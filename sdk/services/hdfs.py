@@ -52,6 +52,7 @@ import urllib.parse
 import urllib.request
 import uuid
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -62,7 +63,19 @@ from eosink._waiting import wait_until as poll
 from eosink.errors import ServiceError
 from eosink.services import _jdk as _jdk_tools
 from eosink.services._maven import Artifact, fetch_jars
-from eosink.services._process import Proc, ServerProcess, free_port, log_tail, spawn, stop, wait_until
+from eosink.services._process import (
+    Attempt,
+    Proc,
+    ServerProcess,
+    free_ports,
+    log_after,
+    log_size,
+    log_tail,
+    spawn,
+    start_on_ports,
+    stop,
+    wait_until,
+)
 from eosink.services.base import Endpoint, Service
 
 __all__ = ["HADOOP_VERSION", "HdfsEndpoint", "HdfsServer", "HdfsService"]
@@ -233,9 +246,10 @@ class HdfsService(Service[HdfsEndpoint]):
         # -Xlog:cds=off: the dump at exit warns once per old-format class in Hadoop's jars, hundreds of
         # lines that would push a failed start's own error out of the log's tail (the error message).
         argv = self._argv(java, work, [f"-XX:ArchiveClassesAtExit={partial}", "-Xlog:cds=off"])
+        since = log_size(train_log)  # the log is kept and appended to: an earlier training's READY is not this one's
         proc = spawn(argv, train_log)
         try:
-            self._wait_ready(proc, train_log)
+            self._wait_ready(proc, train_log, since)
         finally:
             stop(proc, what="HDFS (training start)", timeout_s=_TRAINING_STOP_S)
         shutil.rmtree(work, ignore_errors=True)
@@ -273,14 +287,21 @@ class HdfsService(Service[HdfsEndpoint]):
         return [f"-XX:SharedArchiveFile={archive}"] if archive.exists() else []
 
     def _wait_ready(
-        self, proc: Proc, log_path: Path, since: int = 0, timeout_s: float | None = None
+        self,
+        proc: Proc,
+        log_path: Path,
+        since: int = 0,
+        timeout_s: float | None = None,
+        *,
+        attempt: Attempt | None = None,
     ) -> tuple[int, int]:
-        """Wait for the launcher's READY line (written after byte ``since`` of the log: a restarted
-        server appends to it); the NameNode's (RPC, HTTP) ports."""
+        """Wait for the launcher's READY line (written after byte ``since`` of the log: a retried or restarted
+        server appends to it); the NameNode's (RPC, HTTP) ports. With ``attempt``, a port taken meanwhile fails it
+        with :class:`~eosink.services._process.PortClash`, never with the advice about the JDK and memory."""
         ports: list[tuple[int, int]] = []
 
         def ready() -> bool:
-            found = _READY.search(_log_after(log_path, since))
+            found = _READY.search(log_after(log_path, since))
             if found:
                 ports.append((int(found[1]), int(found[2])))
             return bool(found)
@@ -292,21 +313,30 @@ class HdfsService(Service[HdfsEndpoint]):
             log_path=log_path,
             timeout_s=self.start_timeout_s if timeout_s is None else timeout_s,
             fix=f"read {log_path}; a JDK 17+ and about 1 GB of free memory are needed.",
+            attempt=attempt,
         )
         return ports[0]
 
     def launch(self) -> tuple[Proc, HdfsEndpoint]:
-        """Start MiniHdfs on fresh data; return once the NameNode is active and the DataNodes registered."""
+        """Start MiniHdfs on fresh data; return once the NameNode is active and the DataNodes registered.
+
+        Every port is 0 here (the kernel picks each as it is bound), so none can be taken between picking and
+        binding; the start still goes through :func:`~eosink.services._process.start_on_ports`, as every server's
+        does, so that a clash on any port would be named as one."""
         java, _ = _jdk()
         extra = self._cds_options(java)
-        (self.data / "tmp").mkdir(parents=True, exist_ok=True)
         log.info("[hdfs] starting MiniDFSCluster (Hadoop %s)%s", HADOOP_VERSION, " with CDS" if extra else "")
-        proc = spawn(self._argv(java, self.data, extra), self.log_path)
-        try:
-            rpc, http = self._wait_ready(proc, self.log_path)
-        except BaseException:
-            stop(proc, what="HDFS")
-            raise
+
+        def start(attempt: Attempt) -> tuple[Proc, tuple[int, int]]:
+            (self.data / "tmp").mkdir(parents=True, exist_ok=True)  # a failed try's JVM removes it as it exits
+            proc = spawn(self._argv(java, self.data, extra), self.log_path)
+            try:
+                return proc, self._wait_ready(proc, self.log_path, attempt.since, attempt=attempt)
+            except BaseException:
+                stop(proc, what="HDFS")
+                raise
+
+        proc, (rpc, http) = start_on_ports(start, (), log_path=self.log_path, what="HDFS", may_move=True)
         endpoint = HdfsEndpoint(url=f"hdfs://127.0.0.1:{rpc}", webhdfs_url=f"http://127.0.0.1:{http}{_WEBHDFS_PATH}")
         log.info("[hdfs] NameNode at %s, WebHDFS at %s", endpoint.url, endpoint.webhdfs_url)
         return proc, endpoint
@@ -405,14 +435,7 @@ class HdfsServer(ServerProcess):
         self.root = root
         self.start_timeout_s = start_timeout_s
         self.proc: Proc | None = None
-        self.port = free_port()
-        """The NameNode's RPC port."""
-        self.http_port = free_port()
-        while self.http_port == self.port:
-            self.http_port = free_port()
-        self.endpoint = HdfsEndpoint(
-            url=f"hdfs://127.0.0.1:{self.port}", webhdfs_url=f"http://127.0.0.1:{self.http_port}{_WEBHDFS_PATH}"
-        )
+        self._use_ports(free_ports(2))
         self._formatted = False
         self._commands: BinaryIO | None = None
         """The write end of the launcher's standard input, while it runs."""
@@ -425,17 +448,47 @@ class HdfsServer(ServerProcess):
     def log_path(self) -> Path:
         return self.root / "hdfs.log"
 
+    def _use_ports(self, ports: Sequence[int]) -> None:
+        """Take ``ports`` as the NameNode's (RPC, HTTP) ports: picked free when made, and moved by a first start
+        that finds one taken; kept from then on."""
+        self.port, self.http_port = ports
+        """The NameNode's RPC port (what clients and a fault proxy connect to) and its HTTP port (WebHDFS)."""
+        self.endpoint = HdfsEndpoint(
+            url=f"hdfs://127.0.0.1:{self.port}", webhdfs_url=f"http://127.0.0.1:{self.http_port}{_WEBHDFS_PATH}"
+        )
+
     def start(self) -> HdfsEndpoint:
         """Start the cluster (provisioning first if needed: jars, launcher, archive) and wait until it is up:
-        on fresh data the first time, on the data it left at every later start."""
+        on fresh data the first time, on the data it left at every later start.
+
+        The first start moves to fresh ports if one of its own was taken meanwhile; a later one keeps them
+        and fails with a :class:`~eosink.services._process.PortClash` naming the port and who took it."""
         service = HdfsService()
         service.provisioned()  # the chaos harness's workers start their servers at once
         java, _ = _jdk()
         data = self.root / "data"
-        (data / "tmp").mkdir(parents=True, exist_ok=True)
         extra = [*service._cds_options(java), _QUICK_DATANODE_EXPIRY]
-        argv = service._argv(java, data, extra, (self.port, self.http_port), keep=self._formatted)
-        since = self.log_path.stat().st_size if self.log_path.exists() else 0
+
+        def start(attempt: Attempt) -> tuple[int, int]:
+            (data / "tmp").mkdir(parents=True, exist_ok=True)  # a failed try's JVM removes it as it exits
+            self._use_ports(attempt.ports)
+            argv = service._argv(java, data, extra, (self.port, self.http_port), keep=self._formatted)
+            return self._launch(service, argv, attempt)
+
+        ports = start_on_ports(
+            start, (self.port, self.http_port), log_path=self.log_path, what=self.what, may_move=not self._formatted
+        )
+        self._formatted = True
+        if ports != (self.port, self.http_port):  # the launcher binds the ports it is given, or fails
+            raise ServiceError(
+                f"A private HDFS came up on ports {ports}, not {(self.port, self.http_port)}.",
+                f"read {self.log_path}; MiniHdfs binds the NameNode ports it is given.",
+            )
+        return self.endpoint
+
+    def _launch(self, service: HdfsService, argv: list[str], attempt: Attempt) -> tuple[int, int]:
+        """Start the launcher with a new command pipe on its standard input and wait for its READY line (the
+        ports it reports); stop it (SIGKILL) if it does not get there."""
         commands, self._commands = self._commands, None
         if commands is not None:
             commands.close()
@@ -446,17 +499,10 @@ class HdfsServer(ServerProcess):
         finally:
             os.close(read_end)
         try:
-            ports = service._wait_ready(proc, self.log_path, since, self.start_timeout_s)
+            return service._wait_ready(proc, self.log_path, attempt.since, self.start_timeout_s, attempt=attempt)
         except BaseException:
             self.stop(crash=True)
             raise
-        self._formatted = True
-        if ports != (self.port, self.http_port):  # the launcher binds the ports it is given, or fails
-            raise ServiceError(
-                f"A private HDFS came up on ports {ports}, not {(self.port, self.http_port)}.",
-                f"read {self.log_path}; MiniHdfs binds the NameNode ports it is given.",
-            )
-        return self.endpoint
 
     def stop(self, *, crash: bool = False) -> None:
         """Stop the whole cluster (``crash``: SIGKILL) and close its command pipe."""
@@ -503,7 +549,7 @@ class HdfsServer(ServerProcess):
             found: list[re.Match[str]] = []
 
             def answered() -> bool:
-                match = answer.search(_log_after(self.log_path, since))
+                match = answer.search(log_after(self.log_path, since))
                 if match is not None:
                     found.append(match)
                 return match is not None or not proc.alive()
@@ -515,16 +561,6 @@ class HdfsServer(ServerProcess):
                 raise ServiceError(f"{self!r} {state} after {command!r}. Last lines of {self.log_path}:\n{tail}", fix)
             if found[0][1] is not None:
                 raise ServiceError(f"{self!r} could not {command}: {found[0][1]}", fix)
-
-
-def _log_after(log_path: Path, since: int) -> str:
-    """What the launcher wrote to its log after byte ``since`` (empty while there is no log)."""
-    try:
-        with log_path.open("rb") as fh:
-            fh.seek(since)
-            return fh.read().decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def _jdk() -> tuple[str, str]:

@@ -42,6 +42,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ from typing import Any
 from eosink.errors import ServiceError
 from eosink.services import _jdk
 from eosink.services._maven import Artifact, fetch_jars
-from eosink.services._process import Proc, free_port, spawn, stop, wait_until
+from eosink.services._process import Attempt, Proc, free_ports, spawn, start_on_ports, stop, wait_until
 from eosink.services.base import Endpoint, Service
 
 __all__ = [
@@ -147,15 +148,24 @@ class KafkaService(Service[KafkaEndpoint]):
         (self.home / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
 
     def launch(self) -> tuple[Proc, KafkaEndpoint]:
-        broker_port, controller_port, proxied_port, proxy_port = _free_ports(4)
+        """Format a new cluster and start its broker on free ports; on fresh ports (and a new cluster) again if one
+        was taken before the broker bound it."""
         config = self.run / "server.properties"
-        config.write_text(
-            server_properties(broker_port, controller_port, self.data / "kraft", proxied=(proxied_port, proxy_port))
-        )
         java = _java(self.jars, self.home)
-        format_storage(java, config, self.jars)
-        endpoint = KafkaEndpoint(f"127.0.0.1:{broker_port}", proxied_port, proxy_port)
-        return start_broker(java, config, self.jars, self.log_path, endpoint, self.start_timeout_s), endpoint
+
+        def start(attempt: Attempt) -> tuple[Proc, KafkaEndpoint]:
+            broker_port, controller_port, proxied_port, proxy_port = attempt.ports
+            log_dir = self.data / "kraft"
+            config.write_text(
+                server_properties(broker_port, controller_port, log_dir, proxied=(proxied_port, proxy_port))
+            )
+            _fresh_storage(java, config, self.jars, log_dir)
+            endpoint = KafkaEndpoint(f"127.0.0.1:{broker_port}", proxied_port, proxy_port)
+            proc = start_broker(java, config, self.jars, self.log_path, endpoint, self.start_timeout_s, attempt)
+            return proc, endpoint
+
+        # broker, controller, the proxied listener, the proxy in front of it
+        return start_on_ports(start, free_ports(4), log_path=self.log_path, what="Kafka", may_move=True)
 
     def check(self, endpoint: KafkaEndpoint) -> str:
         from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -236,15 +246,6 @@ class KafkaService(Service[KafkaEndpoint]):
         )
 
 
-def _free_ports(n: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < n:  # broker, controller, the proxied listener, the proxy in front of it
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
-
-
 def _java(jars: Path, home: Path) -> list[str]:
     java = [_jdk.java("Kafka"), *JVM_OPTS, f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}"]
     return [*java, "-cp", f"{jars}{os.sep}*"]
@@ -277,10 +278,24 @@ def format_storage(java: list[str], config: Path, jars: Path) -> None:
     log.info("[kafka] storage formatted in %.1f s", time.monotonic() - started)
 
 
+def _fresh_storage(java: list[str], config: Path, jars: Path, log_dir: Path) -> None:
+    """Empty ``log_dir`` and format it for ``config``: a first start, also one retried on other ports after a
+    failed one, begins with a new cluster."""
+    shutil.rmtree(log_dir, ignore_errors=True)
+    format_storage(java, config, jars)
+
+
 def start_broker(
-    java: list[str], config: Path, jars: Path, log_path: Path, endpoint: KafkaEndpoint, timeout_s: float
+    java: list[str],
+    config: Path,
+    jars: Path,
+    log_path: Path,
+    endpoint: KafkaEndpoint,
+    timeout_s: float,
+    attempt: Attempt | None = None,
 ) -> Proc:
-    """Start the broker of ``config`` (its storage formatted) and wait until it serves ``endpoint``."""
+    """Start the broker of ``config`` (its storage formatted) and wait until it serves ``endpoint``; stop it if it
+    does not. ``attempt``: the ports it was given (see :func:`~eosink.services._process.start_on_ports`)."""
     log.info("[kafka] starting broker on %s", endpoint.bootstrap_servers)
     proc = spawn([*java, "kafka.Kafka", str(config)], log_path, cwd=config.parent)
     try:
@@ -291,6 +306,7 @@ def start_broker(
             log_path=log_path,
             timeout_s=timeout_s,
             fix=f"read {log_path} (the broker was stopped), then try again.",
+            attempt=attempt,
         )
     except BaseException:
         # No state is recorded for a failed start, so nothing else could stop this broker later.
@@ -311,32 +327,48 @@ class KafkaServer:
         self.root = root
         self.start_timeout_s = start_timeout_s
         self.proc: Proc | None = None
-        self.broker_port, self.controller_port, self.proxied_port, self.proxy_port = _free_ports(4)
-        self.endpoint = KafkaEndpoint(f"127.0.0.1:{self.broker_port}", self.proxied_port, self.proxy_port)
-        self._formatted = False
+        self._use_ports(free_ports(4))
+        self._started = False
+        """Whether a start succeeded: from then on the ports and the data are kept."""
 
     @property
     def log_path(self) -> Path:
         return self.root / "kafka.log"
 
+    def _use_ports(self, ports: Sequence[int]) -> None:
+        """Take ``ports`` as (broker, controller, proxied listener, proxy): picked free when made, and moved by a
+        first start that finds one taken; kept from then on."""
+        self.broker_port, self.controller_port, self.proxied_port, self.proxy_port = ports
+        self.endpoint = KafkaEndpoint(f"127.0.0.1:{self.broker_port}", self.proxied_port, self.proxy_port)
+
     def start(self) -> KafkaEndpoint:
+        """Start the broker and wait until it serves: on a new cluster until a start succeeded, on its data after.
+
+        The first start moves to fresh ports if one of its own was taken meanwhile; a later one keeps them
+        and fails with a :class:`~eosink.services._process.PortClash` naming the port and who took it."""
         service = KafkaService()
         service.provisioned()  # the jars, fetched once into the service's cache
         self.root.mkdir(parents=True, exist_ok=True)
         config = self.root / "server.properties"
-        config.write_text(
-            server_properties(
-                self.broker_port,
-                self.controller_port,
-                self.root / "kraft",
-                proxied=(self.proxied_port, self.proxy_port),
-            )
-        )
         java = _java(service.jars, service.home)
-        if not self._formatted:
-            format_storage(java, config, service.jars)
-            self._formatted = True
-        self.proc = start_broker(java, config, service.jars, self.log_path, self.endpoint, self.start_timeout_s)
+
+        def start(attempt: Attempt) -> None:
+            self._use_ports(attempt.ports)
+            log_dir = self.root / "kraft"
+            config.write_text(
+                server_properties(
+                    self.broker_port, self.controller_port, log_dir, proxied=(self.proxied_port, self.proxy_port)
+                )
+            )
+            if not self._started:
+                _fresh_storage(java, config, service.jars, log_dir)
+            self.proc = start_broker(
+                java, config, service.jars, self.log_path, self.endpoint, self.start_timeout_s, attempt
+            )
+
+        ports = (self.broker_port, self.controller_port, self.proxied_port, self.proxy_port)
+        start_on_ports(start, ports, log_path=self.log_path, what="private Kafka", may_move=not self._started)
+        self._started = True
         return self.endpoint
 
     def stop(self) -> None:

@@ -43,13 +43,14 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eosink.errors import ServiceError
 from eosink.services._layout import cache_root
-from eosink.services._process import Proc, ServerProcess, free_port, log_tail, spawn, wait_until
+from eosink.services._process import Attempt, Proc, ServerProcess, free_ports, spawn, start_on_ports, stop, wait_until
 from eosink.services.base import Endpoint, Service
 
 __all__ = ["MINIO_MODULE", "MINIO_SUM", "MINIO_VERSION", "MinioServer", "MinioService", "S3Endpoint"]
@@ -182,35 +183,34 @@ class MinioService(Service[S3Endpoint]):
     # -- starting ------------------------------------------------------------------------------
 
     def launch(self) -> tuple[Proc, S3Endpoint]:
-        """Start ``minio server`` on fresh data with new credentials; wait until it reports ready."""
+        """Start ``minio server`` on fresh data with new credentials; wait until it reports ready (on fresh ports
+        again if one was taken before MinIO bound it)."""
         access_key, secret_key = _credentials()
         certs = self.run / "certs"  # empty: never pick up TLS certificates from ~/.minio/certs
         certs.mkdir(exist_ok=True)
         env = _server_env(access_key, secret_key)
-        for attempt in range(1, 4):
-            # A port found free may be taken before MinIO binds it: then retry on other ports.
-            port, console = free_port(), free_port()
-            while console == port:
-                console = free_port()
+
+        def start(attempt: Attempt) -> tuple[Proc, S3Endpoint]:
+            port, console = attempt.ports
             endpoint = S3Endpoint(f"http://127.0.0.1:{port}", access_key, secret_key, "us-east-1")
             argv = _server_argv(self.binary, self.data, port, console, certs)
             proc = spawn(argv, self.log_path, env=env, cwd=self.run)
             try:
                 wait_until(
-                    functools.partial(_http_ok, f"{endpoint.endpoint_url}/minio/health/ready"),
+                    _ready(endpoint),
                     what="MinIO",
                     proc=proc,
                     log_path=self.log_path,
                     timeout_s=self.start_timeout_s,
                     fix=f"read {self.log_path}; if the binary is broken, delete {self.home} to rebuild it.",
+                    attempt=attempt,
                 )
-            except ServiceError:
-                if attempt == 3 or proc.alive() or "already in use" not in log_tail(self.log_path, 10):
-                    raise
-                log.info("[minio] port %d or %d was taken meanwhile; trying other ports", port, console)
-                continue
+            except BaseException:
+                stop(proc, what="MinIO")
+                raise
             return proc, endpoint
-        raise AssertionError("unreachable")
+
+        return start_on_ports(start, free_ports(2), log_path=self.log_path, what="MinIO", may_move=True)
 
     # -- checking --------------------------------------------------------------------------
 
@@ -297,9 +297,10 @@ class MinioServer(ServerProcess):
         self.root = root
         self.start_timeout_s = start_timeout_s
         self.proc: Proc | None = None
-        self.port, self._console = free_port(), free_port()
-        access_key, secret_key = _credentials()
-        self.endpoint = S3Endpoint(f"http://127.0.0.1:{self.port}", access_key, secret_key, "us-east-1")
+        self._keys = _credentials()
+        self._use_ports(free_ports(2))
+        self._started = False
+        """Whether a start succeeded: from then on the ports are kept."""
 
     def __repr__(self) -> str:
         return f"MinioServer({self.endpoint.endpoint_url}, root={str(self.root)!r})"
@@ -308,25 +309,51 @@ class MinioServer(ServerProcess):
     def log_path(self) -> Path:
         return self.root / "minio.log"
 
+    def _use_ports(self, ports: Sequence[int]) -> None:
+        """Take ``ports`` as (S3 API, console): picked free when made, and moved by a first start that finds one
+        taken; kept from then on."""
+        self.port, self._console = ports
+        self.endpoint = S3Endpoint(f"http://127.0.0.1:{self.port}", *self._keys, "us-east-1")
+
     def start(self) -> S3Endpoint:
-        """Start the server (building MinIO first if needed) and wait until it reports ready."""
+        """Start the server (building MinIO first if needed) and wait until it reports ready.
+
+        The first start moves to fresh ports if one of its own was taken meanwhile; a later one keeps them
+        and fails with a :class:`~eosink.services._process.PortClash` naming the port and who took it."""
         service = MinioService()
         service.provisioned()
         certs = self.root / "certs"
         for d in (self.root / "data", certs):
             d.mkdir(parents=True, exist_ok=True)
-        argv = _server_argv(service.binary, self.root / "data", self.port, self._console, certs)
         env = _server_env(self.endpoint.access_key, self.endpoint.secret_key)
-        self.proc = proc = spawn(argv, self.log_path, env=env, cwd=self.root)
-        wait_until(
-            functools.partial(_http_ok, f"{self.endpoint.endpoint_url}/minio/health/ready"),
-            what="a private MinIO",
-            proc=proc,
-            log_path=self.log_path,
-            timeout_s=self.start_timeout_s,
-            fix=f"read {self.log_path}",
-        )
+
+        def start(attempt: Attempt) -> None:
+            self._use_ports(attempt.ports)
+            argv = _server_argv(service.binary, self.root / "data", self.port, self._console, certs)
+            self.proc = proc = spawn(argv, self.log_path, env=env, cwd=self.root)
+            try:
+                wait_until(
+                    _ready(self.endpoint),
+                    what="a private MinIO",
+                    proc=proc,
+                    log_path=self.log_path,
+                    timeout_s=self.start_timeout_s,
+                    fix=f"read {self.log_path}",
+                    attempt=attempt,
+                )
+            except BaseException:
+                self.stop(crash=True)
+                raise
+
+        ports = (self.port, self._console)
+        start_on_ports(start, ports, log_path=self.log_path, what=self.what, may_move=not self._started)
+        self._started = True
         return self.endpoint
+
+
+def _ready(endpoint: S3Endpoint) -> Callable[[], bool]:
+    """Whether MinIO at ``endpoint`` reports ready (its health check)."""
+    return functools.partial(_http_ok, f"{endpoint.endpoint_url}/minio/health/ready")
 
 
 def _credentials() -> tuple[str, str]:

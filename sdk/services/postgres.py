@@ -36,7 +36,17 @@ from typing import Any
 from urllib.parse import quote
 
 from eosink.errors import ServiceError
-from eosink.services._process import Proc, children, free_port, kill_all, spawn, stop, wait_until
+from eosink.services._process import (
+    Attempt,
+    Proc,
+    children,
+    free_ports,
+    kill_all,
+    spawn,
+    start_on_ports,
+    stop,
+    wait_until,
+)
 from eosink.services._users import ServiceUser, service_user
 from eosink.services.base import Endpoint, Service
 
@@ -167,24 +177,29 @@ class PostgresService(Service[PostgresEndpoint]):
             data = user.private_dir(data, "postgres")
         password = secrets.token_urlsafe(18)
         _initdb(bindir, data, password, user)
-        port = free_port()
         settings = {"max_prepared_transactions": str(MAX_PREPARED_TRANSACTIONS), "max_connections": "200"}
-        proc = spawn(
-            _server_argv(bindir, data, port, settings),
-            self.log_path,
-            user=user.ids if user else None,
-            env=_server_env(),
-        )
-        endpoint = PostgresEndpoint(url=_url(password, port), port=port)
-        wait_until(
-            lambda: _accepts(endpoint),
-            what="PostgreSQL",
-            proc=proc,
-            log_path=self.log_path,
-            timeout_s=self.start_timeout_s,
-            fix="see the server log above; `eosink services down postgres` then `up` starts it afresh.",
-        )
-        return proc, endpoint
+
+        def start(attempt: Attempt) -> tuple[Proc, PostgresEndpoint]:
+            (port,) = attempt.ports
+            argv = _server_argv(bindir, data, port, settings)
+            proc = spawn(argv, self.log_path, user=user.ids if user else None, env=_server_env())
+            endpoint = PostgresEndpoint(url=_url(password, port), port=port)
+            try:
+                wait_until(
+                    lambda: _accepts(endpoint),
+                    what="PostgreSQL",
+                    proc=proc,
+                    log_path=self.log_path,
+                    timeout_s=self.start_timeout_s,
+                    fix="see the server log above; `eosink services down postgres` then `up` starts it afresh.",
+                    attempt=attempt,
+                )
+            except BaseException:
+                stop(proc, what="PostgreSQL", sig=signal.SIGINT)  # no state is recorded: nothing else would
+                raise
+            return proc, endpoint
+
+        return start_on_ports(start, free_ports(1), log_path=self.log_path, what="PostgreSQL", may_move=True)
 
     def after_stop(self) -> None:
         user = service_user()
@@ -273,7 +288,10 @@ class PostgresServer:
             self.data = self.user.private_dir(self.data, self._label)
         self.log_path = self.root / "postgres.log"
         self.password = secrets.token_urlsafe(18)
-        self.port = free_port()
+        (self.port,) = free_ports(1)
+        """Picked free when made, moved by a first start that finds it taken, kept from then on."""
+        self._started = False
+        """Whether a start succeeded: from then on the port is kept."""
         self.settings = {"max_prepared_transactions": str(max_prepared), "max_connections": "60", **settings}
         self.proc: Proc | None = None
         self._running: dict[str, str] | None = None
@@ -295,22 +313,38 @@ class PostgresServer:
         return self.proc is not None and self.proc.alive()
 
     def start(self, **settings: str) -> PostgresEndpoint:
-        """Start (or restart, when ``settings`` change) the server; wait until it accepts connections."""
+        """Start (or restart, when ``settings`` change) the server; wait until it accepts connections.
+
+        The first start moves to a fresh port if its own was taken meanwhile; a later one keeps it and
+        fails with a :class:`~eosink.services._process.PortClash` naming the port and who took it."""
         wanted = {**self.settings, **settings}
         if self.running and self._running == wanted:
             return self.endpoint()
         self.stop()
-        argv = _server_argv(self.bindir, self.data, self.port, wanted)
-        self.proc = spawn(argv, self.log_path, user=self.user.ids if self.user else None, env=_server_env())
-        endpoint = self.endpoint()
-        wait_until(
-            lambda: _accepts(endpoint),
-            what="PostgreSQL",
-            proc=self.proc,
-            log_path=self.log_path,
-            timeout_s=60.0,
-            fix=f"see the server log {self.log_path}.",
-        )
+
+        def start(attempt: Attempt) -> PostgresEndpoint:
+            (self.port,) = attempt.ports
+            argv = _server_argv(self.bindir, self.data, self.port, wanted)
+            self.proc = proc = spawn(argv, self.log_path, user=self.user.ids if self.user else None, env=_server_env())
+            endpoint = self.endpoint()
+            try:
+                wait_until(
+                    lambda: _accepts(endpoint),
+                    what="PostgreSQL",
+                    proc=proc,
+                    log_path=self.log_path,
+                    timeout_s=60.0,
+                    fix=f"see the server log {self.log_path}.",
+                    attempt=attempt,
+                )
+            except BaseException:
+                self.stop()
+                raise
+            return endpoint
+
+        what = "a private PostgreSQL"
+        endpoint = start_on_ports(start, (self.port,), log_path=self.log_path, what=what, may_move=not self._started)
+        self._started = True
         self._running = wanted
         return endpoint
 
