@@ -63,7 +63,22 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--way", choices=["foreach_batch", "datasource"], default="foreach_batch", help="or format('eosink')"
     )
+    ap.add_argument(
+        "--ride-out", action="store_true", help="Spark's own S3A and HDFS clients retry an unreachable store for ~2 min"
+    )
     return ap.parse_args(argv)
+
+
+RIDE_OUT = {
+    # S3A (the checkpoint on s3a://): connection failures retried with a proportional sleep, 1 s, 2 s, ...
+    "fs.s3a.retry.limit": "15",
+    "fs.s3a.retry.interval": "1s",
+    "fs.s3a.attempts.maximum": "3",
+    # HDFS (the checkpoint on hdfs://): a refused NameNode connection retried every second for 2 minutes
+    "ipc.client.connect.max.retries": "120",
+    "ipc.client.connect.retry.interval": "1000",
+}
+"""What a user sets so that Spark's own checkpoint clients ride out a store restarting (docs/operations.md)."""
 
 
 def _datasource_options(args: argparse.Namespace, sink: Any) -> dict[str, str]:
@@ -132,6 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from eosink.connectors.s3.spark import s3a_options
 
         for key, value in s3a_options(S3Connection.from_env()).items():
+            spark.conf.set(key, value)
+    if args.ride_out:
+        for key, value in RIDE_OUT.items():
             spark.conf.set(key, value)
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
     output_mode = "append"
