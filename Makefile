@@ -153,6 +153,10 @@ SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --duratio
 test-postgres: venv java
 	@$(call WITH_POSTGRES,$(call SINK_TESTS,postgres,))
 
+# The long-history tests (tests/connectors/*/test_*_history.py): 2,000 batches of synthetic history in make test,
+# 100,000 in test-SINK-full.
+$(foreach s,$(SINKS),test-$(s)-full): export EOSINK_HISTORY_BATCHES := 100000
+
 test-postgres-full: venv java
 	@$(call WITH_POSTGRES,$(call SINK_FULL_TESTS,postgres,tests/bench/test_quick_run.py))
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from eosink.checkpoint import SparkCheckpoint
 from eosink.connectors.kafka import KafkaConfig
 from eosink.connectors.kafka.admin import KafkaAdmin
 from eosink.connectors.kafka.testing import by_key, read_topic
@@ -259,3 +260,46 @@ def test_kill_through_the_data_source_then_restart_is_exact(
     """
     kill_through_the_data_source(kafka_pipeline, strategy, point)
     kafka_pipeline.assert_exact()
+
+
+@pytest.mark.full
+def test_two_hundred_batches_through_the_data_source_keep_a_bounded_pool_of_transactional_ids(
+    tmp_path: Path, driver_java_opts: str, kafka_bootstrap: str
+) -> None:
+    """200 real micro-batches through ``format("eosink")`` (txid-check, two participants a batch), which fences
+    at every batch: the app_id ends with at most participants x slots + 2 transactional ids on the broker (fence,
+    bundles, one per participant slot; was two per batch), and every record once.
+
+    Pass: the ids are the fence's, the bundles' and ``p<n>.a0`` of the participants; exact.
+    """
+    import re
+
+    from eosink.connectors.kafka._names import app_txid_prefix
+
+    p = KafkaPipeline(
+        tmp_path,
+        files=200,
+        rows_per_file=60,  # about 3 KB a file: two participants a batch (spark.sql.files.maxPartitionBytes=2048)
+        strategy="txid-check",
+        way="datasource",
+        java_opts=driver_java_opts,
+        bootstrap=kafka_bootstrap,
+        topic=f"sparkkafka_{uuid.uuid4().hex[:10]}",
+    )
+    p.create_topic()
+    try:
+        assert_clean(p.finish(p.start(), timeout_s=1800))  # about 1-2 s a batch here: planning and commit workers
+        found, expected = p.found(), p.expected()
+        assert found == expected, f"lost={dict(expected - found)} duplicated={dict(found - expected)}"
+        last = SparkCheckpoint(p.checkpoint).last_committed()  # Spark keeps the newest 100 entries of its log
+        assert p.bundles() == list(range(200)) and last == 199, (p.bundles()[-3:], last)
+        assert not p.in_doubt()
+        prefix = app_txid_prefix(p.topic, p.app_id)
+        listed = p.admin().list_transactions(transactional_id_pattern=re.escape(prefix) + ".*")
+        ids = sorted({t.transactional_id for ts in listed.values() for t in ts})
+        data = [i for i in ids if not i.endswith((".fence", ".bundles"))]
+        participants = {i.rsplit(".", 2)[-2] for i in data}
+        assert len(participants) >= 2, ids  # the bound below is not met by one participant alone
+        assert len(ids) <= len(participants) * 1 + 2, ids
+    finally:
+        p.close()
