@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
+from eosink.connectors.hdfs import _layout as L
 from eosink.connectors.hdfs._fs import Fs
 from eosink.connectors.hdfs.config import HdfsConfig
 
@@ -35,6 +36,9 @@ class _SinkBase:
         raise NotImplementedError
 
     def _final(self, app_id: str, batch_id: int) -> str:
+        raise NotImplementedError
+
+    def _target_layout(self) -> L.Layout:
         raise NotImplementedError
 
     def _check_epoch(self, app_id: str, epoch: int, what: str) -> None:

@@ -13,10 +13,11 @@ same ``mapInArrow`` participants and the same Parquet file writer
 directory under a hidden name and renames it into view when closed: no epoch, pending directory,
 batch record or batch rename. A retried task leaves its rows twice.
 
-Latency: a poll lists the target directory (one NameNode call) and stamps each new batch directory
-(``eosink_batch=<app>-<batch>``) or at-least-once file with the moment it was first seen; their
-rows' ``at`` stamps are read in a later poll that found nothing new, so reading never delays the
-sight of a batch. The local clock serves (the cluster and the job share the machine).
+Latency: a poll lists the target directory and the app's newest batch range (two NameNode calls)
+and stamps each new batch directory (``eosink_range=<app>-<first>/eosink_batch=<batch>``) or
+at-least-once file with the moment it was first seen; their rows' ``at`` stamps are read in a later
+poll that found nothing new, so reading never delays the sight of a batch. The local clock serves
+(the cluster and the job share the machine).
 """
 
 from __future__ import annotations
@@ -93,6 +94,9 @@ class _Poll:
     """What the latency poll of one namespace has seen, and what it has seen but not read yet."""
 
     seen: set[str] = field(default_factory=set)
+    """Batch directories (relative to the target) and at-least-once files seen."""
+    last_range: int = -1
+    """The first batch of the newest range directory seen (older ones get no new batch)."""
     last_batch: int = -1
     """The newest committed batch (eosink's batch directories only)."""
     pending: list[tuple[float, str]] = field(default_factory=list)
@@ -240,25 +244,41 @@ class HdfsAdapter:
     # -- latency poll --------------------------------------------------------------------------------
 
     def _list_new(self, ns: str, state: _Poll) -> bool:
-        """List the target once; stamp what is new. True when something new was seen."""
+        """List the target and its newest batch range; stamp what is new. True when something new was seen."""
         from eosink.connectors.hdfs._fs import Fs
-        from eosink.connectors.hdfs._layout import parse_batch_dir
 
         config = self.config(ns)
+        fs = Fs(config)
         now = time.time()
         new: list[str] = []
-        for name in Fs(config).names(config.path):
-            if name in state.seen:
+        for rel, batch in self._listed(fs, config.path, app_id(ns), state):
+            if rel in state.seen:
                 continue
-            batch = parse_batch_dir(name, app_id(ns))
             if batch is not None:
                 state.last_batch = max(state.last_batch, batch)
-            elif not name.startswith(AT_LEAST_ONCE_PREFIX):
-                continue
-            state.seen.add(name)
-            new.append(name)
-        state.pending += [(now, name) for name in sorted(new)]
+            state.seen.add(rel)
+            new.append(rel)
+        state.pending += [(now, rel) for rel in sorted(new)]
         return bool(new)
+
+    @staticmethod
+    def _listed(fs: Any, root: str, app: str, state: _Poll) -> Iterator[tuple[str, int | None]]:
+        """(path relative to ``root``, batch id or None) of the batch directories in the newest ranges of ``app``
+        and of the at-least-once files (older ranges are not listed again: batches commit in order)."""
+        from eosink.connectors.hdfs import _layout as L
+
+        for name in fs.names(root):
+            if name.startswith(AT_LEAST_ONCE_PREFIX):
+                yield name, None
+                continue
+            first = L.parse_range_dir(name, app)
+            if first is None or first < state.last_range:
+                continue
+            state.last_range = first
+            for batch_name in fs.names(f"{root}/{name}"):
+                batch = L.parse_grouped_batch_dir(batch_name)
+                if batch is not None:
+                    yield f"{name}/{batch_name}", batch
 
     def _batch(self, state: _Poll) -> int | None:
         """The newest committed batch (batch directories only: at-least-once has no commit to be late after)."""

@@ -2,15 +2,19 @@
 
 A transactional batch's commit, step by step (each step can be repeated after a crash)::
 
-    1. epoch checked (FencedError); the destination T/eosink_batch=<app>-<batch> looked up:
-       there with the same committables -> done (a lost reply, a roll-forward); another's -> refused
+    1. epoch checked (FencedError); the destination T/eosink_range=<app>-<first>/eosink_batch=<batch>
+       (in a flat target T/eosink_batch=<app>-<batch>) looked up: there with the same committables ->
+       done (a lost reply, a roll-forward); another's -> refused
     2. every committable's files counted (pending and already staged) against the count its
        prepared name records: one missing -> CommitAbortedError (the coordinator's lost-work path)
     3. gather: each file renamed from pending/<batch>/<task>/ into staging/<batch>/ (its name now
        carries the task), the emptied task directory removed
     4. the batch record (bundle, files, schema, keys) written beside the files
-    5. rename staging/<batch> -> T/eosink_batch=<app>-<batch>, without overwrite: the batch appears
-       whole, record included; a lost reply raises AmbiguousCommitError, and commit_status looks
+    5. the range directory made (mkdirs: idempotent, and an empty one shows readers nothing); rename
+       staging/<batch> -> the destination, without overwrite: the batch appears whole, record included;
+       a lost reply raises AmbiguousCommitError, and commit_status looks
+    6. pending/<batch>/, emptied by the gather, removed with the hidden directories of attempts that
+       failed before they prepared (best effort: a prepared straggler keeps it until recovery aborts it)
 
 The staging directory is shared by every attempt to commit the batch: two coordinators that
 commit the same committables (a zombie and its successor) gather into one place, and the one
@@ -19,6 +23,10 @@ rename that wins publishes them all; the loser finds the same bundle in place.
 Idempotent (non-transactional) committables are visible already: the commit deletes files of
 the batch's directory that no committable names (an earlier attempt's) and writes the record; a
 lost reply to the record's rename is ambiguous too, resolved by looking for the record.
+
+Nothing here lists the target's history: a batch's place is computed from its id, and
+``fetch_last_bundle`` lists the target's range directories and the newest range only
+(:func:`~eosink.connectors.hdfs._batches.newest_batches`).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from dataclasses import dataclass
 from eosink import faults
 from eosink.connectors.hdfs import _layout as L
 from eosink.connectors.hdfs._base import _SinkBase
+from eosink.connectors.hdfs._batches import newest_batches
 from eosink.connectors.hdfs._errors import is_connection_error
 from eosink.connectors.hdfs._files import check_schema_doc
 from eosink.connectors.hdfs._fs import RenameNotDone, base
@@ -97,24 +106,48 @@ class _CommitSide(_SinkBase):
             found = self._read_record(final)
             if found is not None:
                 self._same_bundle(batch, found.bundle, bundle)
-                return
-            self._check_fingerprint(batch, committables, bundle)
-            schema = self._batch_schema(batch, committables)
-            known = self._target_schema()
-            keys = _user_keys(committables)
-            if any("files" in c.payload for c in committables):
-                self._commit_visible(batch, committables, bundle, schema, keys)
             else:
-                stage = self._staging(app, batch_id)
-                files = self._gather(batch, committables, bundle, stage)
-                if files is None:  # another coordinator committed the same batch meanwhile
-                    return
-                record = BatchRecord(bundle, tuple(files), schema, keys)
-                self.fs.replace(f"{stage}/{L.BUNDLE_FILE}", record.encode())
-                self._check_epoch(app, bundle.epoch, "commit")
-                self._rename_into_place(batch, stage, final, bundle)
-            if known is None and schema is not None:
-                self._store_schema(schema)
+                self._commit_new(batch, committables, bundle, final)
+        self._tidy_pending(app, batch_id)
+
+    def _commit_new(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle, final: str) -> None:
+        """Steps 2 to 5 (or the idempotent commit) of a batch not committed yet; the target's schema kept."""
+        app, batch_id = batch.app_id, batch.batch_id
+        self._check_fingerprint(batch, committables, bundle)
+        schema = self._batch_schema(batch, committables)
+        known = self._target_schema()
+        keys = _user_keys(committables)
+        if any("files" in c.payload for c in committables):
+            self._commit_visible(batch, committables, bundle, schema, keys)
+        else:
+            stage = self._staging(app, batch_id)
+            files = self._gather(batch, committables, bundle, stage)
+            if files is None:  # another coordinator committed the same batch meanwhile
+                return
+            record = BatchRecord(bundle, tuple(files), schema, keys)
+            self.fs.replace(f"{stage}/{L.BUNDLE_FILE}", record.encode())
+            self._check_epoch(app, bundle.epoch, "commit")
+            self._rename_into_place(batch, stage, final, bundle)
+        if known is None and schema is not None:
+            self._store_schema(schema)
+
+    def _tidy_pending(self, app_id: str, batch_id: int) -> None:
+        """Step 6, after the batch is committed: its pending directory goes, so that a long run keeps none per batch.
+
+        The gather emptied it; what else is there belongs to attempts that can no longer join the batch:
+        hidden directories of attempts that failed before they prepared (removed here, as the next fence
+        would), and prepared stragglers, which keep the directory until recovery aborts them. Best effort:
+        the batch is committed whatever happens here."""
+        base = self._pending(app_id, batch_id)
+        try:
+            if self.fs.delete_empty(base):
+                return
+            for name in self.fs.names(base):
+                if L.writing_epoch(name) is not None:
+                    self.fs.delete(f"{base}/{name}")
+            self.fs.delete_empty(base)
+        except (OSError, RuntimeError) as exc:
+            log.warning("eosink %s: could not remove %s after its commit (the next fence will): %s", app_id, base, exc)
 
     def _batch_schema(self, batch: BatchRef, committables: Sequence[Committable]) -> tuple[tuple[str, str], ...] | None:
         """The batch's columns (its participants must agree), checked against the target's."""
@@ -132,6 +165,9 @@ class _CommitSide(_SinkBase):
 
     def _rename_into_place(self, batch: BatchRef, stage: str, final: str, bundle: Bundle) -> None:
         """Step 5: the one rename that makes the batch visible; a lost reply is ambiguous."""
+        parent = final.rsplit("/", 1)[0]
+        if parent != self.root:  # the batch's range directory (flat targets have none)
+            self.fs.mkdirs(parent)
         try:
             self.fs.rename(stage, final, checked=True)
         except FileExistsError:
@@ -282,7 +318,8 @@ class _CommitSide(_SinkBase):
     # -- abort, status, recovery --------------------------------------------------------------
 
     def abort(self, committables: Sequence[Committable]) -> None:
-        """Delete prepared (and staged) files; aborting committed work raises CommitAbortedError. Idempotent.
+        """Delete prepared (and staged) files, and the batch's pending directory once empty; aborting committed
+        work raises CommitAbortedError. Idempotent.
 
         An idempotent committable's files are left alone: they are visible already, under names a
         replay of the same participant overwrites, and the batch's commit removes what it does not name.
@@ -303,22 +340,22 @@ class _CommitSide(_SinkBase):
                     )
                 staged = self._staged(batch.app_id, batch.batch_id)
                 stage = self._staging(batch.app_id, batch.batch_id)
+                pending = self._pending(batch.app_id, batch.batch_id)
                 for c in group:
-                    self.fs.delete(f"{self._pending(batch.app_id, batch.batch_id)}/{c.id}")
+                    self.fs.delete(f"{pending}/{c.id}")
                     for rel in staged.pop(c.id, []):
                         self.fs.delete(f"{stage}/{rel}", False)
                 if not staged and self.fs.info(stage) is not None:
                     self.fs.delete(stage)
+                self.fs.delete_empty(pending)  # kept while other attempts are there (or a writer began meanwhile)
 
     def fetch_last_bundle(self, app_id: str) -> Bundle | None:
-        """The bundle of ``app_id``'s newest batch directory that has a record."""
+        """The bundle of ``app_id``'s newest batch directory that has a record (an idempotent batch's directory
+        has none until its commit): the target's range directories and the newest range are listed, an older
+        range only when the newer ones hold no record."""
         with self._errors("fetch_last_bundle"):
-            ids = sorted(
-                (b for b in (L.parse_batch_dir(n, app_id) for n in self.fs.names(self.root)) if b is not None),
-                reverse=True,
-            )
-            for batch_id in ids:
-                found = self._read_record(self._final(app_id, batch_id))
+            for _, directory in newest_batches(self.fs, self.root, self._target_layout(), app_id):
+                found = self._read_record(directory)
                 if found is not None:
                     return found.bundle
         return None

@@ -152,6 +152,19 @@ class Fs:
         except FileNotFoundError:
             return False
 
+    def delete_empty(self, path: str) -> bool:
+        """Delete the directory ``path`` if it is empty: True if it is gone (deleted now, or missing); False if it
+        is not empty (a writer may have filled it after the caller listed it: it stays)."""
+        try:
+            self.client.delete(path, False)
+        except FileNotFoundError:
+            pass
+        except RuntimeError as exc:
+            if "PathIsNotEmptyDirectory" in str(exc):
+                return False
+            raise
+        return True
+
     def rename(self, src: str, dst: str, *, overwrite: bool = False, checked: bool = True) -> None:
         """Move ``src`` to exactly ``dst``: FileExistsError if ``dst`` exists (without ``overwrite``).
 

@@ -2,7 +2,9 @@
 
 A reader that lists the target (Spark, Hive, pyarrow's dataset) skips every name starting with
 ``_`` or ``.`` (eosink's bookkeeping, pending and staging work, batch records), so it sees whole
-committed batches only: a batch's directory appears at once, by one rename. Upserts are the one
+committed batches only: a batch's directory appears at once, by one rename. It reads the two
+directory levels ``eosink_range=`` and ``eosink_batch=`` as partition columns; the functions here
+return the user's columns only. Upserts are the one
 thing it cannot see: it reads every version of a key. :func:`read_committed` reads the files the
 batch records name, and keeps the newest row per key where the batches upsert.
 """
@@ -17,6 +19,7 @@ import pyarrow as pa
 
 from eosink._newest import ORDER, newest_per_key, with_order
 from eosink.connectors.hdfs import _layout as L
+from eosink.connectors.hdfs._batches import all_batches
 from eosink.connectors.hdfs._files import DEFAULT_PARTITION, read_table
 from eosink.connectors.hdfs._fs import Fs
 from eosink.connectors.hdfs._record import BatchRecord
@@ -37,43 +40,42 @@ def visible_files(fs: Fs, root: str) -> list[str]:
 
 
 def _partition_values(rel: str) -> dict[str, Any]:
+    """The user's partition columns of a file (eosink's ``eosink_range=`` and ``eosink_batch=`` levels left out)."""
     values: dict[str, Any] = {}
     for part in rel.split("/")[:-1]:
-        if "=" in part and not part.startswith(L.BATCH_PREFIX):
+        if "=" in part and not part.startswith((L.BATCH_PREFIX, L.RANGE_PREFIX)):
             column, _, value = part.partition("=")
             values[column] = None if value == DEFAULT_PARTITION else urllib.parse.unquote(value)
     return values
 
 
 def read_rows(fs: Fs, root: str, fmt: str, *, with_batch: bool = False) -> list[dict[str, Any]]:
-    """Every row a listing reader sees (partition columns, as strings, from the directory names);
-    ``with_batch`` adds ``_batch_dir``, the batch directory each row is in."""
+    """Every row a listing reader sees (the user's partition columns, as strings, from the directory names);
+    ``with_batch`` adds ``_batch_dir``, the batch directory each row is in, relative to ``root``."""
     rows: list[dict[str, Any]] = []
     for path in visible_files(fs, root):
         rel = path[len(root.rstrip("/")) + 1 :]
         extra = _partition_values(rel)
         if with_batch:
-            extra["_batch_dir"] = rel.split("/", 1)[0]
+            parts = rel.split("/")
+            depth = next((n for n, p in enumerate(parts) if p.startswith(L.BATCH_PREFIX)), 0)
+            extra["_batch_dir"] = "/".join(parts[: depth + 1])
         rows += [{**row, **extra} for row in read_table(fs, path, fmt).to_pylist()]
     return rows
 
 
 def committed_batches(config: HdfsConfig, app_id: str | None = None) -> list[tuple[str, BatchRecord]]:
-    """(directory, record) of every committed batch of ``app_id`` (None: of every app_id), oldest first."""
+    """(directory, record) of every committed batch of ``app_id`` (None: of every app_id), oldest first, in
+    either layout (batch ranges, or a flat target's batch directories)."""
     fs = Fs(config)
     found: list[tuple[str, int, str, BatchRecord]] = []
-    for name in fs.names(config.path):
-        if not name.startswith(L.BATCH_PREFIX):
-            continue
-        batch_id = int(name[-20:]) if name[-20:].isdigit() else -1
-        if app_id is not None and L.parse_batch_dir(name, app_id) is None:
-            continue
-        data = fs.read_bytes(f"{config.path}/{name}/{L.BUNDLE_FILE}")
+    for _, batch_id, directory in all_batches(fs, config.path, app_id):
+        data = fs.read_bytes(f"{directory}/{L.BUNDLE_FILE}")
         if data is not None:
-            record = BatchRecord.decode(data, f"{config.path}/{name}/{L.BUNDLE_FILE}")
-            found.append((record.bundle.batch.app_id, batch_id, name, record))
+            record = BatchRecord.decode(data, f"{directory}/{L.BUNDLE_FILE}")
+            found.append((record.bundle.batch.app_id, batch_id, directory, record))
     found.sort(key=lambda f: (f[0], f[1]))
-    return [(f"{config.path}/{name}", record) for _, _, name, record in found]
+    return [(directory, record) for _, _, directory, record in found]
 
 
 def read_committed(config: HdfsConfig, app_id: str | None = None, *, columns: Sequence[str] | None = None) -> pa.Table:

@@ -54,7 +54,8 @@ class BatchRecord:
         except (ValueError, KeyError, TypeError):
             raise EosinkError(
                 f"The batch record {where} is damaged or of another format (expected {FORMAT}).",
-                "Restore it from a backup of the target; never edit files under eosink_batch= directories.",
+                "Restore it from a backup of the target; never edit files under eosink_range= (or eosink_batch=) "
+                "directories.",
             ) from None
 
     @staticmethod

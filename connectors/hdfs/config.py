@@ -68,7 +68,8 @@ class HdfsConfig:
 
     * ``url``: the target directory, ``hdfs://<namenode or name service>[:port]/<path>``, or an
       absolute path when ``hadoop_conf_dir`` names a ``core-site.xml`` with ``fs.defaultFS``.
-      Committed batches appear as directories right below it (see :mod:`eosink.connectors.hdfs.sink`).
+      Committed batches appear as directories below it, grouped in batch ranges (see
+      :mod:`eosink.connectors.hdfs._layout`).
     * ``format``: ``"parquet"`` (default) or ``"jsonl"`` (JSON lines, one object per row).
     * ``partition_by``: columns to partition by, Hive-style (``col=value`` directories inside
       each batch directory; the columns leave the files, as Spark and Hive expect).

@@ -14,16 +14,20 @@ in :mod:`eosink.connectors.hdfs._layout`)::
                            named after its rows' keys, straight into the batch's directory
     commit                 the coordinator (driver) gathers the batch's files into
                            staging/<batch>/, writes the bundle beside them, checks the fingerprint,
-                           and renames staging/<batch> to T/eosink_batch=<app>-<batch>: one rename,
-                           atomic on the NameNode, refused if the destination exists
+                           creates the batch's range directory, and renames staging/<batch> to
+                           T/eosink_range=<app>-<first>/eosink_batch=<batch>: one rename, atomic on
+                           the NameNode, refused if the destination exists; then removes the batch's
+                           emptied pending/<batch>/ directory
     commit_status          the destination exists with its bundle: COMMITTED; every committable's
                            files still there (pending or staged): PREPARED; else ABORTED
     recover                the prepared attempt directories (and staged files) of the app_id
-    fetch_last_bundle      the bundle file of the app_id's newest batch directory
+    fetch_last_bundle      the bundle file of the app_id's newest batch directory, found by listing
+                           T's few range directories and the newest range, never the whole history
 
 Why this is exactly-once and batch-atomic: readers list ``T`` and skip names starting with ``_``
 or ``.`` (Hadoop, Spark, Hive and pyarrow all do), so nothing of a batch is visible until its
-directory appears, whole, with its bundle inside. A lost reply to the rename is resolved by
+directory appears, whole, with its bundle inside (an empty range directory, made just before,
+shows readers nothing). A lost reply to the rename is resolved by
 looking: the destination with its bundle exists and the source is gone. Fencing is checked at
 ``pre_commit`` and right before the rename; HDFS has no lock to hold across both, so a fence that
 lands between that check and the rename lets that one commit through (a window of one NameNode
@@ -41,6 +45,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from eosink.connectors.hdfs import _layout as L
+from eosink.connectors.hdfs._batches import detect_layout, newest_of_each_app, store_layout
 from eosink.connectors.hdfs._commit_side import _CommitSide
 from eosink.connectors.hdfs._errors import translated
 from eosink.connectors.hdfs._fs import Fs
@@ -53,6 +58,10 @@ from eosink.errors import ConfigurationError, EosinkError, FencedError
 __all__ = ["HdfsSink"]
 
 log = logging.getLogger("eosink.hdfs")
+
+SCHEMA_LOOKBACK = 4
+"""Batch records of each app read, newest first, when ``_eosink/schema.json`` is missing (a commit crashed
+before writing it: the next commit or write repairs it from the newest batches, so a few suffice)."""
 
 
 class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
@@ -86,6 +95,7 @@ class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
     def _reset(self) -> None:
         self.fs = Fs(self.config)
         self._ready = False
+        self._layout: L.Layout | None = None
         self._schema: list[list[str]] | None = None
         self._lock = threading.Lock()
 
@@ -95,10 +105,11 @@ class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
     __str__ = __repr__
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config}
+        return {"config": self.config, "layout": self._layout}  # participants write where the driver decided
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["config"])  # type: ignore[misc]
+        self._layout = state.get("layout")
 
     # -- paths ----------------------------------------------------------------------------------
 
@@ -124,7 +135,23 @@ class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
         return base if batch_id is None else f"{base}/{L.batch_name(batch_id)}"
 
     def _final(self, app_id: str, batch_id: int) -> str:
-        return f"{self.root}/{L.batch_dir_name(app_id, batch_id)}"
+        return f"{self.root}/{self._target_layout().batch_dir(app_id, batch_id)}"
+
+    def _target_layout(self) -> L.Layout:
+        """The target's layout (see :mod:`eosink.connectors.hdfs._batches`), decided once per sink object.
+
+        A new target becomes grouped when a writer (a sink that opened the target) first needs a batch's
+        place; ``layout.json`` is written then, create-only. Until then readers see a new target as
+        grouped without writing anything."""
+        if self._layout is None:
+            with self._errors("reading the target's layout"):
+                layout, known = detect_layout(self.fs, self.root, self.config.target_url)
+                if not known:
+                    if not self._ready:
+                        return layout
+                    layout = store_layout(self.fs, self.root, layout)
+            self._layout = layout
+        return self._layout
 
     # -- errors, setup --------------------------------------------------------------------------
 
@@ -182,9 +209,10 @@ class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
     def fence(self, app_id: str) -> int:
         """Create the next epoch file of ``app_id`` (create-only); remove leftovers of older epochs.
 
-        Epoch files older than the previous one are deleted, so the directory stays two files long
-        over a query's lifetime. A writer that raced and lost creates its file after the newer ones,
-        and is fenced at its first check, as the newest file is never deleted."""
+        Epoch files older than the previous one are deleted (and temporary files of fences that crashed
+        before renaming theirs into place), so the directory stays two files long over a query's
+        lifetime. A writer that raced and lost creates its file after the newer ones, and is fenced at
+        its first check, as the newest file is never deleted."""
         self._ensure_target()
         with self._errors(f"fence({app_id!r})"):
             epoch = self.current_epoch(app_id)
@@ -196,7 +224,8 @@ class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
             if not self.fs.exists(named):  # also when a kill came between the first epoch and this file
                 self.fs.create_only(named, app_id.encode("utf-8"))
             for name in self.fs.names(self._epochs(app_id)):
-                if name.isdigit() and int(name) < epoch - 1:
+                old = L.epoch_of_file(name)  # an epoch file, or the temporary file of a crashed fence
+                if old is not None and old < epoch - 1:
                     self.fs.delete(f"{self._epochs(app_id)}/{name}", False)
             self._remove_leftovers(app_id, epoch)
         return epoch
@@ -212,11 +241,7 @@ class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
                     self.fs.delete(f"{base}/{name}")
                     log.info("eosink %s: removed the leftover attempt %s/%s", app_id, batch, name)
             if not names:
-                try:
-                    self.fs.delete(base, False)
-                except RuntimeError as exc:  # a writer that began meanwhile made it non-empty: keep it
-                    if "PathIsNotEmptyDirectory" not in str(exc):
-                        raise
+                self.fs.delete_empty(base)  # a writer that began meanwhile made it non-empty: it stays
 
     def _check_epoch(self, app_id: str, epoch: int, what: str) -> None:
         current = self.current_epoch(app_id)
@@ -235,7 +260,8 @@ class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
         """The columns of the target's committed batches (None before the first commit).
 
         ``_eosink/schema.json`` keeps them; a commit that crashed before writing it is covered by
-        reading a committed batch's record (and the file is written from it)."""
+        reading the newest batch records of each app (newest range only, :data:`SCHEMA_LOOKBACK` of
+        them), and the file is written from the first that has columns."""
         if self._schema is not None:
             return self._schema
         text = self.fs.read_text(self._schema_file())
@@ -248,13 +274,12 @@ class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
                     "Remove it: eosink writes it again from the committed batches' records.",
                 ) from None
             return self._schema
-        for name in sorted(self.fs.names(self.root), reverse=True):
-            if name.startswith(L.BATCH_PREFIX):
-                data = self.fs.read_bytes(f"{self.root}/{name}/{L.BUNDLE_FILE}")
-                record = BatchRecord.decode(data, name) if data is not None else None
-                if record is not None and record.schema is not None:
-                    self._store_schema(record.schema)
-                    return self._schema
+        for directory in newest_of_each_app(self.fs, self.root, self._target_layout(), SCHEMA_LOOKBACK):
+            data = self.fs.read_bytes(f"{directory}/{L.BUNDLE_FILE}")
+            record = BatchRecord.decode(data, directory) if data is not None else None
+            if record is not None and record.schema is not None:
+                self._store_schema(record.schema)
+                return self._schema
         return None
 
     def _store_schema(self, schema: Sequence[Sequence[str]]) -> None:
