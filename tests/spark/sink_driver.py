@@ -74,9 +74,12 @@ RIDE_OUT = {
     "fs.s3a.retry.limit": "15",
     "fs.s3a.retry.interval": "1s",
     "fs.s3a.attempts.maximum": "3",
-    # HDFS (the checkpoint on hdfs://): a refused NameNode connection retried every second for 2 minutes
+    # HDFS (the checkpoint on hdfs://): a refused NameNode connection retried every second for 2 minutes, and a
+    # call to a NameNode without HA that failed (it went away mid-call) retried too: every 2 s, 60 times
     "ipc.client.connect.max.retries": "120",
     "ipc.client.connect.retry.interval": "1000",
+    "dfs.client.retry.policy.enabled": "true",
+    "dfs.client.retry.policy.spec": "2000,60",
 }
 """What a user sets so that Spark's own checkpoint clients ride out a store restarting (docs/operations.md)."""
 
