@@ -176,7 +176,7 @@ test-s3: venv java tools
 	@$(call WITH_MINIO,$(call SINK_TESTS,s3,$(LIGHT_CONTRACT)))
 
 test-s3-full: venv java tools
-	@$(call WITH_MINIO,$(call SINK_FULL_TESTS,s3,,TestS3JsonLinesContract))
+	@$(call WITH_MINIO,$(call SINK_FULL_TESTS,s3,,TestS3JsonLinesContract or TestS3SegmentsContract))
 
 # HDFS (the harness's MiniDFSCluster): the contract suite with Parquet files (8 random schedules, the crash
 # walks at every 4th step, the NameNode RPC cut by the proxy), the connector's tests, one Spark

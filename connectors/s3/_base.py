@@ -1,4 +1,4 @@
-"""What both sides of S3Sink use: configuration, clients, error translation, the epoch and the markers.
+"""What both sides of S3Sink use: configuration, clients, error translation, the epoch, the markers and segments.
 
 ``_write_side`` (executors) and ``_commit_side`` (driver) derive from :class:`_S3Base`, so that each
 type-checks on its own; ``sink.py`` puts them together.
@@ -16,6 +16,7 @@ from eosink.connectors.s3 import _client
 from eosink.connectors.s3._errors import is_not_found, translated
 from eosink.connectors.s3._layout import Layout
 from eosink.connectors.s3._markers import SHA_META, CommitMarker
+from eosink.connectors.s3._segments import Segment, first_segment_key, range_of, span_of
 from eosink.connectors.s3.config import S3Config, S3Connection
 from eosink.errors import EosinkError, FencedError
 
@@ -33,6 +34,8 @@ class _S3Base:
     _schemas: dict[str, dict[str, Any]]
     """app_id -> the schema of its newest committed batch, as the driver learned it. Pickled with the sink,
     so that participants check a batch's schema without a request of their own."""
+    _spans: dict[str, int]
+    """app_id -> its segment span (batches per segment), once this process has looked it up"""
 
     # -- clients and errors ----------------------------------------------------------------------
 
@@ -131,6 +134,47 @@ class _S3Base:
         if head is None:
             return None
         return str(head.get("Metadata", {}).get(SHA_META, ""))
+
+    # -- segments (old markers, folded: see _segments) ---------------------------------------------
+
+    def _span(self, app_id: str) -> int:
+        """Batches per segment of ``app_id``: its first segment's (one one-key listing, once per process), else
+        ``segment_batches``. An app_id keeps its first span, so its segments do not overlap (two first folds at
+        once with different settings could; they hold the same markers, and readers count a batch once)."""
+        found = self._spans.get(app_id)
+        if found is not None:
+            return found
+        first = first_segment_key(self._s3, self.config.bucket, self.layout, app_id)
+        span = (span_of(first) if first is not None else None) or self.config.segment_batches
+        if span != self.config.segment_batches:
+            log.info(
+                "eosink %s: segments of %d batches, as the app_id's first segment has (segment_batches=%d applies "
+                "to new app_ids)",
+                app_id,
+                span,
+                self.config.segment_batches,
+            )
+        self._spans[app_id] = span
+        return span
+
+    def _read_segment(self, app_id: str, first: int, last: int) -> Segment | None:
+        """The segment of batches first..last, None when that range is not folded."""
+        key = self.layout.segment_key(app_id, first, last)
+        found = self._get(key)
+        if found is None:
+            return None
+        try:
+            return Segment.decode(found[0], app_id, key)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EosinkError(
+                f"The segment {key!r} in {self.config.root} is damaged ({exc}).",
+                "Only eosink writes under _eosink/; restore it from a backup or a versioned bucket.",
+            ) from None
+
+    def _segment_of(self, app_id: str, batch_id: int) -> Segment | None:
+        """The segment whose range holds ``batch_id``, None while that range is not folded (one GET by name)."""
+        first, last = range_of(batch_id, self._span(app_id))
+        return self._read_segment(app_id, first, last)
 
     def _remember(self, marker: CommitMarker) -> None:
         if marker.schema is not None:

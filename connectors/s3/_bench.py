@@ -376,7 +376,7 @@ class S3Adapter:
         buckets: dict[int, int] = {}
         hi = -1
         for seen, key in state.pending:
-            for table in self._tables(key, state.mode):
+            for table in self._tables(ns, key, state.mode):
                 for ms, count in latency_buckets(table.column("at"), seen, warm_from_us).items():
                     buckets[ms] = buckets.get(ms, 0) + count
                 if table.num_rows:
@@ -384,17 +384,30 @@ class S3Adapter:
         state.pending.clear()
         return buckets, hi
 
-    def _tables(self, key: str, mode: str | None) -> list[pa.Table]:
+    def _tables(self, ns: str, key: str, mode: str | None) -> list[pa.Table]:
         """``id`` and ``at`` of the objects a marker names (mode ``markers``), or of the object ``key``."""
         from eosink.connectors.s3._encode import parquet_table
-        from eosink.connectors.s3._markers import CommitMarker
 
         s3 = self._client()
         keys = [key]
         if mode == "markers":
-            marker = CommitMarker.decode(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
-            keys = [o.key for o in marker.objects]
+            keys = [o.key for o in self._marker(ns, key).objects]
         return [parquet_table(s3.get_object(Bucket=BUCKET, Key=k)["Body"].read(), ["id", "at"]) for k in keys]
+
+    def _marker(self, ns: str, key: str) -> Any:
+        """The commit marker at ``key``; from its segment when it was folded since it was listed."""
+        from eosink.connectors.s3 import committed_marker
+        from eosink.connectors.s3._layout import Layout
+        from eosink.connectors.s3._markers import CommitMarker
+
+        try:
+            return CommitMarker.decode(self._client().get_object(Bucket=BUCKET, Key=key)["Body"].read())
+        except self._client().exceptions.NoSuchKey:
+            batch_id = Layout.marker_batch(key)
+            found = None if batch_id is None else committed_marker(self.config(ns), app_id(ns), batch_id)
+            if found is None:
+                raise
+            return found
 
     # -- helpers --------------------------------------------------------------------------------------
 

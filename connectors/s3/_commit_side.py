@@ -3,8 +3,10 @@
 What each does (``ctl`` is ``<prefix>/_eosink/<app-dir>/``)::
 
     commit(batch, cs, b)   1. the epoch (GET ctl/epoch.json): a newer one -> FencedError
-                           2. the batch's marker (GET ctl/commits/<batch>.json): there with the same
-                              committables -> done; with others -> CommitAbortedError
+                           2. the batch's marker (GET ctl/commits/<batch>.json; for a batch older than
+                              the newest this process listed, also the segment of its range, which is
+                              authoritative once it exists): there with the same committables ->
+                              done; with others, or a folded range without it -> CommitAbortedError
                            3. CompleteMultipartUpload of every object, up to eight at once (each
                               reply checked: a 200 can carry an error); an upload that is gone is
                               looked up with HEAD: the object exists (an earlier commit completed
@@ -14,15 +16,25 @@ What each does (``ctl`` is ``<prefix>/_eosink/<app-dir>/``)::
                            5. the marker, PUT with If-None-Match: * : 412 -> read it (the same
                               committables: done; others: CommitAbortedError); no reply ->
                               AmbiguousCommitError (the marker's SHA-256 is remembered)
-    abort(cs)              refuses work a marker names (CommitAbortedError); AbortMultipartUpload of
-                           every upload, DeleteObjects of the keys (an object a partial commit
-                           completed); idempotent-strategy work (visible, unnamed by attempt) stays
-    commit_status(b, cs)   the marker (HEAD) exists -> COMMITTED (its SHA-256 told apart from ours
-                           after a lost reply, for the log); else every object either still has its
-                           upload (ListParts) or exists (HEAD) -> PREPARED; else ABORTED
+                           6. housekeeping, never failing the commit: old markers folded into
+                              segments (``_fold``; one one-key LIST, a fold every S batches)
+    abort(cs)              refuses work a marker (or a segment) names (CommitAbortedError);
+                           AbortMultipartUpload of every upload, DeleteObjects of the keys (an object
+                           a partial commit completed); idempotent-strategy work (visible, unnamed
+                           by attempt) stays
+    commit_status(b, cs)   the marker (HEAD; for an older batch also its range's segment, one GET by
+                           name) exists -> COMMITTED (its SHA-256 told apart from ours after a lost
+                           reply, for the log); else every object either still has its upload
+                           (ListParts) or exists (HEAD) -> PREPARED; else ABORTED
     recover(app_id)        ListMultipartUploads under the prefix: the incomplete uploads whose names
-                           carry the app_id's hash, grouped into one committable per attempt
-    fetch_last_bundle      the newest marker (LIST ctl/commits/, from the last one seen)
+                           carry the app_id's hash, grouped into one committable per attempt (what
+                           is in flight or left by failed attempts, not the history)
+    fetch_last_bundle      the newest marker: one LIST page of ctl/commits/ (at most about 1.5 S
+                           markers are left unfolded; from the last marker seen, in a process that
+                           saw one), then one GET; the newest segment only when commits/ is empty
+
+Nothing here lists the history: markers are folded into one segment per S batches, and the
+newest of a folder is found without listing it from its start (``_listing``).
 
 Commit requests go through a client that never retries by itself (``_client``): each outcome is
 known, or the error says it is not.
@@ -39,8 +51,11 @@ from typing import Any
 from eosink import faults
 from eosink.connectors.s3._base import _S3Base
 from eosink.connectors.s3._errors import error_code, is_connection_error, is_precondition_failed, translate
-from eosink.connectors.s3._layout import parse_object_name
-from eosink.connectors.s3._markers import SHA_META, CommitMarker, MarkedObject, list_marker_keys
+from eosink.connectors.s3._fold import Folder
+from eosink.connectors.s3._layout import Layout, parse_object_name
+from eosink.connectors.s3._listing import first_numbered, list_page, newest_numbered
+from eosink.connectors.s3._markers import SHA_META, CommitMarker, MarkedObject
+from eosink.connectors.s3._segments import Segment
 from eosink.connectors.s3._upload import ObjectRecord, UploadGone, abort_upload, complete, expected_etag
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
 from eosink.errors import AmbiguousCommitError, CommitAbortedError
@@ -65,17 +80,28 @@ class _CommitSide(_S3Base):
     """batch -> (SHA-256 of the marker sent, monotonic start) of a marker PUT whose reply was lost"""
     _last: dict[str, tuple[str, CommitMarker]]
     """app_id -> (key, marker) of the newest marker this process has seen"""
+    _newest: dict[str, int]
+    """app_id -> the newest batch with a marker as this process last listed them (and committed since)"""
+    _fold_due: dict[str, int]
+    """app_id -> the batch from whose commit on its oldest marker's range is foldable, as this process last saw"""
 
     def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
         """Complete every upload of the batch, then create its marker (see the module docstring)."""
         app = batch.app_id
         with self._errors(f"commit of batch {batch}"):
             self._check_epoch(app, bundle.epoch, "commit")
-            existing = self._read_marker(app, batch.batch_id)
+            existing, segment = self._lookup(app, batch.batch_id)
             if existing is not None:
                 self._same(batch, existing, bundle)
                 self._in_flight.pop(batch, None)
                 return
+            if segment is not None:
+                raise CommitAbortedError(
+                    f"Batch {batch} cannot be committed: the markers of batches {segment.first}..{segment.last} "
+                    "were folded into a segment without it, and a segment is final for its range.",
+                    "Abort this attempt: only a fenced writer commits a batch this far behind the newest one; the "
+                    "query's current writer has moved on.",
+                )
             objects = self._complete_all(batch, sorted(committables, key=lambda c: c.id))
             self._check_epoch(app, bundle.epoch, "commit")
             schema = next((c.payload.get("schema") for c in committables if c.payload.get("schema")), None)
@@ -84,6 +110,41 @@ class _CommitSide(_S3Base):
             self._put_marker(batch, marker, bundle)
         self._in_flight.pop(batch, None)
         self._seen(marker)
+        if app in self._newest and batch.batch_id > self._newest[app]:
+            self._newest[app] = batch.batch_id
+        Folder(self, self._fold_due).after_commit(app, batch.batch_id)  # housekeeping: never raises
+
+    def compact(self, app_id: str) -> int:
+        """Fold every range of ``app_id``'s commit markers that may be folded now; returns how many were folded.
+
+        For operators: after an upgrade from a version without segments, a prefix holding thousands of
+        markers is otherwise folded a few ranges per commit. Safe beside a running query (``_fold``). The
+        markers of the newest ``ceil(S/2)`` to ``S + ceil(S/2) - 1`` batches stay marker objects.
+        """
+        return Folder(self, self._fold_due).compact(app_id)
+
+    def _committed_marker(self, app_id: str, batch_id: int) -> CommitMarker | None:
+        """The marker that commits ``batch_id`` (see :meth:`_lookup`), or None."""
+        return self._lookup(app_id, batch_id)[0]
+
+    def _lookup(self, app_id: str, batch_id: int) -> tuple[CommitMarker | None, Segment | None]:
+        """The marker that commits ``batch_id``, and the segment of its range if that is folded. Once the
+        segment exists it is authoritative (a marker in a folded range is a leftover or a zombie's), else the
+        marker object is. The marker is read first, the segment second: a fold writes the segment before it
+        deletes the marker, so one of them is found."""
+        marker = self._read_marker(app_id, batch_id)
+        if not self._may_be_folded(app_id, batch_id):
+            return marker, None
+        segment = self._segment_of(app_id, batch_id)
+        return (marker, None) if segment is None else (segment.get(batch_id), segment)
+
+    def _may_be_folded(self, app_id: str, batch_id: int) -> bool:
+        """Whether ``batch_id``'s range may be folded: not when it is the newest batch this process listed (or
+        committed since), nor a newer one. A range is folded only when a marker well past its end exists, and
+        a writer that committed past a batch this process takes for new fenced this one before it did: the
+        commit's epoch checks stop this one."""
+        newest = self._newest.get(app_id)
+        return newest is None or batch_id < newest
 
     def _same(self, batch: BatchRef, existing: CommitMarker, bundle: Bundle) -> None:
         if set(existing.bundle.committables) != set(bundle.committables):
@@ -92,7 +153,8 @@ class _CommitSide(_S3Base):
                 f"(committables {list(existing.bundle.committables)}, not {list(bundle.committables)}).",
                 "Abort this attempt's committables; the batch is done.",
             )
-        self._seen(existing)
+        if not self._may_be_folded(batch.app_id, batch.batch_id):  # an old batch is not the newest seen
+            self._seen(existing)
 
     def _complete_all(self, batch: BatchRef, committables: Sequence[Committable]) -> list[MarkedObject]:
         """Complete every object of the batch, up to ``_COMPLETE_THREADS`` at a time (each is one round trip
@@ -233,7 +295,7 @@ class _CommitSide(_S3Base):
             for c in committables:
                 by_batch.setdefault(c.batch, []).append(c)
             for batch, group in by_batch.items():
-                marker = self._read_marker(batch.app_id, batch.batch_id)
+                marker = self._committed_marker(batch.app_id, batch.batch_id)
                 named = set(marker.bundle.committables) if marker is not None else set()
                 committed = sorted(c.id for c in group if c.id in named)
                 if committed:
@@ -258,6 +320,11 @@ class _CommitSide(_S3Base):
         """COMMITTED if the marker exists; PREPARED if every object is still committable; else ABORTED."""
         with self._errors("commit_status"):
             sha = self._marker_sha(batch.app_id, batch.batch_id)
+            if self._may_be_folded(batch.app_id, batch.batch_id):
+                segment = self._segment_of(batch.app_id, batch.batch_id)
+                if segment is not None:  # authoritative for its range
+                    folded = segment.get(batch.batch_id)
+                    sha = None if folded is None else folded.encode()[1]
             sent = self._in_flight.pop(batch, None)
             if sha is not None:
                 if sent is not None:
@@ -332,7 +399,7 @@ class _CommitSide(_S3Base):
             args["UploadIdMarker"] = reply.get("NextUploadIdMarker")
 
     def fetch_last_bundle(self, app_id: str) -> Bundle | None:
-        """The bundle of the newest marker of ``app_id`` (one LIST from the last marker this process saw)."""
+        """The bundle of the newest marker of ``app_id`` (one LIST page of its unfolded markers, and one GET)."""
         marker = self.last_marker(app_id)
         return None if marker is None else marker.bundle
 
@@ -340,10 +407,15 @@ class _CommitSide(_S3Base):
         """The newest commit marker of ``app_id``, or None."""
         with self._errors("fetch_last_bundle"):
             known = self._last.get(app_id)
-            keys = list_marker_keys(self._s3, self.config.bucket, self.layout, app_id, known[0] if known else None)
-            if not keys:
-                return known[1] if known else None
-            key = keys[-1]
+            key = self._newest_marker_key(app_id, known[0] if known else None)
+            if key is None:
+                if known:
+                    return known[1]
+                folded = self._newest_folded(app_id)
+                if folded is not None:
+                    self._seen(folded)
+                self._newest[app_id] = max(-1 if folded is None else folded.batch_id, self._newest.get(app_id, -1))
+                return folded
             batch_id = self.layout.marker_batch(key)
             assert batch_id is not None
             found = self._get(key)
@@ -351,4 +423,46 @@ class _CommitSide(_S3Base):
                 return known[1] if known else None
             marker = self._decode_marker(found[0], app_id, batch_id)
         self._seen(marker)
+        self._newest[app_id] = max(batch_id, self._newest.get(app_id, -1))
         return marker
+
+    def _newest_marker_key(self, app_id: str, start_after: str | None) -> str | None:
+        """The key of the app_id's newest marker (after ``start_after``): one listing page, as commits/ holds at most
+        about 1.5 S markers; more (a prefix not folded yet) are skipped over, not listed (``_listing``)."""
+        prefix = self.layout.markers(app_id)
+        keys, more = list_page(self._s3, self.config.bucket, prefix, start_after)
+        listed = [k for k in keys if Layout.marker_batch(k) is not None]
+        if not more:
+            return listed[-1] if listed else None
+        known = listed[-1] if listed else first_numbered(self._s3, self.config.bucket, prefix, Layout.marker_batch)
+        if known is None:
+            return None
+        return newest_numbered(
+            self._s3,
+            self.config.bucket,
+            prefix,
+            lambda n: self.layout.marker_key(app_id, n),
+            Layout.marker_batch,
+            known,
+        )
+
+    def _newest_folded(self, app_id: str) -> CommitMarker | None:
+        """The newest marker held by a segment, for an app_id without a marker object (normally the newest marker
+        is never folded, so this is a prefix whose markers were removed by hand): None when it has no segment."""
+        prefix = self.layout.segments(app_id)
+        first = first_numbered(self._s3, self.config.bucket, prefix, Layout.segment_first)
+        if first is None:
+            return None
+        key = newest_numbered(
+            self._s3,
+            self.config.bucket,
+            prefix,
+            lambda n: self.layout.segment_after(app_id, n),
+            Layout.segment_first,
+            first,
+        )
+        found = Layout.segment_range(key)
+        assert found is not None
+        segment = self._read_segment(app_id, *found)
+        markers = [] if segment is None else segment.markers()
+        return markers[-1] if markers else None

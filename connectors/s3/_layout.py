@@ -13,6 +13,11 @@
       _eosink/<app-dir>/commits/<batch:020d>.json
                                      a commit marker (the bundle, the objects, the schema), created with
                                      If-None-Match: * ; zero-padded, so names sort as numbers do
+      _eosink/<app-dir>/segments/<first:020d>-<last:020d>.json
+                                     the markers of batches first..last folded into one object once they
+                                     are old (``_segments``); authoritative for its range
+      _eosink/probe/<uuid>           setup's conditional-write probe, deleted at once (leftovers of a
+                                     process that died mid-probe are swept by the next probe)
 
 ``<app16>`` is 64 bits of SHA-256 of the app_id, so in-doubt uploads are told apart per app_id
 exactly (no prefix, case or pattern match); ``<app-dir>`` is the app_id made safe, a dash and
@@ -49,6 +54,7 @@ DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 BATCH_DIGITS = 20  # 10**20 > 2**63: every batch id Spark can give
 # Spark's ExternalCatalogUtils.escapePathName escapes these (and control characters).
 _ESCAPED = set("\"#%'*/:=?\\\x7f{[]^")
+_SEGMENT = re.compile(rf"^(\d{{{BATCH_DIGITS}}})-(\d{{{BATCH_DIGITS}}})\.json$")
 _OBJECT = re.compile(
     rf"^{TAG}-(?P<app>[0-9a-f]{{16}})-(?P<batch>\d{{{BATCH_DIGITS}}})-p(?P<participant>\d+)-"
     r"(?:e(?P<epoch>\d+)-a(?P<attempt>[0-9A-Za-z]{1,64})|k)-(?P<seq>\d+)\.(?P<ext>[a-z.]+)$"
@@ -185,6 +191,39 @@ class Layout:
         if batch_id < 0:
             raise ValueError(f"batch ids are not negative: {batch_id}")
         return f"{self.markers(app_id)}{batch_id:0{BATCH_DIGITS}d}.json"
+
+    def segments(self, app_id: str) -> str:
+        """The folder of the app_id's segments (old markers, folded)."""
+        return f"{self.control(app_id)}segments/"
+
+    def segment_key(self, app_id: str, first: int, last: int) -> str:
+        if not 0 <= first <= last:
+            raise ValueError(f"not a range of batch ids: {first}..{last}")
+        return f"{self.segments(app_id)}{first:0{BATCH_DIGITS}d}-{last:0{BATCH_DIGITS}d}.json"
+
+    @staticmethod
+    def segment_range(key: str) -> tuple[int, int] | None:
+        """(first, last) batch of a segment key (None for another key)."""
+        m = _SEGMENT.match(key.rsplit("/", 1)[-1])
+        if m is None:
+            return None
+        first, last = int(m.group(1)), int(m.group(2))
+        return (first, last) if first <= last else None
+
+    @staticmethod
+    def segment_first(key: str) -> int | None:
+        """The first batch of a segment key (None for another key): what segment keys sort by."""
+        found = Layout.segment_range(key)
+        return None if found is None else found[0]
+
+    def segment_after(self, app_id: str, batch_id: int) -> str:
+        """A ``StartAfter`` key that the segments whose range starts after ``batch_id`` follow, and no other."""
+        return f"{self.segments(app_id)}{batch_id:0{BATCH_DIGITS}d}."  # '.' sorts after the '-' of batch_id's own
+
+    @property
+    def probes(self) -> str:
+        """The folder of setup's conditional-write probes (shared by every app_id under the prefix)."""
+        return f"{self.control_root}probe/"
 
     @staticmethod
     def marker_batch(key: str) -> int | None:

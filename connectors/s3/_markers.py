@@ -6,6 +6,10 @@ bundle (epoch, fingerprint, committable ids, checkpoint id, strategy), the batch
 ETag, size, rows, partition values) and the batch's schema. Its SHA-256 travels as object
 metadata (``x-amz-meta-eosink-sha256``), so that after a lost reply a HEAD request tells whether
 the marker that exists is the one this process sent.
+
+Markers do not stay one object per batch forever: once a range of batches is old, its markers
+are folded, as they were, into one segment object (``_segments``), which is then the range's
+record; the newest markers stay marker objects.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 from eosink.connectors.s3._layout import Layout
 from eosink.contract import Bundle
 
-__all__ = ["FORMAT", "SHA_META", "CommitMarker", "MarkedObject", "list_marker_keys"]
+__all__ = ["FORMAT", "SHA_META", "CommitMarker", "MarkedObject", "list_marker_batches", "list_marker_keys"]
 
 FORMAT = "eosink.s3.commit/1"
 SHA_META = "eosink-sha256"
@@ -128,3 +132,28 @@ def list_marker_keys(
             return keys
         args["ContinuationToken"] = reply["NextContinuationToken"]
         args.pop("StartAfter", None)
+
+
+def list_marker_batches(
+    client: Any, bucket: str, layout: Layout, app_id: str, span: int, ranges: int | None
+) -> list[int]:
+    """The batch ids of the app_id's markers, ascending: of its oldest ``ranges`` ranges of ``span`` batches (each
+    listed whole: the listing stops at the first key of the range after them), or of all of them (None)."""
+    prefix = layout.markers(app_id)
+    found: list[int] = []
+    seen: list[int] = []
+    args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+    while True:
+        reply = client.list_objects_v2(**args)
+        for entry in reply.get("Contents", []):
+            batch_id = Layout.marker_batch(entry["Key"])
+            if batch_id is None:
+                continue
+            if not seen or seen[-1] != batch_id // span:
+                if ranges is not None and len(seen) == ranges:
+                    return found
+                seen.append(batch_id // span)
+            found.append(batch_id)
+        if not reply.get("IsTruncated"):
+            return found
+        args["ContinuationToken"] = reply["NextContinuationToken"]

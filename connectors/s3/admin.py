@@ -90,7 +90,8 @@ class S3Admin(SinkAdmin):
         return SinkStatus("s3", where, True, tuple(found), lost)
 
     def drop_app(self, app_id: str) -> None:
-        """Abort the app_id's in-doubt uploads, then delete its epoch and commit markers (its objects stay)."""
+        """Abort the app_id's in-doubt uploads, then delete its epoch, commit markers and segments (its objects
+        stay)."""
         sink = self.make_sink()
         sink.abort(sink.recover(app_id))
         conn = self.config.connection()

@@ -29,6 +29,10 @@ MAX_SEGMENT_BYTES = 255
 """The longest segment (between slashes) of a key eosink writes: MinIO keeps objects as files and refuses
 longer names (as HDFS does by default); AWS S3 would take them, but the dataset could then not be copied."""
 
+MAX_SEGMENT_BATCHES = 10_000
+"""The most batches one segment may hold: a segment is one object, read whole (1-2 KB per batch, more with
+many objects per batch or a wide schema)."""
+
 ENV_VARS = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY", "EOSINK_S3_REGION")
 """Where :meth:`S3Connection.from_env` looks first (the service harness's variables); boto3's chain after."""
 
@@ -164,6 +168,10 @@ class S3Config:
       ``max_record_bytes`` nor ``row_group_bytes`` may exceed it).
     * ``check_conditional_writes``: at setup, prove that the store honours ``If-None-Match: *`` and
       ``If-Match`` (commit markers and the epoch object rely on them).
+    * ``segment_batches``: how many batches' commit markers are folded into one segment object once
+      they are old (1 to 10,000; 100 by default). Markers are the readers' manifest, so they are
+      folded, not deleted: the sink keeps about 1.5 x ``segment_batches`` markers and one segment per
+      ``segment_batches`` batches. An app_id keeps the size of its first segment for good.
 
     Connection settings (``endpoint_url``, ``region``, ``path_style``, credentials, timeouts,
     ``max_attempts``) are those of :class:`S3Connection`; :meth:`connection` returns them as one.
@@ -197,6 +205,7 @@ class S3Config:
     read_timeout_s: float = 60.0
     max_attempts: int = 3
     check_conditional_writes: bool = True
+    segment_batches: int = 100
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -253,6 +262,13 @@ class S3Config:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name} must be a positive integer, not {value!r}.", f"Fix {name}.")
+        segment = self.segment_batches
+        if not isinstance(segment, int) or isinstance(segment, bool) or not 1 <= segment <= MAX_SEGMENT_BATCHES:
+            raise ConfigurationError(
+                f"segment_batches must be an integer from 1 to {MAX_SEGMENT_BATCHES}, not {segment!r}: it is how "
+                "many batches' commit markers one segment object holds.",
+                "Use the default (100); more means fewer, larger segments and more markers kept unfolded.",
+            )
         if self.max_object_bytes > self.part_size_bytes * MAX_PARTS:
             raise ConfigurationError(
                 f"max_object_bytes={self.max_object_bytes} needs more than S3's {MAX_PARTS} parts of "

@@ -1,8 +1,15 @@
 """Reading what an S3Sink committed, whole batches only: :func:`committed_files` and :func:`read_committed`.
 
-Both follow the commit markers (``<prefix>/_eosink/<app-dir>/commits/``): an object is read only
-when a marker names it, so a reader never sees part of a batch whose commit is running, an
-object of a failed or fenced attempt, or an idempotent object whose batch has no marker yet.
+Both follow the commit markers: an object is read only when a marker names it, so a reader never
+sees part of a batch whose commit is running, an object of a failed or fenced attempt, or an
+idempotent object whose batch has no marker yet. Old markers are folded into segments
+(``<prefix>/_eosink/<app-dir>/segments/``, see ``_segments``), the recent ones are marker
+objects (``.../commits/``): a reader lists the markers first, then the segments, reads the
+segments, then the markers no segment's range holds (a segment is authoritative for its range).
+A fold writes its segment before it deletes the range's markers, so a marker missing from the
+first listing is in a segment the second finds; a listed marker that is gone when it is read
+(folded in between) makes the reader look again (at most :data:`READ_ATTEMPTS` times). No batch
+is missed, none counted twice.
 Readers that list the prefix instead (``spark.read.parquet(prefix)``, Athena, a plain
 ``aws s3 ls``) see every complete object: part of a batch while its commit runs, and leftovers
 of attempts that never committed.
@@ -13,6 +20,8 @@ row of the newest batch wins (within a batch, the later row).
 
 from __future__ import annotations
 
+import json
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,16 +31,28 @@ import pyarrow as pa
 from eosink._newest import newest_per_key, with_order
 from eosink.connectors.s3 import _client
 from eosink.connectors.s3._encode import parquet_table, schema_of
-from eosink.connectors.s3._errors import translated
+from eosink.connectors.s3._errors import is_not_found, translated
 from eosink.connectors.s3._layout import Layout, app_dir
 from eosink.connectors.s3._markers import CommitMarker, list_marker_keys
+from eosink.connectors.s3._segments import Segment, first_segment_key, list_segment_keys, range_of, span_of
 from eosink.connectors.s3.config import S3Config
-from eosink.errors import ConfigurationError, EosinkError
+from eosink.errors import ConfigurationError, EosinkError, TransientError
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
-__all__ = ["CommittedObject", "committed_files", "committed_markers", "read_committed"]
+__all__ = [
+    "READ_ATTEMPTS",
+    "CommittedObject",
+    "committed_files",
+    "committed_marker",
+    "committed_markers",
+    "read_committed",
+]
+
+READ_ATTEMPTS = 5
+"""How often a reader lists again when markers it listed were folded before it read them (each fold takes
+S batches to become due again, so a second look normally succeeds)."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +76,9 @@ class CommittedObject:
 def committed_markers(
     config: S3Config, app_id: str | None = None, *, after_batch: int | None = None
 ) -> list[CommitMarker]:
-    """The commit markers of ``app_id`` (or of every app_id under the prefix), oldest batch first per app_id;
-    with ``after_batch``, only those of later batches (``app_id`` needed)."""
+    """The commit markers of ``app_id`` (or of every app_id under the prefix), oldest batch first per app_id,
+    from its segments and its marker objects; with ``after_batch``, only those of later batches (``app_id``
+    needed; the segments of earlier ranges are not read)."""
     conn = config.connection()
     s3 = _client.client(conn)
     layout = Layout(config.prefix)
@@ -64,14 +86,119 @@ def committed_markers(
         apps = [app_id] if app_id is not None else _app_ids(s3, config, layout)
         out = []
         for app in apps:
-            start = layout.marker_key(app, after_batch) if after_batch is not None else None
-            for key in list_marker_keys(s3, config.bucket, layout, app, start):
-                body = s3.get_object(Bucket=config.bucket, Key=key)["Body"].read()
-                marker = CommitMarker.decode(body)
-                if marker.app_id != app:
-                    raise EosinkError(f"The marker {key!r} is of app_id {marker.app_id!r}.", "Use another app_id.")
-                out.append(marker)
+            out += _markers_of(s3, config, layout, app, after_batch)
     return out
+
+
+def committed_marker(config: S3Config, app_id: str, batch_id: int) -> CommitMarker | None:
+    """The marker that commits ``batch_id`` of ``app_id`` (from its segment once its range is folded), or None:
+    a GET of the marker, then (one one-key listing for the span) a GET of its range's segment."""
+    conn = config.connection()
+    s3 = _client.client(conn)
+    layout = Layout(config.prefix)
+    with translated(conn, f"reading the commit marker of batch {batch_id} under {config.root}"):
+        data = _fetch(s3, config.bucket, layout.marker_key(app_id, batch_id))
+        marker = None if data is None else _marker(data, app_id, layout.marker_key(app_id, batch_id))
+        first = first_segment_key(s3, config.bucket, layout, app_id)
+        span = None if first is None else span_of(first)
+        if span is None:
+            return marker
+        key = layout.segment_key(app_id, *range_of(batch_id, span))
+        data = _fetch(s3, config.bucket, key)
+        return marker if data is None else _segment(data, app_id, key).get(batch_id)
+
+
+def _markers_of(s3: Any, config: S3Config, layout: Layout, app: str, after_batch: int | None) -> list[CommitMarker]:
+    for _ in range(READ_ATTEMPTS):
+        found = _snapshot(s3, config, layout, app, after_batch)
+        if found is not None:
+            return found
+    raise TransientError(
+        f"The commit markers of {app!r} under {config.root} were folded into segments while they were read, "
+        f"{READ_ATTEMPTS} times in a row.",
+        "Read again: folds are rare (one per segment_batches batches per app_id).",
+    )
+
+
+def _snapshot(
+    s3: Any, config: S3Config, layout: Layout, app: str, after_batch: int | None
+) -> list[CommitMarker] | None:
+    """Every committed batch's marker after ``after_batch``, in batch order; None when a listed object vanished
+    before it was read (a fold deleted it): the caller looks again."""
+    start = layout.marker_key(app, after_batch) if after_batch is not None else None
+    marker_keys = list_marker_keys(s3, config.bucket, layout, app, start)  # markers first ...
+    segment_keys = list_segment_keys(s3, config.bucket, layout, app, after_batch)  # ... then segments
+    found: dict[int, CommitMarker] = {}
+    folded: list[tuple[int, int]] = []
+    for key in segment_keys:
+        data = _fetch(s3, config.bucket, key)
+        if data is None:
+            return None
+        segment = _segment(data, app, key)
+        folded.append((segment.first, segment.last))
+        for marker in segment.markers():
+            if after_batch is None or marker.batch_id > after_batch:
+                found.setdefault(marker.batch_id, marker)  # overlapping segments hold the same marker
+    covered = _merged(folded)
+    firsts = [f for f, _ in covered]
+    for key in marker_keys:
+        batch_id = Layout.marker_batch(key)
+        assert batch_id is not None
+        at = bisect_right(firsts, batch_id) - 1
+        if at >= 0 and batch_id <= covered[at][1]:
+            continue  # a segment is authoritative for its range: a leftover or a zombie's marker
+        data = _fetch(s3, config.bucket, key)
+        if data is None:
+            return None
+        found.setdefault(batch_id, _marker(data, app, key))
+    return [found[b] for b in sorted(found)]
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The batch ranges as disjoint ranges, ascending."""
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return out
+
+
+def _fetch(s3: Any, bucket: str, key: str) -> bytes | None:
+    """The object's bytes; None when it does not exist (any longer)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        body: bytes = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        if is_not_found(exc):
+            return None
+        raise
+    return body
+
+
+def _marker(data: bytes, app: str, key: str) -> CommitMarker:
+    try:
+        marker = CommitMarker.decode(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EosinkError(
+            f"The commit marker {key!r} is damaged ({exc}).",
+            "Only eosink writes under _eosink/; restore it from a backup or a versioned bucket.",
+        ) from None
+    if marker.app_id != app:
+        raise EosinkError(f"The marker {key!r} is of app_id {marker.app_id!r}.", "Use another app_id.")
+    return marker
+
+
+def _segment(data: bytes, app: str, key: str) -> Segment:
+    try:
+        return Segment.decode(data, app, key)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EosinkError(
+            f"The segment {key!r} is damaged ({exc}).",
+            "Only eosink writes under _eosink/; restore it from a backup or a versioned bucket.",
+        ) from None
 
 
 def _app_ids(s3: Any, config: S3Config, layout: Layout) -> list[str]:
@@ -93,8 +220,6 @@ def _app_ids(s3: Any, config: S3Config, layout: Layout) -> list[str]:
 
 
 def _app_of(s3: Any, config: S3Config, control: str) -> str | None:
-    import json
-
     from botocore.exceptions import ClientError
 
     try:
@@ -105,6 +230,10 @@ def _app_of(s3: Any, config: S3Config, control: str) -> str | None:
     reply = s3.list_objects_v2(Bucket=config.bucket, Prefix=f"{control}commits/", MaxKeys=1)
     for entry in reply.get("Contents", []):
         return CommitMarker.decode(s3.get_object(Bucket=config.bucket, Key=entry["Key"])["Body"].read()).app_id
+    reply = s3.list_objects_v2(Bucket=config.bucket, Prefix=f"{control}segments/", MaxKeys=1)
+    for entry in reply.get("Contents", []):
+        body = json.loads(s3.get_object(Bucket=config.bucket, Key=entry["Key"])["Body"].read())
+        return str(body["app_id"])
     return None
 
 

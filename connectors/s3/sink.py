@@ -17,12 +17,16 @@ The contract maps onto S3 like this (``ctl`` is ``<prefix>/_eosink/<app-dir>/``,
                            attempt. Step by step: ``_write_side``
     commit, abort,         the coordinator (driver): complete every upload, then create the commit
     commit_status,         marker with If-None-Match: * ; abort aborts uploads; commit_status asks the
-    recover,               marker, then the uploads; recover lists the app_id's incomplete uploads.
-    fetch_last_bundle      Step by step: ``_commit_side``
+    recover,               marker, then the uploads; recover lists the app_id's incomplete uploads;
+    fetch_last_bundle      fetch_last_bundle reads the newest marker. Step by step: ``_commit_side``
+    compact(app_id)        not in the contract: old markers are folded into segments, one object per
+                           segment_batches batches, by commits as they go (``_fold``, ``_segments``);
+                           compact folds every foldable range at once, for operators
 
-Why this is exactly-once: a batch is committed exactly when its marker exists, and the marker is
-created once (create-only) after all of the batch's objects are complete; it names them, with
-their ETags. Readers that follow the markers (:func:`~eosink.connectors.s3.committed_files`,
+Why this is exactly-once: a batch is committed exactly when its marker exists (or, once its
+range is folded, when the range's segment holds the marker), and the marker is created once
+(create-only) after all of the batch's objects are complete; it names them, with their ETags.
+Readers that follow the markers (:func:`~eosink.connectors.s3.committed_files`,
 :func:`~eosink.connectors.s3.read_committed`) see whole batches only, and never an object of a
 failed or fenced attempt. A reader that lists the prefix (Spark's plain ``spark.read.parquet``)
 sees each object as soon as it is complete: part of a batch while a commit runs, and under the
@@ -32,7 +36,13 @@ Fencing: the epoch object is changed only with conditional writes, and ``pre_com
 ``commit`` (before completing and again before the marker) refuse an older epoch. As with
 PostgreSQL's COMMIT PREPARED, completing an upload cannot check the epoch itself: a writer fenced
 in the moment between its last epoch check and its marker can still complete objects, but the
-marker it writes is create-only, so the batch is still committed once.
+marker it writes is create-only, so the batch is still committed once. A marker such a writer
+creates late into a range already folded is ignored (the range's segment is authoritative, and
+holds the batch as its successor committed it).
+
+What the sink keeps under ``ctl`` stays bounded: the epoch object, the newest markers (at most
+``S + ceil(S/2) - 1`` for ``S = segment_batches``, plus any whose fold failed, until a later commit
+folds them), and one segment per ``S`` batches of history.
 
 The sink pickles to its configuration (and the schemas of the app_ids it has seen committed) and
 makes clients lazily, per process.
@@ -66,6 +76,9 @@ _PROBED: set[tuple[int, Any, str]] = set()
 and bucket, not of a prefix, so a second sink on the same bucket does not pay the probe's four requests again."""
 _PROBE_LOCK = threading.Lock()
 FENCE_ATTEMPTS = 50
+PROBE_MAX_AGE_S = 3600.0
+"""A probe object older than this is a leftover of a process that died mid-probe (a probe takes milliseconds;
+the hour leaves room for a store clock that is off by minutes, which S3 refuses past 15)."""
 
 
 class S3Sink(_WriteSide, _CommitSide, Sink[_Txn]):
@@ -105,6 +118,9 @@ class S3Sink(_WriteSide, _CommitSide, Sink[_Txn]):
         self._schemas = {}
         self._in_flight = {}
         self._last = {}
+        self._newest: dict[str, int] = {}
+        self._spans: dict[str, int] = {}
+        self._fold_due: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"S3Sink({self.config!r})"
@@ -152,7 +168,7 @@ class S3Sink(_WriteSide, _CommitSide, Sink[_Txn]):
         refused with 412, or commit markers would not be create-only and fencing would not fence."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        probe = f"{self.layout.control_root}probe/{uuid.uuid4().hex}"
+        probe = f"{self.layout.probes}{uuid.uuid4().hex}"
         s3 = self._s3_once
         with self._errors(f"probing conditional writes under {self.config.root}"):
             s3.put_object(Bucket=self.config.bucket, Key=probe, Body=b"1", IfNoneMatch="*", **self.config.sse_args())
@@ -169,6 +185,7 @@ class S3Sink(_WriteSide, _CommitSide, Sink[_Txn]):
                             ignored.append(f"{what} ({translate(self._conn, exc, 'probe').problem})")
             finally:
                 s3.delete_object(Bucket=self.config.bucket, Key=probe)
+        self._sweep_probes()
         if ignored:
             raise ConfigurationError(
                 f"The S3 store at {self._conn.describe()} does not honour conditional writes: it accepted a PUT "
@@ -179,6 +196,18 @@ class S3Sink(_WriteSide, _CommitSide, Sink[_Txn]):
                 "others that implement If-None-Match and If-Match on PutObject). check_conditional_writes=False "
                 "skips this check; only for a store you know to have them.",
             )
+
+    def _sweep_probes(self) -> None:
+        """Delete probes older than PROBE_MAX_AGE_S: a process that died between its probe's PUT and DELETE left
+        one (one LIST per probe, so per process; a DeleteObjects only when there are leftovers)."""
+        with self._quiet(f"removing old conditional-write probes under {self.config.root}"):
+            reply = self._s3.list_objects_v2(Bucket=self.config.bucket, Prefix=self.layout.probes, MaxKeys=1000)
+            cutoff = time.time() - PROBE_MAX_AGE_S
+            old = [o["Key"] for o in reply.get("Contents", []) if o["LastModified"].timestamp() < cutoff]
+            if old:
+                self._s3.delete_objects(
+                    Bucket=self.config.bucket, Delete={"Objects": [{"Key": k} for k in old], "Quiet": True}
+                )
 
     def fence(self, app_id: str) -> int:
         """Hand out the next epoch of ``app_id``: read the epoch object, write epoch + 1 conditionally."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from eosink.bench.file_sinks import latency_buckets
 from eosink.bench.runs import AT_LEAST_ONCE
 from eosink.connectors.s3 import S3Sink
 from eosink.connectors.s3._bench import BUCKET, S3Adapter, _DirectPut, app_id, object_prefix
+from eosink.connectors.s3._fold import Folder
 from eosink.contract import BatchRef
 from eosink.contracts._steps import bundle_for
 from eosink.participant import WritePlan, run_participant
@@ -149,3 +151,21 @@ def test_drop_removes_the_prefix(adapter: S3Adapter) -> None:
     adapter.drop(name)
     listed = adapter._client().list_objects_v2(Bucket=BUCKET, Prefix=f"{object_prefix(name)}/")
     assert listed.get("KeyCount", 0) == 0
+
+
+def test_a_marker_folded_between_the_poll_and_its_read_is_read_from_its_segment(adapter: S3Adapter, ns: str) -> None:
+    """Six batches (segments of 4, not folded yet) are stamped by one poll; then compact() folds 0..3 and deletes
+    their markers before the next poll reads them. Pass: that poll reads every batch's rows, the folded ones
+    through their segment."""
+    config = replace(adapter.config(ns), segment_batches=4)
+    sink = S3Sink(config)
+    sink.setup(app_id(ns))
+    at_us = 1_700_000_000_000_000
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Folder, "after_commit", lambda self, app, batch_id: None)
+        for b in range(6):
+            _commit(sink, app_id(ns), b, [_rows(b * 10, 10, at_us)])
+    assert adapter.poll_visible(ns, -1, 0) == ([], -1, 5)
+    assert S3Sink(config).compact(app_id(ns)) == 1
+    rows, hi, batch = adapter.poll_visible(ns, -1, 0)
+    assert sum(c for _, c in rows) == 60 and hi == 59 and batch == 5
