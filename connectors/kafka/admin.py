@@ -78,6 +78,23 @@ class KafkaAdmin(SinkAdmin):
         finally:
             sink.close()
 
+    def transactional_ids(self, app_id: str) -> list[str]:
+        """Every transactional id of ``app_id`` the brokers' transaction coordinators remember, in any state:
+        its fence and bundles ids and its participants' pool (at most participants x attempt slots + 2)."""
+        import re
+
+        from eosink.connectors.kafka._names import app_txid_prefix
+
+        prefix = app_txid_prefix(self.config.transactional_id_prefix, app_id)
+        sink = self.make_sink()
+        try:
+            with sink._errors("listing the app's transactional ids"):
+                listed = sink._admin().list_transactions(transactional_id_pattern=re.escape(prefix) + ".*")
+        finally:
+            sink.close()
+        found = {t.transactional_id for ts in listed.values() for t in ts}
+        return sorted(i for i in found if i.startswith(prefix))
+
     def drop_app(self, app_id: str) -> None:
         """Abort the app_id's in-doubt transactions (its bundles and data stay in the topics' logs)."""
         sink = self.make_sink()

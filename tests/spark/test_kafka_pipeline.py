@@ -272,10 +272,6 @@ def test_two_hundred_batches_through_the_data_source_keep_a_bounded_pool_of_tran
 
     Pass: the ids are the fence's, the bundles' and ``p<n>.a0`` of the participants; exact.
     """
-    import re
-
-    from eosink.connectors.kafka._names import app_txid_prefix
-
     p = KafkaPipeline(
         tmp_path,
         files=200,
@@ -294,9 +290,7 @@ def test_two_hundred_batches_through_the_data_source_keep_a_bounded_pool_of_tran
         last = SparkCheckpoint(p.checkpoint).last_committed()  # Spark keeps the newest 100 entries of its log
         assert p.bundles() == list(range(200)) and last == 199, (p.bundles()[-3:], last)
         assert not p.in_doubt()
-        prefix = app_txid_prefix(p.topic, p.app_id)
-        listed = p.admin().list_transactions(transactional_id_pattern=re.escape(prefix) + ".*")
-        ids = sorted({t.transactional_id for ts in listed.values() for t in ts})
+        ids = KafkaAdmin(p.config()).transactional_ids(p.app_id)
         data = [i for i in ids if not i.endswith((".fence", ".bundles"))]
         participants = {i.rsplit(".", 2)[-2] for i in data}
         assert len(participants) >= 2, ids  # the bound below is not met by one participant alone

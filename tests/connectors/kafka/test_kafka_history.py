@@ -4,7 +4,6 @@ bundle reads the tail of the progress topic, not its history (see ``tests/connec
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -14,8 +13,9 @@ from typing import Any
 import pytest
 
 from eosink.connectors.kafka import KafkaSink, _wire
-from eosink.connectors.kafka._names import app_tag, app_txid_prefix
+from eosink.connectors.kafka._names import app_tag
 from eosink.connectors.kafka._progress import BUNDLES, MARKERS, TAIL, WINDOW, bundle_record
+from eosink.connectors.kafka.admin import KafkaAdmin
 from eosink.contract import BatchRef, Bundle, Fingerprint, TaskRef
 from eosink.contracts.harness import Namespace
 from eosink.errors import FencedError
@@ -32,11 +32,9 @@ def ns(tmp_path: Path) -> Iterator[Namespace]:
     HARNESS.cleanup(made)
 
 
-def transactional_ids(sink: KafkaSink, app_id: str) -> set[str]:
+def transactional_ids(sink: KafkaSink, app_id: str) -> list[str]:
     """Every transactional id of ``app_id`` the transaction coordinators remember, in any state."""
-    prefix = app_txid_prefix(sink.config.transactional_id_prefix, app_id)
-    listed = HARNESS.admin().list_transactions(transactional_id_pattern=re.escape(prefix) + ".*")
-    return {t.transactional_id for ts in listed.values() for t in ts if t.transactional_id.startswith(prefix)}
+    return KafkaAdmin(sink.config).transactional_ids(app_id)
 
 
 def live_keys(topic: str, partition: int, prefix: bytes) -> set[bytes]:
