@@ -60,6 +60,8 @@ class _Conn:
     client: asyncio.StreamWriter
     server: asyncio.StreamWriter
     cut: bool = False
+    finishing: bool = False
+    """Cut when the reply comes: the rest of the cut request (an HTTP body sent after its headers) still goes on."""
 
 
 class FaultProxy:
@@ -236,8 +238,13 @@ class FaultProxy:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while chunk := await client_r.read(CHUNK):
                 await self._pause()
-                if conn.cut:
+                if conn.cut and not conn.finishing:
                     return
+                if conn.finishing:  # the rest of the request that is cut when its reply comes
+                    conn.server.write(chunk)
+                    await conn.server.drain()
+                    self.stats.bytes_to_server += len(chunk)
+                    continue
                 cut, on_reply, drop = self._should_cut(chunk)
                 if cut:
                     conn.cut = True  # from now on the server's replies are dropped
@@ -253,7 +260,8 @@ class FaultProxy:
                 if cut:
                     if not on_reply:
                         self._cut_client(conn)
-                    return
+                        return
+                    conn.finishing = True  # a request may come in several chunks: the server gets all of it
         if not conn.cut and conn.server.can_write_eof():
             with contextlib.suppress(OSError):
                 conn.server.write_eof()
