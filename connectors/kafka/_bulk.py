@@ -1,14 +1,17 @@
-"""Records into a kafka-python producer as whole record batches, encoded in bulk.
+"""Records into a kafka-python producer as whole record batches, framed in bulk from Arrow arrays.
 
 ``KafkaProducer.send`` costs about 100 µs a record in Python (serialisers, partitioner, locks,
 a future per record), several times the cost of the bytes themselves. A participant's records
-are all known when ``write`` is called, so this module groups them by partition, encodes each
+are all known when ``write`` is called, so this module groups them by partition and frames each
 group straight into v2 record batches (the wire format of KIP-98: attributes, zig-zag varint
-deltas, key, value, headers) and hands the finished batches to the producer's accumulator.
-The producer's own sender still does everything that makes delivery exactly-once: producer id,
-epoch and sequence numbers are stamped when a batch is drained, partitions are added to the
-transaction, and retries keep their sequence. The accumulator, ``ProducerBatch`` and
-``MemoryRecordsBuilder`` are kafka-python internals (pinned to 3.0.x for them, see ``_producer``).
+deltas, key, value, headers) with array operations: the varints of every length and offset
+delta at once in numpy, each record's fields joined by Arrow's element-wise kernel, a batch one
+slice of the joined buffer. No Python object is made per record. The finished batches go to the
+producer's accumulator; its own sender still does everything that makes delivery exactly-once:
+producer id, epoch and sequence numbers are stamped when a batch is drained (with its CRC32C,
+in C), partitions are added to the transaction, and retries keep their sequence. The
+accumulator, ``ProducerBatch`` and ``MemoryRecordsBuilder`` are kafka-python internals (pinned
+to 3.0.x for them, see ``_producer``).
 
 Each batch reports its outcome once, for all its records; ``BulkSender.check`` fails a
 participant whose records were not all acknowledged, whatever the reason.
@@ -17,65 +20,131 @@ participant whose records were not all acknowledged, whatever the reason.
 from __future__ import annotations
 
 import collections
-import functools
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from eosink.connectors.kafka._records import Record
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eosink.connectors.kafka._records import Records, lengths
 from eosink.errors import TransientError
 
-__all__ = ["BulkSender", "encode_record", "fill_builder"]
+__all__ = ["BulkSender", "fill_builder", "frame", "varints"]
 
 _MAX_QUEUED_BYTES = 64 << 20
 """Encoded bytes handed to the producer and not yet acknowledged before ``send`` waits."""
 
-
-@functools.lru_cache(maxsize=65_536)
-def _varint(value: int) -> bytes:
-    """Kafka's zig-zag varint (signed, as record fields are)."""
-    v = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while v > 0x7F:
-        out.append(0x80 | (v & 0x7F))
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+_BINARY = pa.binary()
+_EMPTY = pa.scalar(b"", _BINARY)
+_ZERO_ZERO = pa.scalar(b"\x00\x00", _BINARY)  # a record's attributes and timestamp delta (always 0)
+_NO_HEADERS = pa.scalar(b"\x00", _BINARY)
+_MOST_VARINT_BYTES = 5  # a record's lengths and deltas are 32-bit
+I64 = npt.NDArray[np.int64]
 
 
-_NULL = _varint(-1)
+def _zigzag(values: I64) -> npt.NDArray[np.uint64]:
+    return ((values << 1) ^ (values >> 63)).astype(np.uint64)
 
 
-def _field(data: bytes | None) -> bytes:
-    return _NULL if data is None else _varint(len(data)) + data
+def varint_sizes(values: I64) -> I64:
+    """Bytes of each value's zig-zag varint."""
+    z = _zigzag(values)
+    n = np.ones(len(z), dtype=np.int64)
+    for k in range(1, _MOST_VARINT_BYTES):
+        n += z >= np.uint64(1 << (7 * k))
+    return n
 
 
-def encode_record(offset_delta: int, record: Record) -> bytes:
-    """One record of a v2 batch with a timestamp delta of 0: its length, then its body."""
-    if record.headers:
-        parts = [_varint(len(record.headers))]
-        for name, value in record.headers:
-            parts.append(_field(name.encode()))
-            parts.append(_field(value))
-        headers = b"".join(parts)
+def varints(values: I64) -> pa.Array:
+    """Kafka's zig-zag varints (signed, as record fields are) of ``values``, as a binary array."""
+    z = _zigzag(values)
+    sizes = varint_sizes(values)
+    shifts = np.arange(0, 7 * _MOST_VARINT_BYTES, 7, dtype=np.uint64)
+    groups = ((z[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
+    position = np.arange(_MOST_VARINT_BYTES)
+    groups |= np.where(position < sizes[:, None] - 1, 0x80, 0).astype(np.uint8)  # "more bytes follow"
+    data = groups[position < sizes[:, None]]
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    return pa.Array.from_buffers(_BINARY, len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _header_sections(headers: pa.Array) -> pa.Array:
+    """Each record's headers as the wire has them: their count, then each key and value."""
+    entries = headers.values.flatten()
+    keys, values = entries[0].cast(_BINARY), entries[1]
+    value_lengths = np.where(values.is_valid().to_numpy(zero_copy_only=False), lengths(values), -1)
+    encoded = pc.binary_join_element_wise(
+        varints(lengths(keys)),
+        pc.fill_null(keys, _EMPTY),
+        varints(value_lengths),
+        pc.fill_null(values, _EMPTY),
+        _EMPTY,
+    )
+    joined = pc.binary_join(pa.ListArray.from_arrays(headers.offsets, encoded), _EMPTY)
+    counts = pc.fill_null(pc.list_value_length(headers), 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    return pc.binary_join_element_wise(varints(counts), pc.fill_null(joined, _EMPTY), _EMPTY)
+
+
+def frame(records: Records, limit: int) -> Iterator[tuple[bytes, int, int]]:
+    """The records (all of one partition) as the record sections of v2 batches of at most ``limit`` bytes:
+    ``(bytes, record count, largest record)`` per batch, each batch's offset deltas from 0."""
+    n = len(records)
+    values = records.values
+    value_lengths = lengths(values)
+    if records.keys is None:
+        key_lengths = np.full(n, -1, dtype=np.int64)
+        keys: Any = _EMPTY
     else:
-        headers = b"\x00"
-    body = b"".join((b"\x00\x00", _varint(offset_delta), _field(record.key), _field(record.value), headers))
-    return _varint(len(body)) + body
+        key_lengths = np.where(records.keys.is_valid().to_numpy(zero_copy_only=False), lengths(records.keys), -1)
+        keys = pc.fill_null(records.keys, _EMPTY)
+    headers: Any = _NO_HEADERS if records.headers is None else _header_sections(records.headers)
+    header_lengths = 1 if records.headers is None else lengths(headers)
+    fixed = (
+        2 + varint_sizes(key_lengths) + np.maximum(key_lengths, 0) + varint_sizes(value_lengths) + value_lengths
+    ) + header_lengths
+    # Batches first (sizes counted with the largest offset delta and length a batch can need), then the deltas.
+    bound = np.cumsum(fixed + 2 * 3)
+    starts = [0]
+    while True:
+        taken = int(np.searchsorted(bound, (bound[starts[-1] - 1] if starts[-1] else 0) + limit, side="right"))
+        nxt = max(taken, starts[-1] + 1)
+        if nxt >= n:
+            break
+        starts.append(nxt)
+    first = np.zeros(n, dtype=np.int64)
+    first[starts] = starts
+    np.maximum.accumulate(first, out=first)
+    deltas = np.arange(n, dtype=np.int64) - first
+    body = fixed + varint_sizes(deltas)
+    joined = pc.binary_join_element_wise(
+        varints(body), _ZERO_ZERO, varints(deltas), varints(key_lengths), keys,
+        varints(value_lengths), values, headers, _EMPTY,
+    )  # fmt: skip
+    offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32)[joined.offset : joined.offset + n + 1]
+    data = joined.buffers()[2]
+    sizes = body + varint_sizes(body)
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else n
+        chunk = data[int(offsets[start]) : int(offsets[end])].to_pybytes()
+        yield chunk, end - start, int(sizes[start:end].max())
 
 
-def fill_builder(builder: Any, encoded: Sequence[bytes], now_ms: int) -> None:
-    """Put records made by :func:`encode_record` (offset deltas 0, 1, ...) into an empty
-    ``MemoryRecordsBuilder``, as its ``append`` would have, timestamped ``now_ms``."""
+def fill_builder(builder: Any, records: bytes, count: int, now_ms: int) -> None:
+    """Put ``count`` records framed by :func:`frame` into an empty ``MemoryRecordsBuilder``, as its
+    ``append`` would have, timestamped ``now_ms``."""
     inner = builder._builder
     assert inner._num_records == 0, "fill_builder needs an empty builder"
-    inner._buffer += b"".join(encoded)
+    inner._buffer += records
     inner._first_timestamp = inner._max_timestamp = now_ms
-    inner._last_offset = len(encoded) - 1
-    inner._num_records = len(encoded)
-    builder._next_offset = len(encoded)
+    inner._last_offset = count - 1
+    inner._num_records = count
+    builder._next_offset = count
 
 
 class BulkSender:
@@ -93,17 +162,21 @@ class BulkSender:
         self._batch_size = int(acc.config["batch_size"])
         self._usable = acc.config["message_version"] >= 2
 
-    def send(self, records: Sequence[Record]) -> None:
+    def send(self, records: Records) -> None:
         """Hand every record to the producer (keyed records to murmur2's partition, as Kafka's default)."""
         if not self._usable:  # a broker too old for v2 batches: one send per record
-            for r in records:
+            for r in records.rows():
                 self._producer.send(
                     r.topic, value=r.value, key=r.key, headers=r.headers, partition=r.partition
                 ).add_errback(self._on_error)
             return
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+
         now_ms = int(time.time() * 1000)
-        for tp, group in self._by_partition(records).items():
-            self._send_partition(tp, group, now_ms)
+        limit = self._batch_size - DefaultRecordBatchBuilder.HEADER_STRUCT.size
+        for tp, group in self._by_partition(records):
+            for data, count, largest in frame(group, limit):
+                self._enqueue(tp, data, count, largest, now_ms)
         self._producer._sender.wakeup()
 
     def check(self, where: str) -> None:
@@ -118,55 +191,52 @@ class BulkSender:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _by_partition(self, records: Sequence[Record]) -> dict[Any, list[Record]]:
+    def _by_partition(self, records: Records) -> Iterator[tuple[Any, Records]]:
+        """The records of each partition, in their order."""
         from kafka import TopicPartition
 
         from eosink.connectors.kafka._murmur2 import partitions_of
 
-        groups: dict[Any, list[Record]] = {}
-        spread: dict[str, list[Record]] = {}
-        keyed: dict[str, list[Record]] = {}
-        for r in records:
-            if r.partition is not None:
-                groups.setdefault(TopicPartition(r.topic, r.partition), []).append(r)
-            elif r.key is None:
-                spread.setdefault(r.topic, []).append(r)
-            else:
-                keyed.setdefault(r.topic, []).append(r)
-        for topic, with_keys in keyed.items():
-            # Kafka's default partitioner: murmur2 of the key, hashed for all of a topic's keys at once.
-            known = sorted(self._producer.partitions_for(topic))
-            indexes = partitions_of([r.key for r in with_keys if r.key is not None], len(known))
-            for r, index in zip(with_keys, indexes.tolist(), strict=True):
-                groups.setdefault(TopicPartition(topic, known[index]), []).append(r)
-        for topic, unkeyed in spread.items():
-            # Unkeyed records fill whole batches, one partition after another from a random start.
-            known = sorted(self._producer.partitions_for(topic))
-            start = random.randrange(len(known))
-            per_batch = max(1, self._batch_size // max(1, unkeyed[0].size + 16))
-            for i in range(0, len(unkeyed), per_batch):
-                tp = TopicPartition(topic, known[(start + i // per_batch) % len(known)])
-                groups.setdefault(tp, []).extend(unkeyed[i : i + per_batch])
-        return groups
+        n = len(records)
+        if records.topics is None:
+            names, topic_of = [records.topic], np.zeros(n, dtype=np.int64)
+        else:
+            encoded = pc.dictionary_encode(pc.fill_null(records.topics, records.topic or ""))
+            names = encoded.dictionary.to_pylist()
+            topic_of = encoded.indices.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        if records.partitions is None:
+            partition = np.full(n, -1, dtype=np.int64)
+        else:
+            partition = pc.fill_null(records.partitions, -1).cast(pa.int64()).to_numpy(zero_copy_only=False).copy()
+        keyed = (
+            records.keys.is_valid().to_numpy(zero_copy_only=False) if records.keys is not None else np.zeros(n, bool)
+        )
+        for t, topic in enumerate(names):
+            mine = topic_of == t
+            choose = mine & (partition < 0)
+            if not choose.any():
+                continue
+            known = np.array(sorted(self._producer.partitions_for(topic)), dtype=np.int64)
+            with_key = np.flatnonzero(choose & keyed)
+            if len(with_key):  # Kafka's default partitioner: murmur2 of the key
+                assert records.keys is not None
+                partition[with_key] = known[partitions_of(records.keys.take(with_key), len(known))]
+            spread = np.flatnonzero(choose & ~keyed)
+            if len(spread):  # unkeyed records fill whole batches, one partition after another from a random start
+                typical = int(np.median(lengths(records.values.take(spread[:100])))) + 16
+                per_batch = max(1, self._batch_size // typical)
+                start = random.randrange(len(known))
+                partition[spread] = known[(start + np.arange(len(spread)) // per_batch) % len(known)]
+        group = topic_of * (1 << 32) + partition
+        order = np.argsort(group, kind="stable")
+        ordered = group[order]
+        bounds = np.flatnonzero(np.diff(ordered)) + 1
+        for rows in np.split(order, bounds):
+            if len(rows):
+                i = int(rows[0])
+                yield TopicPartition(names[int(topic_of[i])], int(partition[i])), records.take(pa.array(rows))
 
-    def _send_partition(self, tp: Any, records: list[Record], now_ms: int) -> None:
-        from kafka.record.default_records import DefaultRecordBatchBuilder
-
-        limit = self._batch_size - DefaultRecordBatchBuilder.HEADER_STRUCT.size
-        encoded: list[bytes] = []
-        size = 0
-        for r in records:
-            data = encode_record(len(encoded), r)
-            if encoded and size + len(data) > limit:
-                self._enqueue(tp, encoded, size, now_ms)
-                encoded, size = [], 0
-                data = encode_record(0, r)
-            encoded.append(data)
-            size += len(data)
-        if encoded:
-            self._enqueue(tp, encoded, size, now_ms)
-
-    def _enqueue(self, tp: Any, encoded: list[bytes], size: int, now_ms: int) -> None:
+    def _enqueue(self, tp: Any, data: bytes, count: int, largest: int, now_ms: int) -> None:
         from kafka.producer.producer_batch import ProducerBatch
         from kafka.record.memory_records import MemoryRecordsBuilder
 
@@ -176,10 +246,10 @@ class BulkSender:
         if manager is not None and manager.is_transactional():
             manager.maybe_add_partition_to_transaction(tp)
         builder = MemoryRecordsBuilder(acc.config["message_version"], acc.config["compression_attrs"], self._batch_size)
-        fill_builder(builder, encoded, now_ms)
+        fill_builder(builder, data, count, now_ms)
         batch = ProducerBatch(tp, builder)
-        batch.max_record_size = max(map(len, encoded))
-        count = len(encoded)
+        batch.max_record_size = largest
+        size = len(data)
         batch.produce_future.add_callback(self._done, count, size)
         batch.produce_future.add_errback(self._failed, size)
         with self._lock:

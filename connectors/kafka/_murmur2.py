@@ -3,9 +3,9 @@
 Kafka's default partitioner puts a keyed record in partition ``(murmur2(key) & 0x7fffffff) % n``,
 and every client must agree on it for keys to stay together. kafka-python's ``murmur2`` hashes
 one key at a time in Python, some microseconds a key: for keyed records sent in bulk it cost more
-than encoding them. Here keys of one length are hashed together, word by word, with numpy's
-uint64 arithmetic masked to 32 bits, which gives the same numbers bit for bit (a product of two
-32-bit values fits in 64 bits).
+than encoding them. Here keys of one length are hashed together (gathered from an Arrow array's
+buffers), word by word, with numpy's uint64 arithmetic masked to 32 bits, which gives the same
+numbers bit for bit (a product of two 32-bit values fits in 64 bits).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 __all__ = ["murmur2_many", "partitions_of"]
 
@@ -22,18 +23,29 @@ _M = np.uint64(0x5BD1E995)
 _MASK = np.uint64(0xFFFFFFFF)
 
 
-def murmur2_many(keys: Sequence[bytes]) -> npt.NDArray[np.uint64]:
-    """Kafka's murmur2 of every key (as kafka-python's ``murmur2``: unsigned 32-bit values)."""
-    out = np.empty(len(keys), dtype=np.uint64)
-    by_length: dict[int, list[int]] = {}
-    for i, key in enumerate(keys):
-        by_length.setdefault(len(key), []).append(i)
-    for length, rows in by_length.items():
-        out[rows] = _hash_equal_length(b"".join(keys[i] for i in rows), len(rows), length)
+def murmur2_many(keys: Sequence[bytes] | pa.Array) -> npt.NDArray[np.uint64]:
+    """Kafka's murmur2 of every key (as kafka-python's ``murmur2``: unsigned 32-bit values).
+
+    ``keys`` are bytes, or a binary Arrow array without nulls (hashed from its buffers).
+    """
+    if isinstance(keys, pa.Array):
+        keys = keys.cast(pa.binary())
+        offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset : keys.offset + len(keys) + 1]
+        data = np.frombuffer(keys.buffers()[2] or b"", dtype=np.uint8)
+    else:
+        lengths = np.fromiter(map(len, keys), dtype=np.int32, count=len(keys))
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        data = np.frombuffer(b"".join(keys), dtype=np.uint8)
+    starts, lengths = offsets[:-1].astype(np.int64), np.diff(offsets)
+    out = np.empty(len(starts), dtype=np.uint64)
+    for length in np.unique(lengths).tolist():
+        rows = np.flatnonzero(lengths == length)
+        matrix = data[starts[rows][:, None] + np.arange(length)] if length else np.empty((len(rows), 0), np.uint8)
+        out[rows] = _hash_equal_length(matrix, length)
     return out
 
 
-def partitions_of(keys: Sequence[bytes], partitions: int) -> npt.NDArray[np.int64]:
+def partitions_of(keys: Sequence[bytes] | pa.Array, partitions: int) -> npt.NDArray[np.int64]:
     """The default partitioner's partition index (0..partitions-1) of each key."""
     index: npt.NDArray[np.int64] = ((murmur2_many(keys) & np.uint64(0x7FFFFFFF)) % np.uint64(partitions)).astype(
         np.int64
@@ -41,8 +53,10 @@ def partitions_of(keys: Sequence[bytes], partitions: int) -> npt.NDArray[np.int6
     return index
 
 
-def _hash_equal_length(joined: bytes, count: int, length: int) -> npt.NDArray[np.uint64]:
-    data = np.frombuffer(joined, dtype=np.uint8).reshape(count, length).astype(np.uint64)
+def _hash_equal_length(matrix: npt.NDArray[np.uint8], length: int) -> npt.NDArray[np.uint64]:
+    """murmur2 of each row of ``matrix`` (rows of ``length`` bytes)."""
+    count = len(matrix)
+    data = matrix.astype(np.uint64)
     h = np.full(count, (_SEED ^ length) & 0xFFFFFFFF, dtype=np.uint64)
     words = length // 4
     for j in range(words):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from eosink.connectors.kafka import _wire
 from eosink.connectors.kafka._base import _SinkBase
@@ -35,7 +36,7 @@ from eosink.connectors.kafka._bulk import BulkSender
 from eosink.connectors.kafka._names import TxnName, app_tag, committable_id, task_slot
 from eosink.connectors.kafka._producer import abort_within, producer_ids
 from eosink.connectors.kafka._progress import MARKERS, marker_record
-from eosink.connectors.kafka._records import Record, to_records
+from eosink.connectors.kafka._records import Records, to_records
 from eosink.contract import Committable, TaskRef
 from eosink.errors import BadRecordError, EosinkError, TransientError
 
@@ -123,7 +124,7 @@ class _WriteSide(_SinkBase):
                 self._check_partitions(txn.producer, records, where)
                 txn.sender.send(records)
                 txn.rows += len(records)
-                txn.topics.update(r.topic for r in records)
+                txn.topics.update(_topic_names(records))
             if txn.error is not None:
                 self._raise_send_error(txn, where)
         except BaseException:
@@ -217,11 +218,18 @@ class _WriteSide(_SinkBase):
                 log.debug("eosink: aborting a failed attempt's transaction: %s", exc)
         self._drop(producer)
 
-    def _check_partitions(self, producer: Any, records: list[Record], where: str) -> None:
+    def _check_partitions(self, producer: Any, records: Records, where: str) -> None:
         """BadRecordError for a record whose topic or partition does not exist (before anything is sent)."""
         wanted: dict[str, set[int | None]] = {}
-        for r in records:
-            wanted.setdefault(r.topic, set()).add(r.partition)
+        if records.partitions is None:
+            wanted = {topic: {None} for topic in _topic_names(records)}
+        else:
+            topics = records.topics if records.topics is not None else pa.nulls(len(records), pa.string())
+            pairs = pa.StructArray.from_arrays(
+                [pc.fill_null(topics, records.topic or ""), records.partitions], ["t", "p"]
+            )
+            for pair in pc.unique(pairs).to_pylist():
+                wanted.setdefault(pair["t"], set()).add(pair["p"])
         for topic, partitions in wanted.items():
             known = producer.partitions_for(topic)
             if not known:
@@ -244,3 +252,11 @@ class _WriteSide(_SinkBase):
         self.config.scrub_chain(error)
         translated = error if isinstance(error, EosinkError) else translate(self.config, error, f"sending {where}")
         raise translated from None
+
+
+def _topic_names(records: Records) -> set[str]:
+    """The topics ``records`` go to."""
+    if records.topics is None:
+        return {records.topic} if records.topic is not None else set()
+    names = set(pc.unique(records.topics.drop_null()).to_pylist())
+    return names | ({records.topic} if records.topic is not None and records.topics.null_count else set())
