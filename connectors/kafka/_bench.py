@@ -182,11 +182,9 @@ class KafkaAdapter:
         if spec.name != "raw-producer":
             raise ConfigurationError(f"No external run {spec.name!r} for Kafka.", "Use raw-producer.")
         from eosink.services import _jdk
-        from eosink.services._maven import Artifact, fetch_jars
-        from eosink.services.kafka import KAFKA_VERSION, KafkaService
+        from eosink.services.kafka import KafkaService
 
-        tools = KafkaService().home / "tools-jars"
-        fetch_jars([Artifact("org.apache.kafka", "kafka-tools", KAFKA_VERSION)], tools, what="Kafka's tools")
+        tools = KafkaService().tools()
         # The tool reads every line of the payload file into memory first: some 300 bytes of heap per line.
         heap_mb = 512 + dataset.rows * 400 // 1_000_000
         argv = [_jdk.java("Kafka's producer benchmark"), f"-Xmx{heap_mb}m", "-cp", f"{tools}{os.sep}*"]

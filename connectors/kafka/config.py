@@ -1,6 +1,6 @@
 """KafkaConfig: everything a KafkaSink needs, as one frozen, picklable value.
 
-Producer settings pass through (``producer_options``: acks, compression, batching, TLS, SASL);
+Producer settings pass through (``producer_options``: batching, TLS, SASL, timeouts);
 the security settings among them reach the sink's admin and consumer clients too. A few are
 the sink's own business and refused with the reason (the transactional id, idempotence,
 serializers), and ``acks`` must be ``all``: a transaction is only as durable as its acks.
@@ -38,7 +38,13 @@ _OWN_OPTIONS = {
     "key_serializer": "the sink turns the key column into bytes itself",
     "value_serializer": "the sink turns the value column into bytes itself (value_format='json' for rows)",
     "partitioner": "rows choose their partition with a partition column",
+    "compression_type": "pass it as KafkaConfig(compression=...): none, gzip, snappy, lz4 or zstd",
 }
+
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+"""Record batch codecs: those of Spark's Kafka sink (``kafka.compression.type``)."""
+
+_CODEC_PACKAGES = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}
 
 #: Client settings shared by the producer, the consumer and the admin client (security, network).
 SHARED_OPTIONS = frozenset(
@@ -110,7 +116,8 @@ class KafkaConfig:
     what they are in Spark's Kafka sink). ``transaction_timeout_ms`` bounds how long a prepared
     batch may wait for its commit (two-phase commit keeps each participant's transaction open
     until Spark's checkpoint holds the batch): the broker aborts a transaction older than that,
-    and must allow it (``transaction.max.timeout.ms``, checked by ``setup``).
+    and must allow it (``transaction.max.timeout.ms``, checked by ``setup``). ``compression`` is
+    the record batches' codec, as Spark's Kafka sink offers them.
     """
 
     bootstrap_servers: str | Sequence[str]
@@ -122,6 +129,7 @@ class KafkaConfig:
     create_topic: bool = False
     topic_partitions: int = 1
     max_record_bytes: int | None = None
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
     producer_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -160,6 +168,11 @@ class KafkaConfig:
                 f"max_record_bytes={self.max_record_bytes!r} is not a positive number of bytes.",
                 "Leave it None (the producer's max_request_size) or pass a size in bytes.",
             )
+        if self.compression not in COMPRESSIONS:
+            raise ConfigurationError(
+                f"compression={self.compression!r} is not a codec Kafka knows.",
+                f"Use one of {', '.join(COMPRESSIONS)}.",
+            )
         object.__setattr__(self, "producer_options", dict(self.producer_options))
         self._check_options()
 
@@ -175,7 +188,7 @@ class KafkaConfig:
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ConfigurationError(
                     f"producer_options has an unknown setting {name!r}{hint}.",
-                    "Use kafka-python's KafkaProducer setting names (acks, compression_type, linger_ms, "
+                    "Use kafka-python's KafkaProducer setting names (acks, linger_ms, batch_size, "
                     "security_protocol, sasl_mechanism, ...).",
                 )
         acks = self.producer_options.get("acks", "all")
@@ -192,6 +205,7 @@ class KafkaConfig:
         kwargs: dict[str, Any] = {"client_id": "eosink", "linger_ms": 5, "batch_size": 262_144, **_QUICK}
         kwargs.update(self.producer_options)
         kwargs.update(bootstrap_servers=self.bootstrap_servers, acks="all", enable_idempotence=True)
+        kwargs.update(compression_type=check_codec(self.compression))
         kwargs.update(extra)
         return kwargs
 
@@ -233,10 +247,28 @@ class KafkaConfig:
             f"KafkaConfig(bootstrap_servers={self.bootstrap_servers!r}, topic={self.topic!r}, "
             f"value_format={self.value_format!r}, progress_topic={self.progress_topic!r}, "
             f"transactional_id_prefix={self.transactional_id_prefix!r}, "
-            f"transaction_timeout_ms={self.transaction_timeout_ms}, producer_options={options!r})"
+            f"transaction_timeout_ms={self.transaction_timeout_ms}, compression={self.compression!r}, "
+            f"producer_options={options!r})"
         )
 
     __str__ = __repr__
+
+
+def check_codec(compression: str) -> str | None:
+    """kafka-python's ``compression_type`` for ``compression``; ConfigurationError when its library is missing."""
+    if compression == "none":
+        return None
+    from kafka import codec
+
+    available = {"gzip": codec.has_gzip, "snappy": codec.has_snappy, "lz4": codec.has_lz4, "zstd": codec.has_zstd}
+    if not available[compression]():
+        package = _CODEC_PACKAGES.get(compression, compression)
+        raise ConfigurationError(
+            f"compression={compression!r} needs the {package} package, which this Python does not have.",
+            f"pip install 'eosink[kafka]' (it brings every codec), or pip install {package}, on the driver and "
+            "every executor.",
+        )
+    return compression
 
 
 def _producer_settings() -> frozenset[str]:

@@ -23,7 +23,7 @@ from eosink.connectors.kafka import KafkaConfig, KafkaSink, _wire
 from eosink.connectors.kafka._names import COMMIT_REQUEST
 from eosink.contracts import Namespace, SinkHarness
 
-__all__ = ["KafkaHarness", "by_key", "committed_json", "read_topic"]
+__all__ = ["KafkaHarness", "by_key", "committed_json", "java_consume", "read_topic"]
 
 
 def read_topic(admin: Any, topic: str, partitions: int) -> list[_wire.LogRecord]:
@@ -44,6 +44,25 @@ def by_key(records: list[_wire.LogRecord]) -> list[_wire.LogRecord]:
         else:
             last[r.key] = r
     return out + list(last.values())
+
+
+def java_consume(bootstrap: str, topic: str, count: int, timeout_s: float = 60.0) -> list[tuple[str, str]]:
+    """The first ``count`` committed records of ``topic`` as Kafka's own Java console consumer (of the harness's
+    Kafka version, ``read_committed``) reads them: ``(key, value)`` as text, the key ``"null"`` when absent."""
+    import subprocess
+
+    from eosink.services import _jdk
+    from eosink.services.kafka import KafkaService
+
+    argv = [_jdk.java("Kafka's console consumer"), "-cp", f"{KafkaService().tools()}/*"]
+    argv += ["org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", bootstrap, "--topic", topic]
+    argv += ["--from-beginning", "--isolation-level", "read_committed", "--max-messages", str(count)]
+    argv += ["--timeout-ms", str(int(timeout_s * 1000)), "--formatter-property", "print.key=true"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s + 60, check=False)
+    lines = [line for line in done.stdout.splitlines() if line]
+    if done.returncode != 0 and len(lines) < count:
+        raise AssertionError(f"the Java consumer failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+    return [(key, value) for key, _, value in (line.partition("\t") for line in lines)]
 
 
 def committed_json(admin: Any, topic: str) -> list[dict[str, Any]]:

@@ -143,6 +143,13 @@ class KafkaService(Service[KafkaEndpoint]):
             )
         return KafkaEndpoint(bootstrap, proxied_port=int(port), proxy_port=int(proxy))
 
+    def tools(self) -> Path:
+        """Kafka's command-line tools (the Java console consumer, the producer benchmark), fetched at first use:
+        the directory of their classpath's jars."""
+        tools = self.home / "tools-jars"
+        fetch_jars([Artifact("org.apache.kafka", "kafka-tools", KAFKA_VERSION)], tools, what="Kafka's tools")
+        return tools
+
     def provision(self) -> None:
         fetch_jars(ARTIFACTS, self.jars, what=f"Apache Kafka {KAFKA_VERSION}")
         (self.home / "log4j2.properties").write_text(LOG4J2_PROPERTIES)

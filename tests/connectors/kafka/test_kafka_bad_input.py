@@ -175,13 +175,25 @@ def test_invalid_topic_in_a_rows_topic_column_is_refused(tmp_path: Path, ns: Nam
         ({"producer_options": {"transactional_id": "mine"}}, ["transactional_id", "transactional_id_prefix"]),
         ({"value_format": "avro"}, ["avro", "json"]),
         ({"transaction_timeout_ms": 0}, ["transaction_timeout_ms"]),
+        ({"compression": "brotli"}, ["brotli", "zstd"]),
+        ({"producer_options": {"compression_type": "gzip"}}, ["compression_type", "compression="]),
     ],
-    ids=["topic-name", "prefix", "unknown-option", "acks", "own-option", "format", "timeout"],
+    ids=["topic-name", "prefix", "unknown-option", "acks", "own-option", "format", "timeout", "codec", "codec-option"],
 )
 def test_bad_configuration_is_refused_when_the_config_is_made(options: dict[str, Any], words: list[str]) -> None:
     with pytest.raises(ConfigurationError) as info:
         KafkaConfig("127.0.0.1:9092", **{"topic": "t", **options})
     assert_refused(info.value, *words)
+
+
+def test_a_codec_whose_library_is_missing_is_named_with_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafka import codec
+
+    monkeypatch.setattr(codec, "has_lz4", lambda: False)
+    with pytest.raises(ConfigurationError) as info:
+        KafkaConfig("127.0.0.1:9092", topic="t", compression="lz4").producer_kwargs()
+    assert_refused(info.value, "lz4", "pip install")
+    assert KafkaConfig("127.0.0.1:9092", topic="t", compression="gzip").producer_kwargs()["compression_type"] == "gzip"
 
 
 def test_transaction_timeout_above_the_brokers_maximum_is_refused_at_setup(ns: Namespace) -> None:
