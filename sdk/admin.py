@@ -96,6 +96,8 @@ class SinkStatus:
     apps: tuple[AppStatus, ...] = ()
     orphans: tuple[InDoubtWork, ...] = ()
     """In-doubt work of this sink that belongs to no app_id it knows."""
+    notes: tuple[str, ...] = ()
+    """What the sink's servers allow that changes what a writer can count on (e.g. how long prepared work lasts)."""
 
     @property
     def in_doubt(self) -> int:
@@ -113,6 +115,7 @@ class SinkStatus:
             "apps": [a.to_json() for a in self.apps],
             "orphans": [w.to_json() for w in self.orphans],
             "in_doubt": self.in_doubt,
+            "notes": list(self.notes),
         }
 
 

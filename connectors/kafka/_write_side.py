@@ -37,6 +37,7 @@ from eosink.connectors.kafka._names import TxnName, app_tag, committable_id, tas
 from eosink.connectors.kafka._producer import abort_within, producer_ids
 from eosink.connectors.kafka._progress import MARKERS, marker_record
 from eosink.connectors.kafka._records import Records, to_records
+from eosink.connectors.kafka._two_phase import initialise, keeps_prepared
 from eosink.contract import Committable, TaskRef
 from eosink.errors import BadRecordError, EosinkError, TransientError
 
@@ -88,13 +89,8 @@ class _WriteSide(_SinkBase):
                 producer = self._producer(client_id="eosink-writer")
                 return _Txn(task, producer, None, keys)
             txid = self._free_txid(task)
-            producer = self._producer(
-                client_id="eosink-writer",
-                transactional_id=txid,
-                transaction_timeout_ms=self.config.transaction_timeout_ms,
-            )
+            producer = self._initialised(txid, task.strategy == "2pc")
             try:
-                producer.init_transactions()
                 # The id is shared by every writer epoch: a writer fenced between the check above and the
                 # initialisation stops here, aborting only what it just began (see _names).
                 self._check_epoch(app, task.epoch, "begin")
@@ -183,6 +179,40 @@ class _WriteSide(_SinkBase):
         kwargs.setdefault("allow_auto_create_topics", self.config.create_topic)
         producer = KafkaProducer(**kwargs)
         self._live.add(producer)
+        return producer
+
+    def _initialised(self, txid: str, two_phase: bool) -> Any:
+        """A producer of ``txid`` with its transactions initialised; under two-phase commit, where the brokers
+        allow it, with prepared transactions they keep until ended (KIP-939, see ``_two_phase``)."""
+        from kafka.errors import TransactionalIdAuthorizationFailedError
+
+        two_phase = two_phase and keeps_prepared(self._admin(), self.config.bootstrap_servers)
+        producer = self._producer(
+            client_id="eosink-writer", transactional_id=txid, transaction_timeout_ms=self.config.transaction_timeout_ms
+        )
+        try:
+            initialise(producer, two_phase)
+            return producer
+        except TransactionalIdAuthorizationFailedError:
+            self._drop(producer)
+            if not two_phase:
+                raise
+        except BaseException:
+            self._drop(producer)
+            raise
+        log.warning(
+            "eosink: the brokers allow two-phase commit (KIP-939) but refused it for %s (is the writer missing the "
+            "TWO_PHASE_COMMIT ACL?); its transactions time out after transaction_timeout_ms as usual",
+            txid,
+        )
+        producer = self._producer(
+            client_id="eosink-writer", transactional_id=txid, transaction_timeout_ms=self.config.transaction_timeout_ms
+        )
+        try:
+            initialise(producer, False)
+        except BaseException:
+            self._drop(producer)
+            raise
         return producer
 
     def _drop(self, producer: Any) -> None:

@@ -63,7 +63,17 @@ class KafkaAdmin(SinkAdmin):
                 if app_id not in known and sink.current_epoch(app_id) == 0:  # never fenced either
                     raise _unknown(app_id)
                 known = {app_id}
-            return SinkStatus("kafka", where, True, tuple(_app(sink, a) for a in sorted(known)))
+            apps = tuple(_app(sink, a) for a in sorted(known))
+            return SinkStatus("kafka", where, True, apps, notes=(self._prepared_note(admin),))
+
+    def _prepared_note(self, admin: Any) -> str:
+        """How long the brokers keep a prepared batch (two-phase commit) waiting for its commit."""
+        from eosink.connectors.kafka._two_phase import keeps_prepared
+
+        if keeps_prepared(admin, self.config.bootstrap_servers, refresh=True):
+            return "prepared batches: kept by the brokers until committed (two-phase commit, KIP-939)"
+        timeout = self.config.transaction_timeout_ms
+        return f"prepared batches: aborted by the brokers after transaction_timeout_ms={timeout} (no KIP-939 there)"
 
     def bundles(self, app_id: str) -> list[Bundle]:
         """The app_id's bundles kept in the progress topic (the newest 1000), oldest batch first."""

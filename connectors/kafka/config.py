@@ -207,6 +207,8 @@ class KafkaConfig:
         kwargs.update(bootstrap_servers=self.bootstrap_servers, acks="all", enable_idempotence=True)
         kwargs.update(compression_type=check_codec(self.compression))
         kwargs.update(extra)
+        if kwargs.get("transactional_id") is not None:  # every transactional producer: the brokers may allow less
+            kwargs.setdefault("transaction_timeout_ms", self.transaction_timeout_ms)  # than kafka-python's 60 s
         return kwargs
 
     def client_kwargs(self, **extra: Any) -> dict[str, Any]:

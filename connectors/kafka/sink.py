@@ -6,8 +6,9 @@ later ends it with the producer id and epoch that wrote it (EndTxn), from its ow
 way Flink's KafkaSink resumes a transaction. The contract maps onto Kafka like this::
 
     setup(app_id)          the progress topic (created if missing: 2 partitions, compacted), the
-                           sink's topic (created with create_topic=True), and the transaction
-                           timeout against the brokers' transaction.max.timeout.ms
+                           sink's topic (created with create_topic=True), the transaction
+                           timeout against the brokers' transaction.max.timeout.ms, and whether
+                           the brokers keep prepared transactions (KIP-939, ``_two_phase``)
     fence(app_id)          a producer with the app_id's fence id is initialised: the broker bumps
                            its epoch, which is the writer epoch (``current_epoch``: producer id and
                            epoch of that id, asked of the transaction coordinator); the bundle
@@ -45,6 +46,7 @@ from eosink.connectors.kafka._errors import translated
 from eosink.connectors.kafka._names import BUNDLE_CLIENT_ID, bundle_key, bundle_txid, fence_txid, parse_txid
 from eosink.connectors.kafka._producer import mark_committed, producer_ids
 from eosink.connectors.kafka._progress import BUNDLES, WINDOW, ProgressView, bundle_record, ensure_progress_topic
+from eosink.connectors.kafka._two_phase import keeps_prepared
 from eosink.connectors.kafka._write_side import _Txn, _WriteSide
 from eosink.connectors.kafka.config import KafkaConfig
 from eosink.contract import Bundle, Capabilities, Sink
@@ -56,7 +58,7 @@ log = logging.getLogger("eosink.kafka")
 
 _BUNDLE_TIMEOUT_MS = 60_000
 """A bundle transaction lasts milliseconds; one left open by a dead driver is aborted by the broker
-after this (or at once by the next ``fence``)."""
+after this (or at once by the next ``fence``); less where the brokers allow less (``transaction_timeout_ms``)."""
 
 
 class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
@@ -137,6 +139,12 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
             if self.config.topic is not None:
                 self._ensure_topic(admin, self.config.topic)
             self._check_timeout(admin)
+            if keeps_prepared(admin, self.config.bootstrap_servers, refresh=True):
+                log.info(
+                    "eosink: the brokers at %s keep prepared transactions until they are ended (two-phase commit, "
+                    "KIP-939): a 2pc batch waits for its commit however long the driver is down",
+                    self.config.bootstrap_servers,
+                )
 
     def _ensure_topic(self, admin: Any, topic: str) -> None:
         from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
@@ -229,7 +237,7 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
             producer = self._producer(
                 client_id=BUNDLE_CLIENT_ID,
                 transactional_id=bundle_txid(self.config.transactional_id_prefix, app_id),
-                transaction_timeout_ms=_BUNDLE_TIMEOUT_MS,
+                transaction_timeout_ms=min(_BUNDLE_TIMEOUT_MS, self.config.transaction_timeout_ms),
             )
             try:
                 producer.init_transactions()

@@ -85,7 +85,7 @@ def _lost(args: argparse.Namespace, admin: SinkAdmin, status: SinkStatus) -> tup
 
 def render(status: SinkStatus) -> str:
     """The status as tables: the app_ids, then each one's in-doubt work, then orphans."""
-    out = [status.where]
+    out = [status.where, *status.notes]
     if not status.exists:
         out.append("nothing exists there yet: no eosink writer has used it")
     elif not status.apps:

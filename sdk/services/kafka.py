@@ -42,7 +42,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -330,9 +330,11 @@ class KafkaServer:
     :attr:`proxy_port`, where a fault proxy in front of it must listen.
     """
 
-    def __init__(self, root: Path, start_timeout_s: float = 120.0) -> None:
+    def __init__(self, root: Path, start_timeout_s: float = 120.0, settings: Mapping[str, str] | None = None) -> None:
         self.root = root
         self.start_timeout_s = start_timeout_s
+        self.settings = dict(settings or {})
+        """Broker settings over the harness's own (:func:`server_properties`)."""
         self.proc: Proc | None = None
         self._use_ports(free_ports(4))
         self._started = False
@@ -364,7 +366,11 @@ class KafkaServer:
             log_dir = self.root / "kraft"
             config.write_text(
                 server_properties(
-                    self.broker_port, self.controller_port, log_dir, proxied=(self.proxied_port, self.proxy_port)
+                    self.broker_port,
+                    self.controller_port,
+                    log_dir,
+                    proxied=(self.proxied_port, self.proxy_port),
+                    extra=self.settings,
                 )
             )
             if not self._started:
@@ -400,12 +406,17 @@ class KafkaServer:
 
 
 def server_properties(
-    broker_port: int, controller_port: int, log_dir: Path, *, proxied: tuple[int, int] | None = None
+    broker_port: int,
+    controller_port: int,
+    log_dir: Path,
+    *,
+    proxied: tuple[int, int] | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> str:
     """One KRaft node that is broker and controller, on 127.0.0.1 only, sized for tests.
 
     ``proxied=(port, proxy_port)`` adds the ``PROXIED`` listener on ``port``, advertised at
-    ``proxy_port`` (see :class:`KafkaEndpoint`).
+    ``proxy_port`` (see :class:`KafkaEndpoint`); ``extra`` broker settings override these.
     """
     listeners = f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}"
     advertised = f"PLAINTEXT://127.0.0.1:{broker_port}"
@@ -438,6 +449,7 @@ def server_properties(
         # Transactions past their timeout are aborted within a second (broker default: 10 s), so a test of an
         # expired transaction does not wait long.
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+        **(extra or {}),
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
