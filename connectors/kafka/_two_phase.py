@@ -24,6 +24,8 @@ import logging
 import threading
 from typing import Any
 
+from eosink.connectors.kafka import _wire
+
 __all__ = ["initialise", "keeps_prepared"]
 
 log = logging.getLogger("eosink.kafka")
@@ -59,27 +61,12 @@ def _ask(admin: Any) -> bool:
             found = admin.describe_configs(
                 [ConfigResource(ConfigResourceType.BROKER, str(broker), [_SETTING])], config_filter="all"
             )
-            if _value(found) != "true":
+            if (_wire.setting_of(found, _SETTING) or "").lower() != "true":
                 return False
         return bool(brokers)
     except Exception as exc:  # not allowed to ask (no DescribeConfigs ACL), an old broker: the usual way
         log.debug("eosink: asking the brokers about two-phase commit: %s", exc)
         return False
-
-
-def _value(found: Any) -> str | None:
-    stack = [found]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if _SETTING in item:
-                value = item[_SETTING]
-                value = value.get("value", value.get("config_value")) if isinstance(value, dict) else value
-                return str(value).lower()
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return None
 
 
 def initialise(producer: Any, two_phase: bool) -> bool:

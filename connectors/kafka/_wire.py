@@ -15,7 +15,8 @@ a real broker):
 * :func:`read_log` — ``Fetch`` at ``read_uncommitted`` with the raw record batches: which
   producer wrote each record and where each transaction ended (commit or abort markers), so
   a reader can tell committed, aborted and open records apart anywhere in the log (a
-  ``read_committed`` consumer stops at the first open transaction).
+  ``read_committed`` consumer stops at the first open transaction);
+* :func:`setting_of` — a broker setting out of ``DescribeConfigs``' answer.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LogRecord", "Partition", "TxnState", "describe", "end_txn", "log_offsets", "read_log"]
+__all__ = ["LogRecord", "Partition", "TxnState", "describe", "end_txn", "log_offsets", "read_log", "setting_of"]
 
 # Error codes of EndTxn (kafka/errors.py names them too).
 NONE = 0
@@ -275,3 +276,19 @@ def _fetch(admin: Any, topic: str, partition: int, offset: int) -> tuple[int, in
 def records_of(partition: Partition) -> Iterator[LogRecord]:
     """The committed records of ``partition``, in log order."""
     yield from partition.committed
+
+
+def setting_of(found: Any, name: str) -> str | None:
+    """A broker setting's value (as text) out of the admin client's ``describe_configs`` answer, however nested."""
+    stack = [found]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if name in item:
+                value = item[name]
+                value = value.get("value", value.get("config_value")) if isinstance(value, dict) else value
+                return None if value is None else str(value)
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return None

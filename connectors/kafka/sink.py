@@ -334,22 +334,12 @@ class _BundleFenced(Exception):
 
 
 def _config_value(found: Any, name: str) -> int | None:
-    """A broker setting's value out of describe_configs' nested answer, as an int."""
-    stack = [found]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if name in item:
-                value = item[name]
-                value = value.get("value", value.get("config_value")) if isinstance(value, dict) else value
-                try:
-                    return int(str(value))
-                except ValueError:
-                    return None
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return None
+    """A broker setting's value out of describe_configs' answer, as an int."""
+    value = _wire.setting_of(found, name)
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 def _quietly(fn: Any, *args: Any, **kwargs: Any) -> None:
