@@ -80,6 +80,9 @@ __all__ = ["SinkContract", "contract_tests"]
 APP = "app_a"
 OTHER_APP = "app_b"
 MAX_STEPS = 3000
+CRASH_WALK_TIMEOUT_S = 3600
+"""pytest-timeout's limit for a crash walk at every step (test-full): each step commits a batch and reads all
+that is visible, so a walk over a sink with a long commit path runs for many minutes on a 2-core machine."""
 MAX_COMMIT_REQUESTS = 100
 """The most server requests one commit of the suite's two-share batch may take before the cut walk gives up
 (HDFS with Hive partitions takes over 40: a rename per file and a directory per partition value)."""
@@ -589,6 +592,7 @@ class SinkContract:
 
     # == crashes inside the sink ===============================================================
 
+    @pytest.mark.timeout(CRASH_WALK_TIMEOUT_S)
     def test_crash_at_every_step_of_commit_keeps_the_bundle_with_its_data(
         self, sink: Sink[Any], ns: Namespace, request: pytest.FixtureRequest
     ) -> None:
@@ -630,6 +634,7 @@ class SinkContract:
                 return
         pytest.fail(f"commit did not finish within {MAX_STEPS} steps")
 
+    @pytest.mark.timeout(CRASH_WALK_TIMEOUT_S)
     def test_crash_at_every_step_of_pre_commit_leaves_nothing_visible(
         self, sink: Sink[Any], ns: Namespace, request: pytest.FixtureRequest
     ) -> None:
