@@ -164,6 +164,31 @@ def log_offsets(admin: Any, topic: str, partition: int, at_ms: int | None = None
     return start, end, at
 
 
+def _batches(
+    admin: Any, topic: str, partition: int, start: int, max_wait_s: float, decode: bool, marks: list[int]
+) -> Iterator[tuple[Any, list[LogRecord]]]:
+    """Every record batch of a partition from ``start`` to its high watermark, with its records from
+    ``start`` on (none when not ``decode``); ``marks`` ends as the last fetch's high watermark and last
+    stable offset."""
+    offset = start
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        hw, lso, batches = _fetch(admin, topic, partition, offset, decode)
+        marks[:] = [hw, lso]
+        for batch, records in batches:
+            yield batch, records
+            offset = max(offset, batch.next_offset)
+        if offset >= hw or not batches:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"reading {topic}/{partition} did not reach offset {hw} in {max_wait_s:.0f} s")
+
+
+def _committed(marker_batch: Any) -> bool:
+    marker = next(iter(marker_batch), None)
+    return marker is not None and not marker.abort
+
+
 def read_log(admin: Any, topic: str, partition: int, start: int = 0, max_wait_s: float = 30.0) -> Partition:
     """Read ``topic``'s ``partition`` from ``start`` to its high watermark (read_uncommitted).
 
@@ -172,29 +197,40 @@ def read_log(admin: Any, topic: str, partition: int, start: int = 0, max_wait_s:
     """
     committed: list[LogRecord] = []
     pending: dict[int, list[LogRecord]] = {}
-    offset, hw, lso = start, -1, -1
-    deadline = time.monotonic() + max_wait_s
-    while True:
-        hw, lso, batches = _fetch(admin, topic, partition, offset)
-        for batch, records in batches:
-            if batch.is_control_batch:
-                marker = next(iter(batch), None)
-                done = pending.pop(batch.producer_id, [])
-                if marker is not None and not marker.abort:
-                    committed.extend(done)
-            elif batch.is_transactional:
-                pending.setdefault(batch.producer_id, []).extend(records)
+    marks = [-1, -1]
+    for batch, records in _batches(admin, topic, partition, start, max_wait_s, True, marks):
+        if batch.is_control_batch:
+            done = pending.pop(batch.producer_id, [])
+            if _committed(batch):
+                committed.extend(done)
+        elif batch.is_transactional:
+            pending.setdefault(batch.producer_id, []).extend(records)
+        else:
+            committed.extend(records)
+    return Partition(tuple(committed), {pid: tuple(rs) for pid, rs in pending.items()}, marks[0], marks[1])
+
+
+def count_committed(admin: Any, topic: str, partition: int, max_wait_s: float = 60.0) -> int:
+    """How many committed records ``partition`` holds, counted from the record batches' headers (no
+    record is decoded): what a benchmark checks after writing millions of unkeyed records."""
+    committed = 0
+    pending: dict[int, int] = {}
+    for batch, _ in _batches(admin, topic, partition, 0, max_wait_s, False, []):
+        if batch.is_control_batch:
+            done = pending.pop(batch.producer_id, 0)
+            committed += done if _committed(batch) else 0
+        else:
+            count = batch.next_offset - batch.base_offset
+            if batch.is_transactional:
+                pending[batch.producer_id] = pending.get(batch.producer_id, 0) + count
             else:
-                committed.extend(records)
-            offset = max(offset, batch.next_offset)
-        if offset >= hw or not batches:
-            break
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"reading {topic}/{partition} did not reach offset {hw} in {max_wait_s:.0f} s")
-    return Partition(tuple(committed), {pid: tuple(rs) for pid, rs in pending.items()}, hw, lso)
+                committed += count
+    return committed
 
 
-def _fetch(admin: Any, topic: str, partition: int, offset: int) -> tuple[int, int, list[tuple[Any, list[LogRecord]]]]:
+def _fetch(
+    admin: Any, topic: str, partition: int, offset: int, decode: bool = True
+) -> tuple[int, int, list[tuple[Any, list[LogRecord]]]]:
     from kafka.errors import for_code
     from kafka.protocol.consumer.fetch import FetchRequest
     from kafka.record.memory_records import MemoryRecords
@@ -253,7 +289,7 @@ def _fetch(admin: Any, topic: str, partition: int, offset: int) -> tuple[int, in
         while (batch := records.next_batch()) is not None:
             if batch.magic < 2:
                 continue
-            if batch.is_control_batch:
+            if batch.is_control_batch or not decode:
                 out.append((batch, []))
                 continue
             rows = [

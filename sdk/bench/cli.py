@@ -58,8 +58,12 @@ class BenchPlan:
     rss_sizes: list[int]
     all_modes: bool
     """Run each strategy in every commit mode the sink has (else in its default mode only)."""
-    repeat: int
-    """Rounds of throughput runs at the size the targets are judged on (the others run once)."""
+    repeat: int | None
+    """Rounds of throughput runs at the size the targets are judged on (None: the sink's default)."""
+    repeat_other: int | None
+    """Rounds at every other size (None: the sink's default)."""
+    trigger_ms: int | None
+    """The streaming-latency runs' trigger interval (None: the sink's default)."""
     out: Path
     docs: Path | None
     cache: Path
@@ -96,8 +100,12 @@ def _parser() -> argparse.ArgumentParser:
         "--repeat",
         type=int,
         help="rounds of throughput runs at the target size (1M rows, else the smallest), interleaved, each round "
-        "starting one run later; each run's median counts (default 3; quick 1)",
+        "starting one run later; each run's median counts (default: the sink's, 3 for most; quick 1)",
     )
+    ap.add_argument(
+        "--repeat-other", type=int, help="rounds at every other size (default: the sink's, 1 for most; quick 1)"
+    )
+    ap.add_argument("--trigger-ms", type=int, help="trigger interval of the streaming runs (default: the sink's)")
     ap.add_argument("--rss-rows", help="batch sizes of the driver-RSS runs (default 1000000,5000000); 0 skips")
     ap.add_argument("--out", default="results", help="where bench-<sink>.json/.md/.png go")
     ap.add_argument("--docs", help="the docs page whose generated section is replaced (default docs/benchmarks.md)")
@@ -135,7 +143,9 @@ def plan_from_args(argv: Sequence[str]) -> BenchPlan:
         warmup_s=3.0 if quick else 5.0,
         rss_sizes=[s for s in rss if s > 0],
         all_modes=not quick,
-        repeat=max(1, args.repeat if args.repeat is not None else (1 if quick else 3)),
+        repeat=max(1, args.repeat) if args.repeat is not None else (1 if quick else None),
+        repeat_other=max(1, args.repeat_other) if args.repeat_other is not None else (1 if quick else None),
+        trigger_ms=args.trigger_ms,
         out=Path(args.out),
         docs=docs,
         cache=cache,
@@ -159,6 +169,10 @@ class _Bench:
         self.work = plan.cache / "runs" / stamp
         self.rounds_run = 0
         """Throughput rounds started so far, of every size: where the next round's order starts."""
+        goals = adapter.goals()
+        self.trigger_ms = plan.trigger_ms or goals.trigger_ms
+        self.repeat = plan.repeat or goals.rounds[0]
+        self.repeat_other = plan.repeat_other or goals.rounds[1]
 
     def say(self, text: str) -> None:
         print(f"[{time.monotonic() - self.started:7.1f}s] {text}", flush=True)
@@ -168,7 +182,8 @@ class _Bench:
 
     def _job(self, kind: str, spec: RunSpec, ns: str, **kw: Any) -> Job:
         root = self.work / f"{kind}-{spec.name}-{ns}"
-        return Job(kind, self.plan.sink, spec, ns, str(root), participants=self.plan.participants, **kw)
+        participants = spec.participants or self.plan.participants
+        return Job(kind, self.plan.sink, spec, ns, str(root), participants=participants, **kw)
 
     def _run(self, job: Job) -> dict[str, Any]:
         body = run_job(job, self.adapter.child_env(), JOB_TIMEOUT_S)
@@ -188,6 +203,7 @@ class _Bench:
                 except Exception as exc:
                     body = {"error": f"{type(exc).__name__}: {exc}"[:1500]}
             else:
+                master = spec.master or master
                 job = self._job(kind, spec, ns, master=master, data=str(dataset.parquet), rows=dataset.rows)
                 body = self._run(job)
             if body.get("error") is None and spec.kind != "floor":
@@ -196,14 +212,15 @@ class _Bench:
             self.adapter.drop(ns)
         return body
 
-    def run_throughput(self, dataset: Dataset, rounds: int = 1) -> list[RunResult]:
+    def run_throughput(self, dataset: Dataset, rounds: int = 1, at_target: bool = True) -> list[RunResult]:
         """Every throughput run over ``dataset``, ``rounds`` times, interleaved (a slow minute of the machine hits
-        every contender alike); each run's median counts, and any failed round fails the run.
+        every contender alike); each run's median counts, and any failed round fails the run. Runs that show one
+        thing once (:attr:`RunSpec.target_only`) run only ``at_target``.
 
         Each round starts one run later in the list than the round before (:func:`round_order`), so no run is
         always the first of a round, or always follows the same one: what one run leaves behind on the store
         or the machine falls on each in turn."""
-        specs = [spec for spec in self.adapter.runs() if self.wanted(spec.name)]
+        specs = [s for s in self.adapter.runs() if self.wanted(s.name) and (at_target or not s.target_only)]
         bodies: dict[str, list[dict[str, Any]]] = {spec.name: [] for spec in specs}
         for n in range(rounds):
             if rounds > 1:
@@ -238,7 +255,7 @@ class _Bench:
             self.say(f"throughput {size:>9,} {spec.name:<34} FAILED: {problem[:300]}")
 
     def run_latency(self) -> list[LatencyResult]:
-        specs = {s.name: s for s in self.adapter.runs() if s.kind in LATENCY_KINDS}
+        specs = {s.name: s for s in self.adapter.runs() if s.kind in LATENCY_KINDS and s.variant is None}
         results = []
         for rate in self.plan.rates:
             for name in specs:
@@ -256,6 +273,7 @@ class _Bench:
                         rate=rate,
                         duration_s=self.plan.latency_s,
                         warmup_s=self.plan.warmup_s,
+                        trigger_ms=self.trigger_ms,
                     )
                     body = self._run(job)
                 finally:
@@ -343,8 +361,8 @@ def run(plan: BenchPlan) -> Report:
         throughput = {}
         target = target_size(plan.sizes)
         for size in plan.sizes:
-            rounds = plan.repeat if size == target else 1
-            throughput[size] = bench.run_throughput(bench.dataset(size), rounds)
+            rounds = bench.repeat if size == target else bench.repeat_other
+            throughput[size] = bench.run_throughput(bench.dataset(size), rounds, at_target=size == target)
         latency = bench.run_latency()
         rss = bench.run_rss()
     finally:
@@ -359,8 +377,10 @@ def run(plan: BenchPlan) -> Report:
             "seed": plan.seed,
             "quick": plan.quick,
             "modes": list(adapter.modes),
-            "repeat": plan.repeat,
+            "repeat": bench.repeat,
+            "repeat_other": bench.repeat_other,
             "latency_seconds": plan.latency_s,
+            "trigger_ms": bench.trigger_ms,
             "server": server,
         },
         throughput=throughput,

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eosink.bench.runs import AT_LEAST_ONCE, BenchGoals, LatencyResult, RssResult, RunResult, target_size
+from eosink.bench.runs import AT_LEAST_ONCE, BenchGoals, LatencyResult, Pair, RssResult, RunResult, target_size
 
 __all__ = [
     "BenchTarget",
     "Report",
     "compute_targets",
     "machine",
+    "pair_rows",
     "ratios",
     "render_chart",
     "render_markdown",
@@ -150,10 +151,11 @@ def ratios(results: list[RunResult], goals: BenchGoals) -> dict[str, dict[str, f
 
 
 def best_by_strategy(results: list[RunResult]) -> dict[str, RunResult]:
-    """The fastest successful run (over commit modes) of each exactly-once strategy."""
+    """The fastest successful run (over commit modes) of each exactly-once strategy; variants (another codec,
+    more participants) are compared with their counterparts instead."""
     best: dict[str, RunResult] = {}
     for run in results:
-        if run.ok and run.kind == "eosink" and run.strategy is not None:
+        if run.ok and run.kind == "eosink" and run.strategy is not None and run.variant is None:
             current = best.get(run.strategy)
             if current is None or run.rows_per_s > current.rows_per_s:
                 best[run.strategy] = run
@@ -211,20 +213,48 @@ def _latency_target(report: Report, strategy: str, field: str, tid: str, text: s
     return BenchTarget(tid, text, value, threshold, value <= threshold, detail)
 
 
+def _baseline_targets(report: Report) -> list[BenchTarget]:
+    """The best exactly-once run against each baseline with a ratio: at the target size, or at every size."""
+    goals, target = report.goals, report.target_size()
+    sizes = list(report.throughput) if goals.baselines_at_every_size else ([] if target is None else [target])
+    targets = []
+    for size in sizes:
+        results = report.throughput.get(size, [])
+        champion = max(best_by_strategy(results).values(), key=lambda r: r.rows_per_s, default=None)
+        for b in goals.baselines:
+            if b.min_ratio is not None:
+                text = f"best exactly-once >= {b.min_ratio:g}x {b.run} ({size:,} rows)"
+                tid = f"eo-vs-{b.label}" if size == target else f"eo-vs-{b.label}-{_rows_label(size)}"
+                targets.append(_ratio_target(tid, text, champion, _ok(results).get(b.run), b.min_ratio))
+    return targets
+
+
+def pair_rows(report: Report) -> list[tuple[Pair, RunResult | None, RunResult | None]]:
+    """Each of the goals' pairs with its two runs at the target size (None where a run failed or did not run)."""
+    size = report.target_size()
+    ok = _ok(report.throughput.get(size, []) if size is not None else [])
+    return [(p, ok.get(p.run), ok.get(p.against)) for p in report.goals.pairs]
+
+
+def _pair_targets(report: Report) -> list[BenchTarget]:
+    size = report.target_size()
+    at = f" ({size:,} rows)" if size else ""
+    return [
+        _ratio_target(f"{p.run}-vs-{p.against}", f"{p.run} >= {p.min_ratio:g}x {p.against}{at}", run, base, p.min_ratio)
+        for p, run, base in pair_rows(report)
+        if p.min_ratio is not None
+    ]
+
+
 def compute_targets(report: Report) -> list[BenchTarget]:
     """The issue's targets, judged on this report's own numbers."""
-    targets: list[BenchTarget] = []
     size = report.target_size()
     results = report.throughput.get(size, []) if size is not None else []
     ok = _ok(results)
     best = best_by_strategy(results)
-    champion = max(best.values(), key=lambda r: r.rows_per_s, default=None)
     at = f" ({size:,} rows)" if size else ""
     goals = report.goals
-    for b in goals.baselines:
-        if b.min_ratio is not None:
-            text = f"best exactly-once >= {b.min_ratio:g}x {b.run}{at}"
-            targets.append(_ratio_target(f"eo-vs-{b.label}", text, champion, ok.get(b.run), b.min_ratio))
+    targets = _baseline_targets(report)
     for strategy, threshold in goals.vs_at_least_once:
         target = _ratio_target(
             f"{strategy}-vs-at-least-once",
@@ -239,6 +269,7 @@ def compute_targets(report: Report) -> list[BenchTarget]:
         if atomic is not None and fastest is not None and atomic is not fastest and base is not None:
             target.detail += f"; batch-atomic mode: {atomic.rows_per_s / base.rows_per_s:.3f}x"
         targets.append(target)
+    targets += _pair_targets(report)
     if goals.commit_p50_ms is not None:
         ms = goals.commit_p50_ms
         text = f"txid-check adds <= {ms:g} ms p50 per batch (its commit, p50, worst input rate)"
@@ -248,6 +279,14 @@ def compute_targets(report: Report) -> list[BenchTarget]:
         text = f"2PC rows visible <= {ms:g} ms p50 after Spark's commit log (worst input rate)"
         field_name, tid = "visible_after_commit_log_p50_ms", "2pc-visible-after-commit-log"
         targets.append(_latency_target(report, "2pc", field_name, tid, text, ms))
+    if goals.keeps_up_triggers is not None:
+        trigger = int(report.config.get("trigger_ms") or goals.trigger_ms)
+        limit_ms = goals.keeps_up_triggers * trigger
+        text = (
+            f"2PC keeps up: p50 input-to-readable <= {goals.keeps_up_triggers:g}x the trigger interval "
+            f"({trigger:,} ms) at the worst input rate"
+        )
+        targets.append(_latency_target(report, "2pc", "p50_ms", "2pc-keeps-up", text, limit_ms))
     limit = goals.rss_growth
     text = f"driver peak RSS within {limit:.0%} between batch sizes"
     rss = [r for r in report.rss if r.error is None]
@@ -357,9 +396,31 @@ def render_markdown(report: Report, chart: str | None = None, level: int = 1) ->
                     f"{f'{fb.rows_per_s:,.0f}' if fb else '-'} | {_fmt(ratio, 2)} |"
                 )
             lines.append("")
+    variants = [(p, a, b) for p, a, b in pair_rows(report) if a is not None or b is not None]
+    if variants:
+        lines += [
+            f"{h}# Variants, {_rows_label(report.target_size() or 0)} rows",
+            "",
+            "Each variant against its counterpart, in the same rounds as the runs above.",
+            "",
+            "| run | variant | rows/s | against | rows/s | ratio |",
+            "|---|---|---:|---|---:|---:|",
+        ]
+        for p, run, base in variants:
+            ratio = None if run is None or base is None or not base.rows_per_s else run.rows_per_s / base.rows_per_s
+            lines.append(
+                f"| {p.run} | {run.variant if run is not None else '-'} | "
+                f"{f'{run.rows_per_s:,.0f}' if run is not None else 'failed'} | {p.against} | "
+                f"{f'{base.rows_per_s:,.0f}' if base is not None else 'failed'} | {_fmt(ratio, 2)} |"
+            )
+        lines.append("")
     if report.latency:
         lines += [
             f"{h}# Streaming latency",
+            "",
+            f"Spark's `rate` source, a trigger every {int(c.get('trigger_ms') or report.goals.trigger_ms):,} ms, "
+            f"{c.get('latency_seconds', '-')} s measured per run; p50/p99 from a row's generation to the first poll "
+            "that reads it committed.",
             "",
             "| run | mode | input rows/s | batches | p50 ms | p99 ms | commit p50 ms | foreachBatch p50 ms | "
             "visible after commit log p50 / p99 ms |",

@@ -27,6 +27,7 @@ __all__ = [
     "BenchGoals",
     "DataSourceWrite",
     "LatencyResult",
+    "Pair",
     "RssResult",
     "RunResult",
     "RunSpec",
@@ -66,6 +67,23 @@ class RunSpec:
     options: dict[str, Any] = field(default_factory=dict)
     primary: bool = True
     """False for variants that only inform (another commit mode): reported, not charted first."""
+    variant: str | None = None
+    """What sets the run apart from the plain run of its kind (``lz4``, ``4 participants``): a variant is
+    compared with its own counterpart (:class:`Pair`), never chosen as a strategy's best run."""
+    target_only: bool = False
+    """Run only at the size the targets are judged on (variants that show one thing once)."""
+
+    @property
+    def master(self) -> str | None:
+        """The Spark master this run needs (``options["master"]``), or None for the benchmark's own."""
+        value = self.options.get("master")
+        return None if value is None else str(value)
+
+    @property
+    def participants(self) -> int | None:
+        """Participants (Spark tasks) this run needs (``options["participants"]``), or None for the benchmark's."""
+        value = self.options.get("participants")
+        return None if value is None else int(value)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +113,19 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class Pair:
+    """A variant run against its counterpart at the target size (eosink with lz4 against Spark's sink with lz4)."""
+
+    run: str
+    against: str
+    min_ratio: float | None = None
+    """The ratio ``run`` must reach over ``against`` (a goal), or None (shown only)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class BenchGoals:
     """What one sink's benchmark is judged on: its adapter's :meth:`BenchAdapter.goals`, kept in the report."""
 
@@ -107,21 +138,39 @@ class BenchGoals:
     """2pc: rows visible this long after Spark's commit log, p50 (None: no goal)."""
     rss_growth: float = 0.10
     """The driver's peak RSS may grow at most this much between batch sizes."""
+    baselines_at_every_size: bool = False
+    """Judge the baselines' ratios at every size run (else at the target size only)."""
+    pairs: tuple[Pair, ...] = ()
+    """Variant runs against their counterparts (shown, and judged where a pair has a ratio)."""
+    keeps_up_triggers: float | None = None
+    """2pc's p50 input-to-readable latency, at the worst input rate, in trigger intervals at most (None: no goal)."""
+    trigger_ms: int = 200
+    """The streaming-latency runs' trigger interval."""
+    rounds: tuple[int, int] = (3, 1)
+    """Throughput rounds at the target size, and at every other size (``--repeat`` overrides the first)."""
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body["baselines"] = [b.to_json() for b in self.baselines]
         body["vs_at_least_once"] = dict(self.vs_at_least_once)
+        body["pairs"] = [p.to_json() for p in self.pairs]
+        body["rounds"] = list(self.rounds)
         return body
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> BenchGoals:
+        default = cls()
         return cls(
-            tuple(Baseline(**b) for b in body.get("baselines", ())),
-            tuple(body.get("vs_at_least_once", dict(cls.vs_at_least_once)).items()),
-            body.get("commit_p50_ms"),
-            body.get("visible_after_commit_log_p50_ms"),
-            float(body.get("rss_growth", 0.10)),
+            baselines=tuple(Baseline(**b) for b in body.get("baselines", ())),
+            vs_at_least_once=tuple(body.get("vs_at_least_once", dict(default.vs_at_least_once)).items()),
+            commit_p50_ms=body.get("commit_p50_ms"),
+            visible_after_commit_log_p50_ms=body.get("visible_after_commit_log_p50_ms"),
+            rss_growth=float(body.get("rss_growth", default.rss_growth)),
+            baselines_at_every_size=bool(body.get("baselines_at_every_size", False)),
+            pairs=tuple(Pair(**p) for p in body.get("pairs", ())),
+            keeps_up_triggers=body.get("keeps_up_triggers"),
+            trigger_ms=int(body.get("trigger_ms", default.trigger_ms)),
+            rounds=(int(body.get("rounds", default.rounds)[0]), int(body.get("rounds", default.rounds)[1])),
         )
 
 
@@ -186,6 +235,8 @@ class RunResult:
     error: str | None = None
     round_seconds: list[float] = field(default_factory=list)
     """Seconds of every round when the run was repeated (``seconds`` is their median)."""
+    variant: str | None = None
+    """The run's :attr:`RunSpec.variant`."""
 
     @property
     def rows_per_s(self) -> float:
@@ -223,6 +274,7 @@ class RunResult:
             commit_ms=list(body.get("commit_ms", [])),
             driver_rss_mb=None if "python_mb" not in body else round(body["python_mb"] + body["jvm_mb"], 1),
             error=body.get("error"),
+            variant=spec.variant,
         )
 
     @classmethod

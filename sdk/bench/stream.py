@@ -1,7 +1,8 @@
 """The streaming-latency runs: a rate-limited source, a small trigger, and a poller on the target.
 
 Spark's ``rate`` source emits rows at a fixed rate, each stamped with its generation time
-(``at``). A poller thread queries the target every ``poll_ms``: for the rows that became visible
+(``at``). A poller, in a process of its own so that decoding what it reads never holds the
+driver's interpreter lock, queries the target every ``poll_ms``: for the rows that became visible
 since its last poll, the server's statement time minus ``at`` (bucketed per millisecond), so
 input-to-visible latency is measured on the server's clock, late by at most one poll interval.
 It also notes when each batch's bundle first shows up, which against the moment Spark's
@@ -10,7 +11,8 @@ commit-log file for that batch appeared gives 2PC's "visible after the commit lo
 
 from __future__ import annotations
 
-import threading
+import multiprocessing
+import queue
 import time
 from collections import Counter
 from pathlib import Path
@@ -57,21 +59,18 @@ def _p(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))], 2)
 
 
-class _Poller(threading.Thread):
+class _Poller:
     """Polls the target every ``poll_ms``: latency histogram of newly visible rows, first sight of each batch."""
 
-    def __init__(self, job: Job, adapter: BenchAdapter, warm_from_us: int) -> None:
-        super().__init__(name="bench-poller", daemon=True)
-        self.job, self.adapter, self.warm_from_us = job, adapter, warm_from_us
+    def __init__(self, adapter: BenchAdapter, ns: str, warm_from_us: int) -> None:
+        self.adapter, self.ns, self.warm_from_us = adapter, ns, warm_from_us
         self.hist: Counter[int] = Counter()
         self.first_seen: dict[int, float] = {}
         self.after = -1
         self.last_batch = -1
-        self.stop_event = threading.Event()
-        self.error: BaseException | None = None
 
     def poll(self) -> None:
-        buckets, self.after, batch = self.adapter.poll_visible(self.job.ns, self.after, self.warm_from_us)
+        buckets, self.after, batch = self.adapter.poll_visible(self.ns, self.after, self.warm_from_us)
         now = time.time()
         for ms, count in buckets:
             self.hist[ms] += count
@@ -80,12 +79,90 @@ class _Poller(threading.Thread):
                 self.first_seen[b] = now
             self.last_batch = batch
 
-    def run(self) -> None:
+
+def _stamp_batches(adapter: Any, ns: str, poll_ms: int, stop: Any, first_seen: dict[int, float]) -> None:
+    """Note when each batch is first seen committed, through the adapter's cheap ``poll_batch``: reading rows
+    (decoding thousands of records a poll) never delays a batch's stamp by more than a thread switch."""
+    last = -1
+    while not stop.wait(poll_ms / 1000):
+        batch = adapter.poll_batch(ns)
+        now = time.time()
+        if batch is not None and batch > last:
+            for b in range(last + 1, batch + 1):
+                first_seen.setdefault(b, now)
+            last = batch
+
+
+def _poll_until(sink: str, ns: str, warm_from_us: int, poll_ms: int, stop: Any, out: Any) -> None:
+    """The poller process: poll until ``stop`` is set, poll once more, and put what it saw on ``out``.
+
+    An adapter with ``poll_batch`` has batches stamped by a thread (and an adapter) of their own."""
+    import threading
+
+    from eosink.bench.runner import get_adapter
+
+    adapter = get_adapter(sink)
+    poller = _Poller(adapter, ns, warm_from_us)
+    stamper: threading.Thread | None = None
+    stamps: dict[int, float] = {}
+    errors: list[BaseException] = []
+    if hasattr(adapter, "poll_batch"):
+        other = get_adapter(sink)
+
+        def stamp() -> None:
+            try:
+                _stamp_batches(other, ns, poll_ms, stop, stamps)
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                getattr(other, "close", lambda: None)()
+
+        stamper = threading.Thread(target=stamp, name="bench-batches", daemon=True)
+        stamper.start()
+    try:
+        while not stop.wait(poll_ms / 1000) and not errors:
+            poller.poll()
+        poller.poll()
+        if stamper is not None:
+            stamper.join(30)
+        if errors:
+            raise errors[0]
+        first_seen = stamps if stamper is not None else poller.first_seen
+        out.put((dict(poller.hist), first_seen, None))
+    except BaseException as exc:
+        out.put((dict(poller.hist), poller.first_seen, f"{type(exc).__name__}: {exc}"))
+    finally:
+        getattr(adapter, "close", lambda: None)()
+
+
+class _PollerProcess:
+    """:func:`_poll_until` in a spawned process (the adapter's connection comes from the environment)."""
+
+    def __init__(self, job: Job, warm_from_us: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.stop_event = context.Event()
+        self.out: Any = context.Queue()
+        args = (job.sink, job.ns, warm_from_us, job.poll_ms, self.stop_event, self.out)
+        self.process = context.Process(target=_poll_until, args=args, name="bench-poller", daemon=True)
+        self.process.start()
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def finish(self, timeout_s: float = 60.0) -> tuple[Counter[int], dict[int, float]]:
+        """Stop polling; the latency histogram and the first sight of each batch."""
+        self.stop_event.set()
         try:
-            while not self.stop_event.wait(self.job.poll_ms / 1000):
-                self.poll()
-        except BaseException as exc:
-            self.error = exc
+            hist, first_seen, error = self.out.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RuntimeError(f"the latency poller gave no result within {timeout_s:.0f} s") from None
+        finally:
+            self.process.join(10)
+            if self.process.is_alive():
+                self.process.kill()
+        if error is not None:
+            raise RuntimeError(f"the latency poller failed: {error}")
+        return Counter(hist), first_seen
 
 
 def latency_job(job: Job, adapter: BenchAdapter, spark: Any) -> dict[str, Any]:
@@ -106,31 +183,26 @@ def latency_job(job: Job, adapter: BenchAdapter, spark: Any) -> dict[str, Any]:
         )
     )
     started = time.time()
-    poller = _Poller(job, adapter, int((started + job.warmup_s) * 1_000_000))
-    poller.start()
+    poller = _PollerProcess(job, int((started + job.warmup_s) * 1_000_000))
     query = start_query(df, fn, str(checkpoint), job.participants, {"processingTime": f"{job.trigger_ms} milliseconds"})
     deadline = time.monotonic() + job.warmup_s + job.duration_s
-    while time.monotonic() < deadline and query.exception() is None and poller.error is None:
+    while time.monotonic() < deadline and query.exception() is None and poller.alive():
         time.sleep(0.2)
     failure = query.exception()
     query.stop()
     progress = list(query.recentProgress)
     commit_ms = finish_writer(fn, strict=False)
     time.sleep(job.poll_ms * 3 / 1000)  # the last commit's rows are seen by a poll or two more
-    poller.stop_event.set()
-    poller.join(10)
-    poller.poll()
-    if poller.error is not None:
-        raise poller.error
+    seen, first_seen = poller.finish()
     if failure is not None:
         raise RuntimeError(str(failure))
-    hist = Counter({k: v for k, v in poller.hist.items() if k >= 0})
+    hist = Counter({k: v for k, v in seen.items() if k >= 0})
     add_batch = [float(p.durationMs.get("addBatch", 0)) for p in progress if p.numInputRows > 0]
     after_log = []
-    for batch_id, seen in poller.first_seen.items():
+    for batch_id, at in first_seen.items():
         commit_file = checkpoint / "commits" / str(batch_id)
         if commit_file.exists() and batch_id >= 1:  # batch 0 carries the query's start-up
-            after_log.append((seen - logged_at(commit_file)) * 1000)
+            after_log.append((at - logged_at(commit_file)) * 1000)
     return {
         "seconds": job.duration_s,
         "rows": sum(hist.values()),

@@ -25,6 +25,7 @@ from eosink.bench.report import (
 )
 from eosink.bench.runner import peak_rss_mb, root_cause
 from eosink.bench.runs import (
+    BenchGoals,
     LatencyResult,
     RssResult,
     RunResult,
@@ -239,7 +240,8 @@ def test_plans_for_quick_and_full_runs() -> None:
     quick = plan_from_args(["--quick"])
     assert quick.sizes == [50_000] and quick.docs is None and not quick.all_modes and quick.repeat == 1
     full = plan_from_args(["--sink", "postgres"])
-    assert full.sizes == [1_000_000, 5_000_000] and full.rates == [5_000, 50_000] and full.repeat == 3
+    assert full.sizes == [1_000_000, 5_000_000] and full.rates == [5_000, 50_000]
+    assert full.repeat is None and full.repeat_other is None and full.trigger_ms is None  # the sink's own
     assert full.docs == Path("docs/benchmarks.md") and full.all_modes
     custom = plan_from_args(["--rows", "2_000,3e4", "--rates", "0", "--rss-rows", "0", "--no-docs"])
     assert custom.sizes == [2_000, 30_000] and custom.rates == [] and custom.rss_sizes == [] and custom.docs is None
@@ -376,3 +378,92 @@ def test_a_datasource_run_writes_through_format_eosink_with_its_strategy_and_inp
     assert "arrow" not in write.options
     rows = datasource_write(specs["eosink-datasource-rows-txid-check"], "postgres", config, "app", {"conninfo": "PG"})
     assert rows.options["arrow"] == "false" and rows.options["strategy"] == "txid-check"
+
+
+def _kafka_report(**overrides: object) -> Report:
+    def run(name: str, seconds: float, kind: str, strategy: str | None = None, variant: str | None = None) -> RunResult:
+        return RunResult(name, ROWS, seconds, 100 * ROWS, kind, strategy, None, ROWS, variant=variant)
+
+    runs = [
+        run("eosink-2pc", 5.0, "eosink", "2pc"),
+        run("eosink-txid-check", 4.0, "eosink", "txid-check"),
+        run("eosink-idempotent", 6.0, "eosink", "idempotent"),
+        run("eosink-at-least-once", 4.5, "at-least-once"),
+        run("spark-kafka-sink", 5.0, "spark"),
+        run("eosink-2pc-lz4", 2.0, "eosink", "2pc", variant="lz4"),
+        run("spark-kafka-sink-lz4", 5.0, "spark", variant="lz4"),
+        run("eosink-2pc-4p", 4.0, "eosink", "2pc", variant="4 participants"),
+    ]
+    big = [
+        RunResult("eosink-txid-check", 5 * ROWS, 30.0, 500 * ROWS, "eosink", "txid-check", None, 5 * ROWS),
+        RunResult("spark-kafka-sink", 5 * ROWS, 20.0, 500 * ROWS, "spark", None, None, 5 * ROWS),
+    ]
+    latency = [
+        LatencyResult("eosink-2pc", 5000, 30, 150_000, 30, 900.0, 1500.0, visible_after_commit_log_p50_ms=40.0),
+        LatencyResult("eosink-2pc", 50000, 30, 1_500_000, 30, 2600.0, 4000.0, visible_after_commit_log_p50_ms=90.0),
+    ]
+    body: dict[str, object] = {"throughput": {ROWS: runs, 5 * ROWS: big}, "latency": latency, "rss": []}
+    body.update(overrides)
+    config = {"master": "local[2]", "quick": False, "trigger_ms": 1000}
+    goals = get_profile("kafka", "bench_adapter").bench_adapter().goals()
+    return Report("kafka", "now", {"cpu": "test"}, config, goals=goals, **body)  # type: ignore[arg-type]
+
+
+def test_variants_are_judged_against_their_counterparts_never_as_a_strategys_best() -> None:
+    """Pass: the lz4 run (fastest of all) is not 2pc's best; it is judged against Spark's sink with lz4, and the
+    4-participant run is shown against Spark's 4 tasks (which did not run: failed) and against 2pc."""
+    report = _kafka_report()
+    assert best_by_strategy(report.throughput[ROWS])["2pc"].name == "eosink-2pc"
+    targets = {t.id: t for t in compute_targets(report)}
+    lz4 = targets["eosink-2pc-lz4-vs-spark-kafka-sink-lz4"]
+    assert lz4.met and lz4.value == 2.5 and lz4.threshold == 1.0
+    assert "eosink-2pc-4p-vs-spark-kafka-sink-4p" not in targets  # shown only: no ratio to reach
+    text = render_markdown(report)
+    assert "## Variants, 1M rows" in text
+    assert "| eosink-2pc-lz4 | lz4 | 500,000 | spark-kafka-sink-lz4 | 200,000 | 2.50 |" in text
+    assert "| eosink-2pc-4p | 4 participants | 250,000 | spark-kafka-sink-4p | failed | - |" in text
+    assert "| eosink-2pc-4p | 4 participants | 250,000 | eosink-2pc | 200,000 | 1.25 |" in text
+
+
+def test_baselines_are_judged_at_every_size_when_the_sink_asks() -> None:
+    """Pass: Kafka's best exactly-once against Spark's sink is judged at 1M (met: 1.25x) and at 5M (missed:
+    0.67x), each naming its size; PostgreSQL's only at the target size."""
+    targets = {t.id: t for t in compute_targets(_kafka_report())}
+    assert targets["eo-vs-spark-kafka"].met and targets["eo-vs-spark-kafka"].value == 1.25
+    five = targets["eo-vs-spark-kafka-5M"]
+    assert five.met is False and five.value == 0.667 and "(5,000,000 rows)" in five.text
+    postgres = _report(throughput={ROWS: _report().throughput[ROWS], 5 * ROWS: []})
+    assert not [t for t in compute_targets(postgres) if t.id.startswith("eo-vs-") and t.id.endswith("5M")]
+
+
+def test_keeping_up_is_judged_in_trigger_intervals_at_the_worst_rate() -> None:
+    """Pass: 2pc's p50 at 50,000 rows/s (2.6 s) against 2x the 1 s trigger: missed; at 1.8 s: met."""
+    target = next(t for t in compute_targets(_kafka_report()) if t.id == "2pc-keeps-up")
+    assert target.met is False and target.value == 2600.0 and target.threshold == 2000.0
+    assert "(1,000 ms)" in target.text and "50,000 rows/s" in target.detail
+    fast = [LatencyResult("eosink-2pc", 50000, 30, 1_500_000, 30, 1800.0, 2500.0)]
+    assert next(t for t in compute_targets(_kafka_report(latency=fast)) if t.id == "2pc-keeps-up").met
+    assert BenchGoals.from_json(json.loads(json.dumps(_kafka_report().goals.to_json()))) == _kafka_report().goals
+
+
+def test_variants_run_only_at_the_target_size_and_rounds_follow_the_sinks_goals(tmp_path: Path) -> None:
+    """Pass: Kafka runs 5 rounds at 1M rows with its variants and 3 at 5M without them; a variant's own master
+    and participants reach its job."""
+    adapter = get_profile("kafka", "bench_adapter").bench_adapter()
+    bench = _Bench(plan_from_args(["--sink", "kafka", "--no-docs", "--cache", str(tmp_path)]), adapter)
+    assert (bench.repeat, bench.repeat_other, bench.trigger_ms) == (5, 3, 1000)
+    seen: list[tuple[int, str]] = []
+
+    def throughput(spec: RunSpec, dataset: Dataset, master: str, kind: str = "throughput") -> dict[str, Any]:
+        seen.append((dataset.rows, spec.name))
+        return {"seconds": 1.0, "verified_rows": dataset.rows}
+
+    bench.throughput = throughput  # type: ignore[method-assign]
+    bench.run_throughput(Dataset(ROWS, 1, tmp_path, 100 * ROWS), rounds=1, at_target=True)
+    bench.run_throughput(Dataset(5 * ROWS, 1, tmp_path, 500 * ROWS), rounds=1, at_target=False)
+    at_1m = {name for rows, name in seen if rows == ROWS}
+    at_5m = {name for rows, name in seen if rows == 5 * ROWS}
+    assert {"eosink-2pc-lz4", "spark-kafka-sink-4p"} <= at_1m and not {"eosink-2pc-lz4", "spark-kafka-sink-4p"} & at_5m
+    scaled = next(s for s in adapter.runs() if s.name == "eosink-2pc-4p")
+    job = bench._job("throughput", scaled, "ns", master=scaled.master or "local[2]")
+    assert (job.participants, job.master) == (4, "local[4]")
