@@ -42,6 +42,8 @@ __all__ = ["KafkaAdapter"]
 
 BOOTSTRAP_ENV = "EOSINK_BENCH_KAFKA_BOOTSTRAP"
 PARTITIONS = 2
+VERIFY_S = 1800.0
+"""How long reading one partition back may take when checking a run."""
 SCALED = {"participants": 4, "master": "local[4]"}
 """The scaling variants: 4 participants (eosink) or 4 tasks (Spark's sink)."""
 
@@ -191,8 +193,8 @@ class KafkaAdapter:
         from eosink.connectors.kafka._wire import count_committed
         from eosink.connectors.kafka.testing import by_key, read_topic
 
-        if self._keyed.get(ns, True):
-            return len(by_key(read_topic(self.admin(), _topic(ns), PARTITIONS)))
+        if self._keyed.get(ns, True):  # decoded in Python: some 100 s for 5M records on a busy machine
+            return len(by_key(read_topic(self.admin(), _topic(ns), PARTITIONS, max_wait_s=VERIFY_S)))
         return sum(count_committed(self.admin(), _topic(ns), p) for p in range(PARTITIONS))
 
     def drop(self, ns: str) -> None:

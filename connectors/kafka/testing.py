@@ -26,11 +26,12 @@ from eosink.contracts import Namespace, SinkHarness
 __all__ = ["KafkaHarness", "by_key", "committed_json", "java_consume", "read_topic"]
 
 
-def read_topic(admin: Any, topic: str, partitions: int) -> list[_wire.LogRecord]:
-    """Every committed record of ``topic`` (all ``partitions``), open transactions notwithstanding."""
+def read_topic(admin: Any, topic: str, partitions: int, max_wait_s: float = 30.0) -> list[_wire.LogRecord]:
+    """Every committed record of ``topic`` (all ``partitions``), open transactions notwithstanding; each partition
+    read within ``max_wait_s``."""
     out: list[_wire.LogRecord] = []
     for p in range(partitions):
-        out.extend(_wire.read_log(admin, topic, p).committed)
+        out.extend(_wire.read_log(admin, topic, p, max_wait_s=max_wait_s).committed)
     return out
 
 

@@ -467,3 +467,30 @@ def test_variants_run_only_at_the_target_size_and_rounds_follow_the_sinks_goals(
     scaled = next(s for s in adapter.runs() if s.name == "eosink-2pc-4p")
     job = bench._job("throughput", scaled, "ns", master=scaled.master or "local[2]")
     assert (job.participants, job.master) == (4, "local[4]")
+
+
+def test_a_check_that_fails_fails_its_run_and_the_benchmark_goes_on(tmp_path: Path) -> None:
+    """Reading a target back can fail (a timeout on millions of records): pass when that run is reported failed,
+    its namespace dropped, and the next run still runs."""
+
+    class Adapter:
+        dropped: list[str] = []
+
+        def prepare(self, ns: str, *, keyed: bool = False) -> None: ...
+
+        def run_external(self, spec: RunSpec, ns: str, dataset: Dataset) -> float:
+            return 1.0
+
+        def verify(self, ns: str) -> int:
+            raise TimeoutError("reading t/0 did not reach offset 2500194 in 30 s")
+
+        def drop(self, ns: str) -> None:
+            self.dropped.append(ns)
+
+    adapter = Adapter()
+    bench = _Bench(plan_from_args(["--no-docs", "--cache", str(tmp_path)]), _adapter())
+    bench.adapter = adapter  # type: ignore[assignment]
+    data = Dataset(ROWS, 1, tmp_path, 100 * ROWS)
+    body = bench.throughput(RunSpec("raw-copy", "external"), data, "local[2]")
+    assert "checking the target failed: TimeoutError: reading t/0" in body["error"] and len(adapter.dropped) == 1
+    assert bench.throughput(RunSpec("raw-copy", "external"), data, "local[2]")["error"] and len(adapter.dropped) == 2
