@@ -190,12 +190,16 @@ def _batch_overhead(report: Report, txid: LatencyResult) -> str:
     return f"; foreachBatch p50 {txid.batch_p50_ms:.0f} ms vs {base.batch_p50_ms:.0f} ms at-least-once"
 
 
-def _latency_target(report: Report, strategy: str, field: str, tid: str, text: str, threshold: float) -> BenchTarget:
-    """A latency target of ``strategy``: each commit mode judged at its worst input rate, the best mode
-    reported (named), the batch-atomic mode in the detail when it is not the best."""
+def _latency_target(
+    report: Report, strategy: str, field: str, tid: str, text: str, threshold: float, rate: int | None = None
+) -> BenchTarget:
+    """A latency target of ``strategy``: each commit mode judged at its worst input rate (or at ``rate``), the
+    best mode reported (named), the batch-atomic mode in the detail when it is not the best."""
     worst: dict[str | None, LatencyResult] = {}
     for lat in report.latency:
         value = getattr(lat, field)
+        if rate is not None and lat.rate != rate:
+            continue
         if lat.error is None and value is not None and lat.name.startswith(f"eosink-{strategy}"):
             current = worst.get(lat.mode)
             if current is None or value > getattr(current, field):
@@ -282,11 +286,12 @@ def compute_targets(report: Report) -> list[BenchTarget]:
     if goals.keeps_up_triggers is not None:
         trigger = int(report.config.get("trigger_ms") or goals.trigger_ms)
         limit_ms = goals.keeps_up_triggers * trigger
+        top = max((lat.rate for lat in report.latency), default=0)
         text = (
             f"2PC keeps up: p50 input-to-readable <= {goals.keeps_up_triggers:g}x the trigger interval "
-            f"({trigger:,} ms) at the worst input rate"
+            f"({trigger:,} ms) at the highest input rate ({top:,} rows/s)"
         )
-        targets.append(_latency_target(report, "2pc", "p50_ms", "2pc-keeps-up", text, limit_ms))
+        targets.append(_latency_target(report, "2pc", "p50_ms", "2pc-keeps-up", text, limit_ms, top))
     limit = goals.rss_growth
     text = f"driver peak RSS within {limit:.0%} between batch sizes"
     rss = [r for r in report.rss if r.error is None]

@@ -437,11 +437,13 @@ def test_baselines_are_judged_at_every_size_when_the_sink_asks() -> None:
 
 
 def test_keeping_up_is_judged_in_trigger_intervals_at_the_worst_rate() -> None:
-    """Pass: 2pc's p50 at 50,000 rows/s (2.6 s) against 2x the 1 s trigger: missed; at 1.8 s: met."""
+    """Pass: 2pc's p50 at 50,000 rows/s, the highest rate (2.6 s), against 2x the 1 s trigger: missed; at 1.8 s:
+    met, whatever the lower rate's figure."""
     target = next(t for t in compute_targets(_kafka_report()) if t.id == "2pc-keeps-up")
     assert target.met is False and target.value == 2600.0 and target.threshold == 2000.0
     assert "(1,000 ms)" in target.text and "50,000 rows/s" in target.detail
-    fast = [LatencyResult("eosink-2pc", 50000, 30, 1_500_000, 30, 1800.0, 2500.0)]
+    slow_start = LatencyResult("eosink-2pc", 5000, 30, 150_000, 30, 2300.0, 3000.0)  # judged at the top rate only
+    fast = [slow_start, LatencyResult("eosink-2pc", 50000, 30, 1_500_000, 30, 1800.0, 2500.0)]
     assert next(t for t in compute_targets(_kafka_report(latency=fast)) if t.id == "2pc-keeps-up").met
     assert BenchGoals.from_json(json.loads(json.dumps(_kafka_report().goals.to_json()))) == _kafka_report().goals
 
