@@ -346,7 +346,8 @@ class BenchAdapter(Protocol):
     The parent process calls :meth:`start`, :meth:`runs`, :meth:`prepare`, :meth:`verify`,
     :meth:`drop` and :meth:`run_external`; the Spark job (a child process) calls
     :meth:`spark_conf`, :meth:`batch_function` and :meth:`poll_visible`. Connection secrets reach
-    the child through :meth:`child_env`, never argv.
+    the child through :meth:`child_env`, never argv. An adapter may also offer ``poll_batch(ns) -> int | None``
+    (the newest committed batch, cheaply): the latency poller then stamps batches from a thread of its own.
     """
 
     name: str
