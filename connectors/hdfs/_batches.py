@@ -41,21 +41,20 @@ def detect_layout(fs: Fs, root: str, target_url: str) -> tuple[L.Layout, bool]:
 
     ``layout.json`` decides; without it the target is listed once: batch directories right under it
     make it flat (a warning, once per process, names the migration); range directories without the
-    file mean a migration that did not finish (ConfigurationError)."""
-    text = fs.read_text(layout_file(root))
-    if text is not None:
-        layout = L.Layout.decode(text)
-        if layout is None:
-            raise ConfigurationError(
-                f"{target_url}/{L.OWN_DIR}/{L.LAYOUT_FILE} is damaged or names a layout this eosink does not "
-                f"know: {text[:200]!r}.",
-                'Upgrade eosink if a newer one wrote it; else restore it: {"layout": "grouped", "range": 1000}.',
-            )
-        return layout, True
+    file mean a migration that did not finish (ConfigurationError). A writer stores ``layout.json``
+    before its first range directory, so ranges found after the file was missing send us back to read
+    it once more: another writer may have started the target between our read and our listing."""
+    known = _stored_layout(fs, root, target_url)
+    if known is not None:
+        return known, True
     flat = ranges = False
     for name in fs.names(root):
         flat = flat or L.flat_batch_of(name) is not None
         ranges = ranges or L.range_of(name) is not None
+    if ranges:
+        known = _stored_layout(fs, root, target_url)
+        if known is not None:
+            return known, True
     if ranges:
         raise ConfigurationError(
             f"The target {target_url} holds batch ranges (eosink_range=...) but no {L.OWN_DIR}/{L.LAYOUT_FILE}"
@@ -66,6 +65,21 @@ def detect_layout(fs: Fs, root: str, target_url: str) -> tuple[L.Layout, bool]:
         _warn_flat(target_url)
         return L.FLAT, True
     return L.GROUPED, False
+
+
+def _stored_layout(fs: Fs, root: str, target_url: str) -> L.Layout | None:
+    """The layout ``layout.json`` names; None when the target has no such file."""
+    text = fs.read_text(layout_file(root))
+    if text is None:
+        return None
+    layout = L.Layout.decode(text)
+    if layout is None:
+        raise ConfigurationError(
+            f"{target_url}/{L.OWN_DIR}/{L.LAYOUT_FILE} is damaged or names a layout this eosink does not "
+            f"know: {text[:200]!r}.",
+            'Upgrade eosink if a newer one wrote it; else restore it: {"layout": "grouped", "range": 1000}.',
+        )
+    return layout
 
 
 def _warn_flat(target_url: str) -> None:

@@ -177,6 +177,33 @@ def test_a_damaged_layout_file_is_a_configuration_error(target: str) -> None:
     assert err.value.fix
 
 
+def test_a_target_another_writer_starts_while_we_read_its_layout_is_grouped_not_half_migrated(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader finds no layout.json; before it lists the target, another writer stores the layout and commits
+    batch 0 (the CI failure of stop 46: sixteen threads opening one new target).
+
+    Pass: the reader takes the target as grouped (no ConfigurationError about an unfinished migration) and
+    finds the other writer's bundle."""
+    config = HdfsConfig(target)
+    reader, writer = HdfsSink(config), HdfsSink(config)
+    reader.setup(APP)
+    listed = reader.fs.names
+    raced: list[bool] = []
+
+    def names_after_the_other_writer(path: str) -> list[str]:
+        if path == reader.root and not raced:
+            raced.append(True)
+            commit(writer, APP, 0)
+        return listed(path)
+
+    monkeypatch.setattr(reader.fs, "names", names_after_the_other_writer)
+    last = reader.fetch_last_bundle(APP)
+    assert raced, "the reader never listed the target: the race was not staged"
+    assert last is not None and last.batch.batch_id == 0
+    assert reader._target_layout() == L.GROUPED
+
+
 # -- flat targets, written by eosink before batch ranges -------------------------------------------------------
 
 
