@@ -181,9 +181,13 @@ class Pipeline:
         ``offsets/N`` makes the restart plan one batch over two files; the commit log, not the
         number of files, says which batches exist. It must be 0..N without gaps.
         """
-        committed = SparkCheckpoint(self.checkpoint).committed_batches()
+        committed = self.spark_checkpoint().committed_batches()
         assert committed == list(range(len(committed))) and committed, f"Spark's commit log: {committed}"
         return committed
+
+    def spark_checkpoint(self) -> SparkCheckpoint:
+        """The query's checkpoint, as eosink reads it (a pipeline with its checkpoint on a store overrides this)."""
+        return SparkCheckpoint(self.checkpoint)
 
     def batch_rows(self, batch_id: int) -> int | None:
         """How many input rows Spark planned into ``batch_id`` (None while it is not planned)."""

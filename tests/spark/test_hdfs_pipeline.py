@@ -98,12 +98,8 @@ class HdfsPipeline(Pipeline):
     def config(self) -> HdfsConfig:
         return HdfsConfig(f"{self.cluster.url.rstrip('/')}{self.directory}")
 
-    def spark_committed(self) -> list[int]:
-        if not self.checkpoint_uri:
-            return super().spark_committed()
-        committed = SparkCheckpoint(self.checkpoint_uri).committed_batches()
-        assert committed == list(range(len(committed))) and committed, f"Spark's commit log: {committed}"
-        return committed
+    def spark_checkpoint(self) -> SparkCheckpoint:
+        return SparkCheckpoint(self.checkpoint_uri) if self.checkpoint_uri else super().spark_checkpoint()
 
     # -- reading HDFS back ------------------------------------------------------------------------
 

@@ -12,7 +12,6 @@ restart stops with ``PreparedWorkLostError`` (what two-phase commit removes).
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from eosink._waiting import wait_until
 from eosink.connectors.kafka import KafkaConfig, _wire
 from eosink.connectors.kafka.admin import KafkaAdmin
 from eosink.connectors.kafka.testing import read_topic
@@ -70,13 +70,14 @@ def test_a_prepared_batch_outlives_the_transaction_timeout_where_the_broker_keep
     # The driver stays down for 3x the longest transaction the brokers allow (the time is what is tested):
     # the transactions' states are watched meanwhile; an abort ends the watch early.
     aborted = {"PrepareAbort", "CompleteAbort"}
-    deadline = time.monotonic() + 3 * MAX_TIMEOUT_MS / 1000 + 2
-    while True:
-        states = {i: getattr(_wire.describe(admin, i), "state", None) for i in prepared}
-        if time.monotonic() > deadline or set(states.values()) <= aborted:
-            break
+    states: dict[str, str | None] = {}
+
+    def ended() -> bool:
+        states.update({i: getattr(_wire.describe(admin, i), "state", None) for i in prepared})
         assert set(states.values()) <= {"Ongoing"} | aborted, states
-        time.sleep(0.5)  # poll interval of the watch
+        return set(states.values()) <= aborted
+
+    wait_until(ended, 3 * MAX_TIMEOUT_MS / 1000 + 2, max_interval_s=0.5)
     notes = KafkaAdmin(config).status(APP).notes
     if mode == "classic":
         assert set(states.values()) <= {"PrepareAbort", "CompleteAbort"}, states
