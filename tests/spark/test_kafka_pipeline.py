@@ -138,6 +138,14 @@ class KafkaPipeline(Pipeline):
         assert self.bundles() == self.spark_committed(), f"bundles {self.bundles()}"
         assert not self.in_doubt(), f"transactions left open: {self.in_doubt()}"
 
+    def reconnect(self) -> None:
+        """Drop the test's admin client: one that lived through a broker outage may keep every node in
+        backoff (kafka-python then finds no node for a metadata request), so the next read opens a new one."""
+        if self._admin is not None:
+            with contextlib.suppress(Exception):
+                self._admin.close()
+            self._admin = None
+
     def close(self) -> None:
         if self._admin is not None:
             with contextlib.suppress(Exception):

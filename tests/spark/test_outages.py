@@ -146,7 +146,7 @@ def test_kafka_down_for_ten_seconds(tmp_path: Path, driver_java_opts: str, strat
                 return 0
 
         try:
-            ride_out_outage(p, server, committed)
+            ride_out_outage(p, server, committed, reconnect=p.reconnect)
         finally:
             p.close()
 
