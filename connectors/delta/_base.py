@@ -1,0 +1,43 @@
+"""What the two sides of DeltaSink take from its core (``sink.py``), declared so that each type-checks alone."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from eosink.connectors.delta.config import DeltaConfig
+from eosink.contract import Committable
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    from deltalake import DeltaTable
+
+__all__ = ["_SinkBase"]
+
+
+class _SinkBase:
+    config: DeltaConfig
+
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _table(self) -> DeltaTable | None:
+        raise NotImplementedError
+
+    def _storage(self) -> pafs.FileSystem:
+        raise NotImplementedError
+
+    def _check_epoch(self, table: DeltaTable | None, app_id: str, epoch: int, what: str) -> None:
+        raise NotImplementedError
+
+    def _columns(self, table: DeltaTable) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _partition_by(self, table: DeltaTable | None) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def _write_manifest(self, committable: Committable) -> None:
+        raise NotImplementedError
+
+    def _manifests(self, app_id: str, batch_id: int | None = None) -> str:
+        raise NotImplementedError

@@ -1,0 +1,262 @@
+"""The coordinator side of DeltaSink (driver): commit, abort, commit_status, recover, fetch_last_bundle.
+
+A batch's commit, step by step (each can be repeated after a crash)::
+
+    1. the newest snapshot read; the epoch checked on it (FencedError); the app's txn version
+       compared with the batch: there already -> the same committables: done (a lost reply, a
+       roll-forward); another's: CommitAbortedError
+    2. every committable's files looked up: one missing -> CommitAbortedError (lost work)
+    3. the batch's columns checked against the table's (SchemaError); new columns widen the
+       table's schema in the same commit when ``schema_evolution="add_columns"``
+    4. one Delta commit at the snapshot's version + 1: the add actions, txn("eosink:<app>", batch),
+       the bundle in the commit info. Another writer's commit at that version: back to 1 on the
+       newer snapshot. No answer from the store: AmbiguousCommitError (commit_status reads the log)
+    5. the batch's manifests removed (best effort)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from eosink import faults
+from eosink.connectors.delta import _log
+from eosink.connectors.delta._base import _SinkBase
+from eosink.connectors.delta._files import AddFile
+from eosink.connectors.delta._schema import check_batch, delta_columns, table_columns
+from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
+from eosink.errors import AmbiguousCommitError, CommitAbortedError, ConfigurationError, EosinkError, TransientError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+__all__ = ["_CommitSide"]
+
+log = logging.getLogger("eosink.delta")
+
+
+def _adds(committables: Sequence[Committable]) -> list[AddFile]:
+    return [AddFile.from_json(a) for c in committables for a in c.payload.get("adds", ())]
+
+
+def _schemas(committables: Sequence[Committable]) -> list[pa.Schema]:
+    import pyarrow as pa
+
+    found = []
+    for c in committables:
+        text = c.payload.get("schema")
+        if text:
+            found.append(pa.ipc.read_schema(pa.py_buffer(bytes.fromhex(str(text)))))
+    return found
+
+
+class _CommitSide(_SinkBase):
+    """The coordinator side of :class:`DeltaSink`."""
+
+    # -- commit -----------------------------------------------------------------------------------
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        """Make the batch visible with its bundle, in one Delta commit (see the module docstring). Idempotent."""
+        app, batch_id = batch.app_id, batch.batch_id
+        for _ in range(self.config.commit_attempts):
+            with self._errors(f"commit of batch {batch}"):
+                table = self._table()
+                if table is None:
+                    raise ConfigurationError(
+                        f"The Delta table {self.config.table} is gone: batch {batch} cannot be committed into it.",
+                        "Restore the table (or point the sink at it), then restart the query.",
+                    )
+                self._check_epoch(table, app, bundle.epoch, "commit")
+                found = _log.bundle_of(table, app, batch_id)
+                if found is not None:
+                    self._same_bundle(batch, found, bundle)
+                    break
+                last = _log.last_batch(table, app)
+                adds = _adds(committables)
+                self._check_files(batch, committables, adds)
+                schema = self._commit_schema(table, batch, committables)
+                meta = {_log.META_KEY: {"app_id": app, "batch": batch_id, "bundle": bundle.to_json()}}
+                faults.hit(faults.FaultPoint.F6, batch_id)  # the files checked, the log entry not written yet
+            try:
+                _log.commit_at(
+                    table,
+                    [a.action() for a in adds],
+                    schema,
+                    {_log.batch_txn(app): max(batch_id, -1 if last is None else last)},
+                    meta,
+                    self._partition_by(table),
+                )
+            except _log.Conflict:
+                continue  # another writer's commit (or our own, whose reply was lost): look again
+            except EosinkError:
+                raise
+            except Exception as exc:
+                raise AmbiguousCommitError(
+                    f"The commit of batch {batch} into {self.config.table} got no answer: "
+                    f"{self.config.scrub(str(exc))[:400]}.",
+                    "commit_status reads the table's log to tell whether it landed.",
+                ) from None
+            break
+        else:
+            raise TransientError(
+                f"The commit of batch {batch} lost {self.config.commit_attempts} races with other writers of "
+                f"{self.config.table}.",
+                "Retry; if it persists, fewer writers should share the table (or raise commit_attempts).",
+            )
+        self._tidy(app, batch_id, bundle.committables)
+
+    @staticmethod
+    def _same_bundle(batch: BatchRef, found: Bundle, bundle: Bundle) -> None:
+        """The log holds ``batch`` already: done if with these committables, else CommitAbortedError."""
+        if set(found.committables) != set(bundle.committables):
+            raise CommitAbortedError(
+                f"Batch {batch} was already committed by another attempt "
+                f"(committables {list(found.committables)}, not {list(bundle.committables)}).",
+                "Abort this attempt's committables; the batch is done.",
+            )
+
+    def _check_files(self, batch: BatchRef, committables: Sequence[Committable], adds: list[AddFile]) -> None:
+        """Every file the committables name is still in the store (else the prepared work is lost)."""
+        import pyarrow.fs as pafs
+
+        if not adds:
+            return
+        infos = self._storage().get_file_info([a.path for a in adds])
+        missing = [a.path for a, info in zip(adds, infos, strict=True) if info.type == pafs.FileType.NotFound]
+        if missing:
+            raise CommitAbortedError(
+                f"Prepared files of batch {batch} are gone: {missing[:5]}"
+                f"{' ...' if len(missing) > 5 else ''} ({len(missing)} of {len(adds)}).",
+                "The batch cannot be committed; recovery aborts it and the query replays it.",
+            )
+
+    def _commit_schema(self, table: DeltaTable, batch: BatchRef, committables: Sequence[Committable]) -> Any:
+        """The schema the commit writes: the table's, widened by new columns where allowed (else SchemaError)."""
+        from deltalake import Schema
+
+        current = table_columns(table)
+        evolve = self.config.schema_evolution == "add_columns"
+        partitions = self._partition_by(table)
+        schemas = _schemas(committables)
+        for schema in schemas:
+            check_batch(current, delta_columns(schema), partitions, evolve, f"batch {batch}")
+        if not evolve:
+            return table.schema()
+        doc = json.loads(table.schema().to_json())
+        known = {f["name"] for f in doc["fields"]}
+        for schema in schemas:
+            for f in json.loads(Schema.from_arrow(schema).to_json())["fields"]:
+                if f["name"] not in known:
+                    known.add(f["name"])
+                    doc["fields"].append({**f, "nullable": True})
+        return Schema.from_json(json.dumps(doc))
+
+    def _tidy(self, app_id: str, batch_id: int, committed: Sequence[str]) -> None:
+        """The manifests of the batch's committed attempts go; a straggler's stays for recovery to abort it
+        (best effort: the batch is committed whatever happens here)."""
+        fs = self._storage()
+        for cid in committed:
+            try:
+                fs.delete_file(f"{self._manifests(app_id, batch_id)}/{cid}.json")
+            except FileNotFoundError:
+                pass
+            except Exception as exc:
+                log.debug("eosink: could not remove the manifest of %s in %s#%d: %s", cid, app_id, batch_id, exc)
+
+    # -- abort, status, recovery --------------------------------------------------------------
+
+    def abort(self, committables: Sequence[Committable]) -> None:
+        """Delete prepared files and their manifests; aborting committed work raises CommitAbortedError.
+        Idempotent."""
+        import pyarrow.fs as pafs
+
+        if not committables:
+            return
+        with self._errors("abort"):
+            table = self._table()
+            for c in committables:
+                if table is not None and self._committed_with(table, c.batch, c):
+                    raise CommitAbortedError(
+                        f"Cannot abort committed work {c.id}: its rows are visible.",
+                        "Do not abort a batch whose commit succeeded; check commit_status first.",
+                    )
+            fs = self._storage()
+            for c in committables:
+                for add in _adds([c]):
+                    try:
+                        fs.delete_file(add.path)
+                    except FileNotFoundError:
+                        pass
+                manifest = f"{self._manifests(c.batch.app_id, c.batch.batch_id)}/{c.id}.json"
+                if fs.get_file_info(manifest).type != pafs.FileType.NotFound:
+                    fs.delete_file(manifest)
+
+    @staticmethod
+    def _committed_with(table: DeltaTable, batch: BatchRef, committable: Committable) -> bool:
+        found = _log.bundle_of(table, batch.app_id, batch.batch_id)
+        return found is not None and committable.id in found.committables
+
+    def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
+        """COMMITTED when the log holds the batch with these committables (another attempt's: ABORTED, as
+        ``commit`` answers); PREPARED while every committable's file is there; else ABORTED."""
+        import pyarrow.fs as pafs
+
+        with self._errors(f"status of batch {batch}"):
+            table = self._table()
+            found = None if table is None else _log.bundle_of(table, batch.app_id, batch.batch_id)
+            if found is not None:  # another attempt's commit of the batch: ABORTED, as commit answers
+                mine = {c.id for c in committables}
+                return CommitStatus.COMMITTED if mine <= set(found.committables) else CommitStatus.ABORTED
+            adds = _adds(committables)
+            if adds:
+                infos = self._storage().get_file_info([a.path for a in adds])
+                if any(i.type == pafs.FileType.NotFound for i in infos):
+                    return CommitStatus.ABORTED
+            return CommitStatus.PREPARED
+
+    def recover(self, app_id: str) -> list[Committable]:
+        """The manifests of ``app_id``'s batches the log does not hold; those of committed batches are removed."""
+        import pyarrow.fs as pafs
+
+        with self._errors(f"recovery of app_id {app_id!r}"):
+            table = self._table()
+            last = None if table is None else _log.last_batch(table, app_id)
+            fs = self._storage()
+            base = self._manifests(app_id)
+            found: list[Committable] = []
+            selector = pafs.FileSelector(base, allow_not_found=True, recursive=True)
+            for info in fs.get_file_info(selector):
+                if info.type != pafs.FileType.File or not info.path.endswith(".json"):
+                    continue
+                with fs.open_input_stream(info.path) as stream:
+                    committable = Committable.from_json(json.loads(stream.read()))
+                if committable.batch.app_id != app_id:
+                    continue
+                if last is not None and committable.batch.batch_id <= last and table is not None:
+                    done = _log.bundle_of(table, app_id, committable.batch.batch_id)
+                    if done is not None and committable.id in done.committables:
+                        self._tidy(app_id, committable.batch.batch_id, [committable.id])
+                        continue
+                found.append(committable)
+            return sorted(found, key=lambda c: (c.batch.batch_id, c.participant, c.id))
+
+    def fetch_last_bundle(self, app_id: str) -> Bundle | None:
+        """The bundle of ``app_id``'s newest batch in the log, or None."""
+        with self._errors(f"reading the last bundle of {app_id!r}"):
+            table = self._table()
+            if table is None:
+                return None
+            last = _log.last_batch(table, app_id)
+            if last is None:
+                return None
+            found = _log.bundle_of(table, app_id, last)
+            if found is None:
+                raise EosinkError(
+                    f"The log of {self.config.table} holds batch {last} of {app_id!r}, but its commit (and bundle) "
+                    "is older than the log's retained history.",
+                    "Raise the table's delta.logRetentionDuration; to go on, rewind with eosink recover --rewind.",
+                )
+            return found

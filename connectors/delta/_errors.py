@@ -1,0 +1,69 @@
+"""The Delta connector's one error translator: delta-rs's and the store's errors into eosink's error tree.
+
+delta-rs raises ``TableNotFoundError``, ``CommitFailedError`` (handled where commits are made),
+``SchemaMismatchError``, ``DeltaProtocolError`` (a table needing reader or writer features this
+delta-rs lacks), ``DeltaError`` for the rest, and ``OSError`` for the object store's failures
+(refused connections, timeouts, denied requests). Every part of the connector that reads or
+writes the table goes through :func:`translated`, so the same failure is the same class
+everywhere: denied access or a protocol the writer cannot honour is a ConfigurationError,
+an unreachable store a TransientError. Secrets never reach the text (:meth:`DeltaConfig.scrub`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from eosink.connectors.delta.config import DeltaConfig
+from eosink.errors import ConfigurationError, EosinkError, SchemaError, TransientError
+
+__all__ = ["translate", "translated"]
+
+_DENIED = ("AccessDenied", "Forbidden", "403", "PermissionDenied", "Permission denied", "InvalidAccessKeyId",
+           "SignatureDoesNotMatch", "AccessControlException", "Unauthorized", "401")
+_TRANSIENT = ("connection", "timed out", "timeout", "reset by peer", "broken pipe", "unexpected eof", "dns error",
+              "error sending request", "refused", "SafeModeException", "StandbyException", "503", "500",
+              "SlowDown", "Generic S3 error", "Generic HDFS error", "hdfs error")
+
+
+def _detail(config: DeltaConfig, exc: BaseException) -> str:
+    text = str(exc).strip().split("\n\tat ", 1)[0]
+    return config.scrub(f"{type(exc).__name__}: {text[:600]}")
+
+
+def translate(config: DeltaConfig, exc: BaseException, what: str) -> EosinkError:
+    """The eosink error for ``exc``, raised while doing ``what`` (for the message)."""
+    detail = _detail(config, exc)
+    where = f"{what} on the Delta table {config.table}"
+    name = type(exc).__name__
+    text = str(exc)
+    if name == "DeltaProtocolError":
+        return ConfigurationError(
+            f"{where}: the table uses Delta features this writer cannot honour: {detail}.",
+            "Write to a table without those features, or upgrade eosink's deltalake package.",
+        )
+    if name == "SchemaMismatchError":
+        return SchemaError(f"{where}: {detail}.", "Cast the query's columns to the table's types.")
+    if any(m in text for m in _DENIED) or isinstance(exc, PermissionError):
+        return ConfigurationError(
+            f"{where} was refused: {detail}.",
+            "Give the writer read, write, list and delete rights on the table's location (see the connector's "
+            "docs for the exact list), check its credentials, then restart the query.",
+        )
+    lowered = text.lower()
+    if isinstance(exc, ConnectionError | TimeoutError) or any(m.lower() in lowered for m in _TRANSIENT):
+        return TransientError(f"{where} failed: {detail}.", "Retry; check that the store is up and reachable.")
+    if isinstance(exc, OSError):
+        return TransientError(f"{where} failed: {detail}.", "Retry; if it persists, check the store's health.")
+    return EosinkError(f"{where} failed: {detail}.", "See delta-rs's message above.")
+
+
+@contextmanager
+def translated(config: DeltaConfig, what: str) -> Iterator[None]:
+    """Raise delta-rs's and the store's errors of the block as eosink errors (:func:`translate`)."""
+    try:
+        yield
+    except EosinkError:
+        raise
+    except Exception as exc:  # delta-rs's error classes are not exported as a tree we could catch narrowly
+        raise translate(config, exc, what) from None

@@ -1,0 +1,213 @@
+"""A participant's data files: Parquet written from Arrow straight into the table's directory.
+
+Files are named for the attempt that writes them, so two attempts never write the same name and a
+crashed attempt's files can be told from a committed one's::
+
+    <partition dirs>/eosink-<app key>-<batch>-p<participant>-<attempt>-<n>.parquet
+
+A file is invisible to every Delta reader until a commit's add action names it. Each closed file
+becomes an add action: its path relative to the table, size, partition values and statistics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import urllib.parse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eosink.connectors.delta._stats import FileStats
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+__all__ = ["AddFile", "DataFiles", "app_key", "file_prefix", "open_output", "storage"]
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def app_key(app_id: str) -> str:
+    """A short, path-safe name for an app_id (any string) in file names."""
+    return hashlib.sha256(app_id.encode()).hexdigest()[:16]
+
+
+def file_prefix(app_id: str, batch_id: int, participant: int, attempt: str) -> str:
+    """The first part of every data file name of one attempt (see the module docstring)."""
+    safe = _UNSAFE.sub("_", attempt)[:40] or "a"
+    return f"eosink-{app_key(app_id)}-{batch_id:020d}-p{participant:05d}-{safe}"
+
+
+def storage(uri: str, options: dict[str, str]) -> pafs.FileSystem:
+    """A pyarrow file system rooted at the table, over delta-rs's own object store (same options, same stores)."""
+    import pyarrow.fs as pafs
+    from deltalake.fs import DeltaStorageHandler
+
+    return pafs.PyFileSystem(DeltaStorageHandler(uri, options))
+
+
+def open_output(fs: pafs.FileSystem, path: str) -> Any:
+    """delta-rs's own output stream for ``path`` (through pyarrow's wrapper it would be handed buffers it refuses)."""
+    return fs.handler._handler.open_output_stream(path, None)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class AddFile:
+    """A written file, as its add action needs it (JSON-able for committables)."""
+
+    path: str
+    size: int
+    partition_values: dict[str, str | None]
+    modification_time: int
+    stats: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "size": self.size,
+            "partition_values": dict(self.partition_values),
+            "modification_time": self.modification_time,
+            "stats": self.stats,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AddFile:
+        return cls(
+            str(data["path"]),
+            int(data["size"]),
+            {str(k): (None if v is None else str(v)) for k, v in dict(data.get("partition_values") or {}).items()},
+            int(data["modification_time"]),
+            str(data["stats"]),
+        )
+
+    def action(self) -> Any:
+        from deltalake.transaction import AddAction
+
+        return AddAction(self.path, self.size, self.partition_values, self.modification_time, True, self.stats)
+
+
+class _Bytes:
+    """A writable file over delta-rs's output stream, which takes ``bytes`` only (pyarrow hands it buffers)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.written = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        chunk = data.to_pybytes() if isinstance(data, pa.Buffer) else bytes(data)
+        self.raw.write(chunk)
+        self.written += len(chunk)
+        return len(chunk)
+
+    def tell(self) -> int:
+        return self.written
+
+    def flush(self) -> None:
+        """Nothing to do: the stream uploads on close."""
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.raw.close()
+
+
+class _Open:
+    """One data file being written."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str, schema: pa.Schema, row_group_rows: int) -> None:
+        import pyarrow.parquet as pq
+
+        self.path = path
+        self.stream = _Bytes(open_output(fs, path))
+        self.writer: pq.ParquetWriter = pq.ParquetWriter(
+            pa.PythonFile(self.stream, mode="w"), schema, compression="snappy"
+        )
+        self.stats = FileStats(schema)
+        self.row_group_rows = row_group_rows
+
+    def add(self, data: pa.Table) -> None:
+        self.writer.write_table(data, row_group_size=self.row_group_rows)
+        self.stats.add(data)
+
+    def close(self, partition_values: dict[str, str | None]) -> AddFile:
+        self.writer.close()
+        size = self.stream.tell()
+        self.stream.close()
+        return AddFile(self.path, size, partition_values, int(time.time() * 1000), self.stats.to_json())
+
+
+class DataFiles:
+    """One attempt's files: one open file per partition, a new one past ``file_rows`` rows."""
+
+    def __init__(
+        self, fs: pafs.FileSystem, prefix: str, partition_by: tuple[str, ...], row_group_rows: int, file_rows: int
+    ) -> None:
+        self.fs = fs
+        self.prefix = prefix
+        self.partition_by = partition_by
+        self.row_group_rows = row_group_rows
+        self.file_rows = file_rows
+        self.open: dict[tuple[str | None, ...], _Open] = {}
+        self.done: list[AddFile] = []
+        self.counter = 0
+
+    def add(self, data: pa.RecordBatch) -> None:
+        table = pa.Table.from_batches([data])
+        if not self.partition_by:
+            self._write((), table)
+            return
+        for values, part in _split(table, self.partition_by):
+            self._write(values, part)
+
+    def _write(self, values: tuple[str | None, ...], data: pa.Table) -> None:
+        current = self.open.get(values)
+        if current is not None and current.stats.rows >= self.file_rows:
+            self.done.append(current.close(self._partition_values(values)))
+            current = None
+        if current is None:
+            folder = "".join(f"{_escape(c)}={_escape(v)}/" for c, v in zip(self.partition_by, values, strict=True))
+            path = f"{folder}{self.prefix}-{self.counter:03d}.parquet"
+            self.counter += 1
+            current = self.open[values] = _Open(self.fs, path, data.schema, self.row_group_rows)
+        current.add(data)
+
+    def _partition_values(self, values: tuple[str | None, ...]) -> dict[str, str | None]:
+        return dict(zip(self.partition_by, values, strict=True))
+
+    def close(self) -> list[AddFile]:
+        """Every file closed (written through to the store); their add actions."""
+        for values, current in self.open.items():
+            self.done.append(current.close(self._partition_values(values)))
+        self.open.clear()
+        return list(self.done)
+
+    def discard(self) -> None:
+        """Forget open files after an error (the attempt's files are removed by its abort or by recovery)."""
+        self.open.clear()
+
+
+def _escape(value: str | None) -> str:
+    return HIVE_NULL if value is None else urllib.parse.quote(value, safe="")
+
+
+def _split(table: pa.Table, columns: tuple[str, ...]) -> list[tuple[tuple[str | None, ...], pa.Table]]:
+    """The table's rows per distinct partition value (as Delta writes them: strings, None for null),
+    with the partition columns left out."""
+    as_text = [pc.cast(table.column(c), pa.string()) for c in columns]
+    keys = pa.table({f"k{i}": col for i, col in enumerate(as_text)})
+    groups = keys.append_column("row", pa.array(range(table.num_rows), pa.int64())).group_by(
+        [f"k{i}" for i in range(len(columns))], use_threads=False
+    ).aggregate([("row", "list")])
+    rest = table.drop_columns(list(columns))
+    out = []
+    for group in groups.to_pylist():
+        values = tuple(group[f"k{i}"] for i in range(len(columns)))
+        out.append((values, rest.take(pa.array(group["row_list"], pa.int64()))))
+    return out

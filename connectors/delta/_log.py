@@ -1,0 +1,145 @@
+"""The Delta log as eosink uses it: snapshots, eosink's txn actions, bundles in commit infos, commits at one version.
+
+eosink keeps its state in the table's own log, so that what a reader sees and what eosink knows
+can never disagree::
+
+    txn(appId="eosink:<app_id>", version=<batch id>)         the app_id's newest committed batch
+    txn(appId="eosink-epoch:<app_id>", version=<epoch>)      the app_id's newest writer epoch (fence)
+    commitInfo.eosink = {"app_id", "batch", "bundle"}         the batch's bundle, in the same commit
+
+Every eosink commit is made at exactly one version: the snapshot it read plus one
+(``max_commit_retries=0``). The store makes ``_delta_log/<version>.json`` create-only (S3 and
+MinIO: ``If-None-Match: *``; HDFS: a rename that refuses to overwrite; local disk: a hard link),
+so a check made on the snapshot (the epoch, the app's last batch) holds at the commit, or the
+commit fails with a conflict and is checked again on a newer snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from eosink.contract import Bundle
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+__all__ = [
+    "BATCH_TXN_PREFIX",
+    "EPOCH_TXN_PREFIX",
+    "META_KEY",
+    "Conflict",
+    "batch_txn",
+    "commit_at",
+    "eosink_commits",
+    "epoch_txn",
+    "last_batch",
+    "load",
+    "writer_epoch",
+]
+
+log = logging.getLogger("eosink.delta")
+
+BATCH_TXN_PREFIX = "eosink:"
+EPOCH_TXN_PREFIX = "eosink-epoch:"
+META_KEY = "eosink"
+HISTORY_PAGE = 32
+"""Commit infos read per step when looking for a batch's commit, newest first."""
+
+
+class Conflict(Exception):
+    """Another writer committed the version this commit was made for: read the log again and retry."""
+
+
+def batch_txn(app_id: str) -> str:
+    return f"{BATCH_TXN_PREFIX}{app_id}"
+
+
+def epoch_txn(app_id: str) -> str:
+    return f"{EPOCH_TXN_PREFIX}{app_id}"
+
+
+def load(uri: str, options: Mapping[str, str]) -> DeltaTable | None:
+    """The table's newest snapshot, or None when there is no table at ``uri``."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(uri, storage_options=dict(options))
+    except TableNotFoundError:
+        return None
+
+
+def last_batch(table: DeltaTable, app_id: str) -> int | None:
+    """The newest batch of ``app_id`` the snapshot holds, or None."""
+    return table.transaction_version(batch_txn(app_id))
+
+
+def writer_epoch(table: DeltaTable, app_id: str) -> int:
+    """The newest writer epoch of ``app_id`` the snapshot holds (0: never fenced in this table)."""
+    return table.transaction_version(epoch_txn(app_id)) or 0
+
+
+def eosink_commits(table: DeltaTable, app_id: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """(version, eosink's commit metadata) of ``app_id``'s batch commits, newest first, as far as the caller reads.
+
+    Commit infos are read a page at a time from the newest; commits of other writers and of other
+    app_ids are skipped, and the walk stops where the log's retained history ends."""
+    limit = HISTORY_PAGE
+    seen = 0
+    while True:
+        page = table.history(limit)
+        for info in page[seen:]:
+            meta = info.get(META_KEY)
+            if isinstance(meta, str):
+                try:
+                    meta = json.loads(meta)
+                except ValueError:
+                    meta = None
+            if isinstance(meta, Mapping) and meta.get("app_id") == app_id and "bundle" in meta:
+                yield int(info["version"]), meta
+        if len(page) < limit:
+            return
+        seen, limit = len(page), limit * 2
+
+
+def bundle_of(table: DeltaTable, app_id: str, batch_id: int) -> Bundle | None:
+    """The bundle committed with ``app_id``'s batch ``batch_id``, from the log's retained history, or None.
+
+    The app's txn version is its highest committed batch: a higher batch is not there, without a
+    read. Spark commits an app's batches in order, so the batch asked for is almost always the
+    newest of the app's commits, read first; an older one is looked for through the retained history."""
+    last = last_batch(table, app_id)
+    if last is None or batch_id > last:
+        return None
+    for _, meta in eosink_commits(table, app_id):
+        if int(meta.get("batch", -1)) == batch_id:
+            return Bundle.from_json(meta["bundle"])
+    return None
+
+
+def commit_at(
+    table: DeltaTable,
+    adds: Sequence[Any],
+    schema: Any,
+    txns: Mapping[str, int],
+    metadata: Mapping[str, Any] | None,
+    partition_by: Sequence[str],
+) -> None:
+    """Commit ``adds`` with ``txns`` (appId -> version) at the snapshot's version plus one, or raise Conflict."""
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import CommitProperties, Transaction
+
+    properties = CommitProperties(
+        custom_metadata=dict(metadata) if metadata else None,
+        max_commit_retries=0,
+        app_transactions=[Transaction(app, version) for app, version in txns.items()],
+    )
+    try:
+        table.create_write_transaction(
+            list(adds), "append", schema, partition_by=list(partition_by) or None, commit_properties=properties
+        )
+    except CommitFailedError as exc:
+        raise Conflict(str(exc)) from None

@@ -1,0 +1,187 @@
+"""DeltaConfig: everything a DeltaSink needs, as one frozen, picklable value.
+
+The table is a URI: ``s3://bucket/path`` (AWS S3 or an S3-compatible store such as MinIO),
+``hdfs://namenode:port/path``, or a local directory (``/data/events`` or ``file:///data/events``).
+How to reach an S3 store is an :class:`~eosink.connectors.s3.S3Connection`, the one the S3 sink
+uses; other delta-rs storage settings pass through ``storage_options``. Secrets (the S3 secret
+key and session token, storage options whose names look secret) never appear in ``repr``, logs
+or error text: :meth:`DeltaConfig.scrub` removes them from any text.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from eosink.connectors.s3.config import S3Connection
+from eosink.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["DeltaConfig"]
+
+_SECRET_PARTS = ("secret", "token", "password", "key_id", "access_key", "sas", "credential", "keytab")
+
+
+def _secret_option(name: str) -> bool:
+    lowered = name.lower()
+    return any(part in lowered for part in _SECRET_PARTS)
+
+
+@dataclass(frozen=True, repr=False)
+class DeltaConfig:
+    """Configuration of a :class:`~eosink.connectors.delta.DeltaSink`.
+
+    * ``table``: the table's URI (see the module docstring).
+    * ``s3``: how to reach an ``s3://`` table's store (default: :meth:`S3Connection.from_env`, the
+      service harness's ``EOSINK_S3_*`` variables or the ``AWS_*`` chain).
+    * ``storage_options``: further delta-rs storage settings, passed through untouched.
+    * ``schema``: the table's schema when eosink creates it. Without it, the stream's schema is
+      used (``foreach_batch`` and ``format("eosink")`` hand it over before the first batch).
+    * ``create_table``: create a missing table (default); with False a missing table is a
+      ConfigurationError.
+    * ``partition_by``: partition columns of a table eosink creates (an existing table keeps its own).
+    * ``schema_evolution``: ``"none"`` (default: a batch whose columns differ from the table's is a
+      SchemaError) or ``"add_columns"`` (a batch may bring new nullable columns; the commit adds them
+      to the table's schema).
+    * ``compact_every``: compact the table's small files every N committed batches of an app_id
+      (None: never). Compaction rewrites files without changing what a reader sees.
+    * ``row_group_rows`` and ``file_rows``: rows per Parquet row group, and per data file (a
+      participant starts a new file beyond it).
+    * ``commit_attempts``: how many times a commit is retried after another writer committed first.
+    """
+
+    table: str
+    s3: S3Connection | None = None
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+    schema: pa.Schema | None = None
+    create_table: bool = True
+    partition_by: tuple[str, ...] = ()
+    schema_evolution: Literal["none", "add_columns"] = "none"
+    compact_every: int | None = None
+    row_group_rows: int = 1 << 20
+    file_rows: int = 8 << 20
+    commit_attempts: int = 100
+    scheme: Literal["s3", "hdfs", "file"] = field(init=False, compare=False)
+    """Where the table lives."""
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if not isinstance(self.table, str) or not self.table.strip():
+            raise ConfigurationError("DeltaConfig needs a table URI.", "Pass table='s3://bucket/path' or a directory.")
+        table, scheme = _normalised(self.table.strip())
+        set_(self, "table", table)
+        set_(self, "scheme", scheme)
+        if scheme == "s3" and self.s3 is None:
+            set_(self, "s3", S3Connection.from_env())
+        raw: Any = self.partition_by
+        set_(self, "partition_by", (raw,) if isinstance(raw, str) else tuple(raw))
+        for column in self.partition_by:
+            if not isinstance(column, str) or not column or "/" in column or "=" in column:
+                raise ConfigurationError(
+                    f"{column!r} is not a usable partition column.", "Partition by columns named without '/' or '='."
+                )
+        if self.schema_evolution not in ("none", "add_columns"):
+            raise ConfigurationError(
+                f"Unknown schema_evolution {self.schema_evolution!r}.", "Use 'none' or 'add_columns'."
+            )
+        if self.compact_every is not None and (not isinstance(self.compact_every, int) or self.compact_every < 1):
+            raise ConfigurationError(
+                f"compact_every={self.compact_every!r} is not a number of batches.", "Give e.g. 50, or None."
+            )
+        for name in ("row_group_rows", "file_rows", "commit_attempts"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"{name}={value!r} must be a positive integer.", "Give e.g. 1_000_000.")
+        set_(self, "storage_options", {str(k): str(v) for k, v in dict(self.storage_options).items()})
+
+    # -- what delta-rs gets ----------------------------------------------------------------------
+
+    def delta_options(self) -> dict[str, str]:
+        """The storage options handed to delta-rs: the S3 connection's, then ``storage_options``."""
+        options: dict[str, str] = {}
+        if self.scheme == "s3" and self.s3 is not None:
+            options.update(_s3_options(self.s3))
+        options.update(self.storage_options)
+        return options
+
+    # -- secrets ---------------------------------------------------------------------------------
+
+    def secrets(self) -> list[str]:
+        """The secrets this configuration holds (longest first), for scrubbing."""
+        found = set(self.s3.secrets()) if self.s3 is not None else set()
+        found.update(v for k, v in self.storage_options.items() if v and _secret_option(k))
+        return sorted(found, key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret replaced by ``***``."""
+        for secret in self.secrets():
+            text = text.replace(secret, "***")
+        return text
+
+    def __repr__(self) -> str:
+        shown = [f"table={self.table!r}"]
+        if self.s3 is not None and self.scheme == "s3":
+            shown.append(f"s3={self.s3!r}")
+        if self.storage_options:
+            options = {k: ("***" if _secret_option(k) else v) for k, v in self.storage_options.items()}
+            shown.append(f"storage_options={options!r}")
+        if self.partition_by:
+            shown.append(f"partition_by={self.partition_by!r}")
+        if self.schema_evolution != "none":
+            shown.append(f"schema_evolution={self.schema_evolution!r}")
+        if self.compact_every is not None:
+            shown.append(f"compact_every={self.compact_every!r}")
+        return f"DeltaConfig({', '.join(shown)})"
+
+    __str__ = __repr__
+
+
+def _normalised(uri: str) -> tuple[str, Literal["s3", "hdfs", "file"]]:
+    """The table URI as delta-rs takes it, and its scheme."""
+    parts = urllib.parse.urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme in ("", "file"):
+        path = urllib.parse.unquote(parts.path) if scheme == "file" else uri
+        if not os.path.isabs(path):
+            path = os.path.abspath(path)
+        return os.path.normpath(path), "file"
+    if scheme in ("s3", "s3a"):
+        if not parts.netloc:
+            raise ConfigurationError(f"The table {uri!r} names no bucket.", "Use s3://<bucket>/<path>.")
+        return f"s3://{parts.netloc}/{parts.path.strip('/')}".rstrip("/"), "s3"
+    if scheme == "hdfs":
+        if not parts.netloc:
+            raise ConfigurationError(
+                f"The table {uri!r} names no NameNode.", "Use hdfs://<namenode>:<port>/<path>."
+            )
+        if parts.username or parts.password:
+            raise ConfigurationError("The hdfs:// URI holds user information.", "Remove it from the URI.")
+        return f"hdfs://{parts.netloc}/{parts.path.strip('/')}".rstrip("/"), "hdfs"
+    raise ConfigurationError(
+        f"DeltaSink cannot write tables at {parts.scheme}:// URIs.",
+        "Use s3://bucket/path, hdfs://namenode:port/path or a local directory.",
+    )
+
+
+def _s3_options(s3: S3Connection) -> dict[str, str]:
+    """delta-rs's ``AWS_*`` options for an S3 connection."""
+    options: dict[str, str] = {}
+    if s3.endpoint_url:
+        options["AWS_ENDPOINT_URL"] = s3.endpoint_url
+        if s3.endpoint_url.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+    if s3.region:
+        options["AWS_REGION"] = s3.region
+    if s3.access_key_id and s3.secret_access_key:
+        options["AWS_ACCESS_KEY_ID"] = s3.access_key_id
+        options["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
+    if s3.session_token:
+        options["AWS_SESSION_TOKEN"] = s3.session_token
+    if s3.uses_path_style:
+        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+    return options

@@ -1,0 +1,242 @@
+"""DeltaSink: exactly-once Delta Lake tables, a whole batch made visible by one Delta commit.
+
+The contract maps onto a Delta table like this (``T`` is the table's directory; the log's use is
+described in :mod:`eosink.connectors.delta._log`)::
+
+    fence(app_id)          one commit carrying txn("eosink-epoch:<app>", epoch + 1), made at the
+                           snapshot's version plus one: of two writers racing for an epoch, one wins
+                           (the table is created here, from the configured or the stream's schema,
+                           if it does not exist yet)
+    begin, write,          participants (executors) write Parquet files of their own names straight
+    pre_commit             into T, from Arrow, with Delta statistics; nothing names them in the log,
+                           so no reader sees them. pre_commit closes the files, checks the epoch and
+                           writes the attempt's manifest (T/_eosink/apps/<app>/pending/<batch>/), for
+                           recovery; the committable carries the add actions
+    commit                 one Delta commit holding every participant's add actions,
+                           txn("eosink:<app>", batch) and the bundle in its commit info, made at the
+                           snapshot's version plus one after checking, on that snapshot, the epoch
+                           and that the batch is not there yet; another writer's commit in between
+                           makes it check again on the newer snapshot. A lost reply raises
+                           AmbiguousCommitError; the log answers it
+    commit_status          the log holds the batch with these committables: COMMITTED; every file
+                           still there: PREPARED; else ABORTED
+    recover                the manifests of batches the log does not hold
+    fetch_last_bundle      the app's txn version and, from the newest commit infos, that commit's bundle
+
+Why a zombie cannot commit: its epoch is checked on the very snapshot its commit is made on, and
+a fence is itself a commit, so a fence after that snapshot takes the commit's version first and the
+zombie's commit fails, checks again, and is refused (FencedError). A batch is never committed twice
+for the same reason: the app's txn version is checked on the snapshot the commit is made on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from eosink.connectors.delta import _log
+from eosink.connectors.delta._commit_side import _CommitSide
+from eosink.connectors.delta._errors import translated
+from eosink.connectors.delta._files import app_key, open_output, storage
+from eosink.connectors.delta._schema import table_columns
+from eosink.connectors.delta._write_side import _Txn, _WriteSide
+from eosink.connectors.delta.config import DeltaConfig
+from eosink.contract import Capabilities, Committable, Sink
+from eosink.errors import ConfigurationError, FencedError, TransientError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+    from deltalake import DeltaTable
+
+__all__ = ["DeltaSink"]
+
+log = logging.getLogger("eosink.delta")
+
+OWN_DIR = "_eosink"
+
+
+class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
+    """A batch-atomic, exactly-once sink into one Delta table (see the module docstring).
+
+    ``DeltaSink(DeltaConfig(...))`` or ``DeltaSink("s3://bucket/events", **options)``.
+    Picklable with no open connection.
+    """
+
+    capabilities = Capabilities(
+        supports_prepare=True,
+        supports_txid_status=True,
+        supports_keys=False,
+        atomic_batch_visibility=True,
+        supports_recover=True,
+    )
+    lost_work_hint = (
+        "a VACUUM with a short retention (or full=True) deleted the batch's data files before eosink committed "
+        "them (keep the retention longer than a batch can wait for its commit), or someone deleted "
+        "<table>/_eosink/."
+    )
+
+    def __init__(self, config: DeltaConfig | str, /, **options: Any) -> None:
+        if isinstance(config, str):
+            config = DeltaConfig(config, **options)
+        elif options:
+            raise ConfigurationError("Pass either a DeltaConfig or a table URI and options.", "Use one form.")
+        self.config = config
+        self._stream_schema: pa.Schema | None = None
+        self._fs: pafs.FileSystem | None = None
+
+    def __repr__(self) -> str:
+        return f"DeltaSink({self.config!r})"
+
+    __str__ = __repr__
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config, "stream_schema": self._stream_schema}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["config"])  # type: ignore[misc]
+        self._stream_schema = state.get("stream_schema")
+
+    # -- the table -----------------------------------------------------------------------------
+
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return translated(self.config, what)
+
+    def _table(self) -> DeltaTable | None:
+        """The table's newest snapshot (None: no table yet)."""
+        return _log.load(self.config.table, self.config.delta_options())
+
+    def _storage(self) -> pafs.FileSystem:
+        if self._fs is None:
+            self._fs = storage(self.config.table, self.config.delta_options())
+        return self._fs
+
+    def _columns(self, table: DeltaTable) -> dict[str, Any]:
+        return table_columns(table)
+
+    def _partition_by(self, table: DeltaTable | None) -> tuple[str, ...]:
+        if table is None:
+            return self.config.partition_by
+        return tuple(table.metadata().partition_columns)
+
+    def bind_schema(self, schema: pa.Schema) -> None:
+        """The stream's schema, handed over before the first batch: a missing table is created with it."""
+        self._stream_schema = schema
+
+    def _create(self, app_id: str) -> DeltaTable | None:
+        """Create the missing table with epoch 1 of ``app_id`` in its first commit; None when another made it first."""
+        from deltalake import Schema
+        from deltalake.transaction import CommitProperties, Transaction, create_table_with_add_actions
+
+        schema = self.config.schema if self.config.schema is not None else self._stream_schema
+        if not self.config.create_table:
+            raise ConfigurationError(
+                f"There is no Delta table at {self.config.table}, and create_table=False.",
+                "Create the table first, or configure the sink with create_table=True.",
+            )
+        if schema is None:
+            raise ConfigurationError(
+                f"There is no Delta table at {self.config.table}, and its schema is not known yet.",
+                "Create the table first, or pass schema=... to DeltaConfig (foreach_batch and format('eosink') "
+                "hand the stream's schema over by themselves).",
+            )
+        missing = [c for c in self.config.partition_by if c not in schema.names]
+        if missing:
+            raise ConfigurationError(
+                f"The partition columns {missing} are not columns of the table's schema {schema.names}.",
+                "Partition by columns the query writes.",
+            )
+        properties = CommitProperties(
+            custom_metadata={_log.META_KEY: {"app_id": app_id, "fence": 1}},
+            app_transactions=[Transaction(_log.epoch_txn(app_id), 1)],
+            max_commit_retries=0,
+        )
+        try:
+            create_table_with_add_actions(
+                self.config.table,
+                Schema.from_arrow(schema),
+                [],
+                mode="error",
+                partition_by=list(self.config.partition_by) or None,
+                storage_options=self.config.delta_options(),
+                commit_properties=properties,
+            )
+        except Exception as exc:
+            if self._table() is not None:  # another writer created it first
+                return None
+            raise exc
+        return self._table()
+
+    # -- setup, fencing ------------------------------------------------------------------------
+
+    def setup(self, app_id: str) -> None:
+        """Check that the table can be reached (and, if it exists, that its columns fit the stream's)."""
+        with self._errors("opening the table"):
+            table = self._table()
+        if table is not None and self._stream_schema is not None:
+            from eosink.connectors.delta._schema import check_batch, delta_columns
+
+            check_batch(
+                table_columns(table),
+                delta_columns(self._stream_schema),
+                self._partition_by(table),
+                self.config.schema_evolution == "add_columns",
+                "the query's output",
+            )
+
+    def fence(self, app_id: str) -> int:
+        """A new writer epoch, one higher than the log's, committed into the log (see the module docstring)."""
+        with self._errors(f"fencing app_id {app_id!r}"):
+            for _ in range(self.config.commit_attempts):
+                table = self._table()
+                if table is None:
+                    if self._create(app_id) is not None:
+                        return 1
+                    continue
+                epoch = _log.writer_epoch(table, app_id) + 1
+                meta = {_log.META_KEY: {"app_id": app_id, "fence": epoch}}
+                try:
+                    _log.commit_at(
+                        table, [], table.schema(), {_log.epoch_txn(app_id): epoch}, meta, self._partition_by(table)
+                    )
+                except _log.Conflict:
+                    continue
+                log.info("eosink: fenced app_id %r on %s: epoch %d", app_id, self.config.table, epoch)
+                return epoch
+        raise TransientError(
+            f"Fencing app_id {app_id!r} lost {self.config.commit_attempts} races with other writers of "
+            f"{self.config.table}.",
+            "Retry; if it persists, fewer writers should share the table (or raise commit_attempts).",
+        )
+
+    def current_epoch(self, app_id: str) -> int:
+        """The newest writer epoch of ``app_id`` in the table's log (0: none)."""
+        with self._errors("reading the writer epoch"):
+            table = self._table()
+            return 0 if table is None else _log.writer_epoch(table, app_id)
+
+    def _check_epoch(self, table: DeltaTable | None, app_id: str, epoch: int, what: str) -> None:
+        current = 0 if table is None else _log.writer_epoch(table, app_id)
+        if current > epoch:
+            raise FencedError(
+                f"{what} of {app_id!r} at epoch {epoch} was fenced: a newer writer holds epoch {current}.",
+                "Stop this older writer; only the newest may commit.",
+            )
+
+    # -- manifests of prepared work ------------------------------------------------------------
+
+    def _manifests(self, app_id: str, batch_id: int | None = None) -> str:
+        base = f"{OWN_DIR}/apps/{app_key(app_id)}/pending"
+        return base if batch_id is None else f"{base}/{batch_id:020d}"
+
+    def _write_manifest(self, committable: Committable) -> None:
+        path = f"{self._manifests(committable.batch.app_id, committable.batch.batch_id)}/{committable.id}.json"
+        data = json.dumps(committable.to_json(), separators=(",", ":")).encode()
+        out = open_output(self._storage(), path)
+        out.write(data)
+        out.close()
+
+    def close(self) -> None:
+        """Nothing to release: delta-rs opens its connections per call."""

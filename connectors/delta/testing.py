@@ -1,0 +1,95 @@
+"""The Delta sink's harness for the contract suite and the connector's own tests.
+
+``store="file"``: each namespace is a table in the namespace's own directory. ``store="s3"``: each
+namespace is a table under its own prefix in the bucket ``eosink-tests`` of the service harness's
+MinIO (``eosink services up minio``, or your own S3 through ``EOSINK_S3_*``); a missing server is an
+error, never a skip. Readers see what any Delta reader sees: the table's current snapshot.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from typing import Any, Literal
+
+from eosink.connectors.delta import DeltaConfig, DeltaSink
+from eosink.contracts import Namespace, SinkHarness
+from eosink.contracts.harness import CONTRACT_SCHEMA
+
+__all__ = ["COMMIT_REQUEST_MARKER", "DeltaHarness", "read_table"]
+
+COMMIT_REQUEST_MARKER = re.compile(rb"PUT /[^ ]*/_delta_log/\d{20}\.json ")
+"""The request that commits a batch on S3: the PUT of the log's next entry (``If-None-Match: *``)."""
+
+
+def read_table(config: DeltaConfig) -> list[dict[str, Any]]:
+    """Every row of the table's current snapshot (none when there is no table)."""
+    from eosink.connectors.delta import _log
+
+    table = _log.load(config.table, config.delta_options())
+    if table is None:
+        return []
+    rows: list[dict[str, Any]] = table.to_pyarrow_table().to_pylist()
+    return rows
+
+
+class DeltaHarness(SinkHarness):
+    """One table per namespace, on local disk or in MinIO (see the module docstring)."""
+
+    def __init__(self, store: Literal["file", "s3"] = "file", **options: Any) -> None:
+        self.store = store
+        self.options = options  # DeltaConfig options every sink of this harness gets
+        self.commit_request_marker = COMMIT_REQUEST_MARKER
+        self._s3: Any = None
+
+    def _s3_harness(self) -> Any:
+        if self._s3 is None:
+            from eosink.connectors.s3.testing import S3Harness
+
+            self._s3 = S3Harness()
+        return self._s3
+
+    def _s3_connection(self, endpoint_url: str | None = None) -> Any:
+        from eosink.connectors.s3.config import S3Connection
+
+        ep = self._s3_harness().endpoint()
+        self._s3_harness().ensure_bucket()
+        return S3Connection(
+            endpoint_url=endpoint_url or ep.endpoint_url,
+            access_key_id=ep.access_key,
+            secret_access_key=ep.secret_key,
+            region=ep.region,
+        )
+
+    def config(self, ns: Namespace, **options: Any) -> DeltaConfig:
+        settings: dict[str, Any] = {"schema": CONTRACT_SCHEMA, **self.options, **options}
+        if self.store == "s3":
+            from eosink.connectors.s3.testing import BUCKET
+
+            settings.setdefault("s3", self._s3_connection())
+            return DeltaConfig(f"s3://{BUCKET}/{ns.name}", **settings)
+        return DeltaConfig(str(ns.path / "table"), **settings)
+
+    def make_sink(self, ns: Namespace) -> DeltaSink:
+        return DeltaSink(self.config(ns))
+
+    def fault_endpoint(self) -> tuple[str, int] | None:
+        if self.store != "s3":
+            return None
+        s3: Any = self._s3_harness()
+        found: tuple[str, int] = s3.fault_endpoint()
+        return found
+
+    def make_sink_via(self, ns: Namespace, host: str, port: int) -> DeltaSink:
+        return DeltaSink(self.config(ns, s3=self._s3_connection(f"http://{host}:{port}")))
+
+    def read_committed(self, ns: Namespace) -> list[dict[str, Any]]:
+        return read_table(self.config(ns))
+
+    def cleanup(self, ns: Namespace) -> None:
+        if self.store == "s3":
+            from eosink.connectors.s3.testing import BUCKET, empty_prefix
+
+            empty_prefix(self._s3_harness().client(), BUCKET, ns.name)
+        else:
+            shutil.rmtree(ns.path / "table", ignore_errors=True)
