@@ -299,6 +299,10 @@ class Sink(ABC, Generic[TxnT]):
     def close(self) -> None:
         """Release connections held by this process. Default: nothing."""
 
+    def bind_schema(self, schema: pa.Schema) -> None:
+        """The stream's Arrow schema, handed over on the driver before ``setup`` and the first batch (a sink
+        that creates its table keeps it for that). Default: nothing."""
+
     @abstractmethod
     def fence(self, app_id: str) -> int:
         """Register a new writer of ``app_id`` and return its epoch, higher than any before."""

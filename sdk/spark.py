@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from eosink._spark_schema import arrow_schema
 from eosink.checkpoint import SparkCheckpoint
 from eosink.contract import Committable, Fingerprint, Sink
 from eosink.coordinator import CommitPolicy, Coordinator, Stats
@@ -220,6 +221,7 @@ class BatchWriter:
         _require_pyspark()
         if not self.coordinator.started:  # the first batch of a run: is this the query's checkpoint?
             self.checkpoint.require_offsets(int(batch_id))
+            self.sink.bind_schema(arrow_schema(df.schema))
         self.coordinator.process(int(batch_id), SparkBatch(df, self.participants))
 
     def start(self, stream: DataStreamWriter) -> StreamingQuery:

@@ -16,6 +16,7 @@ A batch's commit, step by step (each can be repeated after a crash)::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Sequence
@@ -186,10 +187,8 @@ class _CommitSide(_SinkBase):
             fs = self._storage()
             for c in committables:
                 for add in _adds([c]):
-                    try:
+                    with contextlib.suppress(FileNotFoundError):
                         fs.delete_file(add.path)
-                    except FileNotFoundError:
-                        pass
                 manifest = f"{self._manifests(c.batch.app_id, c.batch.batch_id)}/{c.id}.json"
                 if fs.get_file_info(manifest).type != pafs.FileType.NotFound:
                     fs.delete_file(manifest)

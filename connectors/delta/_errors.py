@@ -19,11 +19,37 @@ from eosink.errors import ConfigurationError, EosinkError, SchemaError, Transien
 
 __all__ = ["translate", "translated"]
 
-_DENIED = ("AccessDenied", "Forbidden", "403", "PermissionDenied", "Permission denied", "InvalidAccessKeyId",
-           "SignatureDoesNotMatch", "AccessControlException", "Unauthorized", "401")
-_TRANSIENT = ("connection", "timed out", "timeout", "reset by peer", "broken pipe", "unexpected eof", "dns error",
-              "error sending request", "refused", "SafeModeException", "StandbyException", "503", "500",
-              "SlowDown", "Generic S3 error", "Generic HDFS error", "hdfs error")
+_DENIED = (
+    "AccessDenied",
+    "Forbidden",
+    "403",
+    "PermissionDenied",
+    "Permission denied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AccessControlException",
+    "Unauthorized",
+    "401",
+)
+_TRANSIENT = (
+    "connection",
+    "timed out",
+    "timeout",
+    "reset by peer",
+    "broken pipe",
+    "unexpected eof",
+    "dns error",
+    "error sending request",
+    "refused",
+    "SafeModeException",
+    "StandbyException",
+    "503",
+    "500",
+    "SlowDown",
+    "Generic S3 error",
+    "Generic HDFS error",
+    "hdfs error",
+)
 
 
 def _detail(config: DeltaConfig, exc: BaseException) -> str:

@@ -40,7 +40,7 @@ def app_key(app_id: str) -> str:
 
 def file_prefix(app_id: str, batch_id: int, participant: int, attempt: str) -> str:
     """The first part of every data file name of one attempt (see the module docstring)."""
-    safe = _UNSAFE.sub("_", attempt)[:40] or "a"
+    safe = _UNSAFE.sub("_", attempt)[-40:] or "a"  # the tail: an attempt id ends in its UUIDv7
     return f"eosink-{app_key(app_id)}-{batch_id:020d}-p{participant:05d}-{safe}"
 
 
@@ -54,7 +54,7 @@ def storage(uri: str, options: dict[str, str]) -> pafs.FileSystem:
 
 def open_output(fs: pafs.FileSystem, path: str) -> Any:
     """delta-rs's own output stream for ``path`` (through pyarrow's wrapper it would be handed buffers it refuses)."""
-    return fs.handler._handler.open_output_stream(path, None)  # type: ignore[attr-defined]
+    return fs.handler._handler.open_output_stream(path, None)
 
 
 @dataclass(frozen=True)
@@ -202,9 +202,11 @@ def _split(table: pa.Table, columns: tuple[str, ...]) -> list[tuple[tuple[str | 
     with the partition columns left out."""
     as_text = [pc.cast(table.column(c), pa.string()) for c in columns]
     keys = pa.table({f"k{i}": col for i, col in enumerate(as_text)})
-    groups = keys.append_column("row", pa.array(range(table.num_rows), pa.int64())).group_by(
-        [f"k{i}" for i in range(len(columns))], use_threads=False
-    ).aggregate([("row", "list")])
+    groups = (
+        keys.append_column("row", pa.array(range(table.num_rows), pa.int64()))
+        .group_by([f"k{i}" for i in range(len(columns))], use_threads=False)
+        .aggregate([("row", "list")])
+    )
     rest = table.drop_columns(list(columns))
     out = []
     for group in groups.to_pylist():

@@ -63,7 +63,7 @@ def check_batch(
         )
     missing = [c for c in table if c not in batch and c not in partition_by]
     extra = [c for c in batch if c not in table]
-    if missing and not evolve or missing and any(c in partition_by for c in missing):
+    if (missing and not evolve) or (missing and any(c in partition_by for c in missing)):
         raise SchemaError(
             f"{where} lacks the Delta table's columns {missing}.",
             "Select every column of the table in the query (or write to another table).",

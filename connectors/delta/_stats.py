@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["FileStats", "STRING_PREFIX"]
+__all__ = ["STRING_PREFIX", "FileStats"]
 
 STRING_PREFIX = 32
 """Characters of a string bound kept in the log (Delta's own writers keep 32)."""
@@ -35,7 +35,7 @@ _MS = dt.timedelta(milliseconds=1)
 
 
 def _bounded(kind: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_integer(kind)
         or pa.types.is_floating(kind)
         or pa.types.is_string(kind)

@@ -84,9 +84,7 @@ class _WriteSide(_SinkBase):
                     )
                 missing = [c for c in txn.files.partition_by if c not in data.schema.names]
                 if missing:
-                    raise SchemaError(
-                        f"{where} lacks the partition columns {missing}.", "Select them in the query."
-                    )
+                    raise SchemaError(f"{where} lacks the partition columns {missing}.", "Select them in the query.")
                 txn.schema = data.schema
             elif data.schema.names != txn.schema.names:
                 raise SchemaError(
@@ -114,7 +112,7 @@ class _WriteSide(_SinkBase):
             with self._errors(f"pre_commit (participant {task.participant} of batch {task.batch})"):
                 added = txn.files.close()
                 self._check_epoch(self._table(), app, task.epoch, "pre_commit")
-                payload: dict[str, Any] = {"adds": [a.to_json() for a in added]}
+                payload: dict[str, Any] = {"adds": [a.to_json() for a in added], "attempt": task.attempt}
                 if txn.schema is not None:
                     payload["schema"] = txn.schema.serialize().to_pybytes().hex()
                 committable = Committable(task.batch, task.epoch, task.participant, txn.id, txn.rows, payload=payload)

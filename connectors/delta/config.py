@@ -156,9 +156,7 @@ def _normalised(uri: str) -> tuple[str, Literal["s3", "hdfs", "file"]]:
         return f"s3://{parts.netloc}/{parts.path.strip('/')}".rstrip("/"), "s3"
     if scheme == "hdfs":
         if not parts.netloc:
-            raise ConfigurationError(
-                f"The table {uri!r} names no NameNode.", "Use hdfs://<namenode>:<port>/<path>."
-            )
+            raise ConfigurationError(f"The table {uri!r} names no NameNode.", "Use hdfs://<namenode>:<port>/<path>.")
         if parts.username or parts.password:
             raise ConfigurationError("The hdfs:// URI holds user information.", "Remove it from the URI.")
         return f"hdfs://{parts.netloc}/{parts.path.strip('/')}".rstrip("/"), "hdfs"

@@ -193,6 +193,7 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
                 table = self._table()
                 if table is None:
                     if self._create(app_id) is not None:
+                        self._name_app(app_id)
                         return 1
                     continue
                 epoch = _log.writer_epoch(table, app_id) + 1
@@ -204,6 +205,7 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
                 except _log.Conflict:
                     continue
                 log.info("eosink: fenced app_id %r on %s: epoch %d", app_id, self.config.table, epoch)
+                self._name_app(app_id)
                 return epoch
         raise TransientError(
             f"Fencing app_id {app_id!r} lost {self.config.commit_attempts} races with other writers of "
@@ -225,10 +227,43 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
                 "Stop this older writer; only the newest may commit.",
             )
 
-    # -- manifests of prepared work ------------------------------------------------------------
+    # -- app_ids and manifests of prepared work ------------------------------------------------
+
+    def _app_dir(self, app_id: str) -> str:
+        return f"{OWN_DIR}/apps/{app_key(app_id)}"
+
+    def _name_app(self, app_id: str) -> None:
+        """``_eosink/apps/<key>/app_id``: how ``eosink status`` finds the table's app_ids."""
+        out = open_output(self._storage(), f"{self._app_dir(app_id)}/app_id")
+        out.write(app_id.encode())
+        out.close()
+
+    def app_ids(self) -> list[str]:
+        """Every app_id that has fenced on this table."""
+        import pyarrow.fs as pafs
+
+        with self._errors("listing app_ids"):
+            fs = self._storage()
+            found = []
+            for info in fs.get_file_info(pafs.FileSelector(f"{OWN_DIR}/apps", allow_not_found=True)):
+                if info.type != pafs.FileType.Directory:
+                    continue
+                names = fs.get_file_info([f"{info.path}/app_id"])[0]
+                if names.type != pafs.FileType.File:
+                    continue
+                with fs.open_input_stream(names.path) as stream:
+                    text = stream.read().decode()
+                if self._app_dir(text) == info.path.rstrip("/"):
+                    found.append(text)
+            return sorted(found)
+
+    def forget_app(self, app_id: str) -> None:
+        """Delete ``app_id``'s bookkeeping under ``_eosink/`` (the log's txns and committed batches stay)."""
+        with self._errors(f"dropping app_id {app_id!r}"):
+            self._storage().delete_dir(self._app_dir(app_id))
 
     def _manifests(self, app_id: str, batch_id: int | None = None) -> str:
-        base = f"{OWN_DIR}/apps/{app_key(app_id)}/pending"
+        base = f"{self._app_dir(app_id)}/pending"
         return base if batch_id is None else f"{base}/{batch_id:020d}"
 
     def _write_manifest(self, committable: Committable) -> None:

@@ -36,6 +36,7 @@ from pyspark.sql.datasource import (
 )
 
 from eosink import faults
+from eosink._spark_schema import arrow_schema as spark_arrow_schema
 from eosink.checkpoint import SparkCheckpoint
 from eosink.contract import Committable, Fingerprint
 from eosink.coordinator import Coordinator
@@ -93,6 +94,7 @@ class _Steps:
 
     def _begin(self, batch_id: int) -> None:
         coordinator = self._coordinator()
+        coordinator.sink.bind_schema(spark_arrow_schema(self.schema))
         try:
             self.plan = coordinator.begin_batch(batch_id)
             self.epoch = coordinator.epoch
@@ -269,7 +271,7 @@ def _arrow(iterator: Iterator[Any], schema: Any) -> Iterator[pa.RecordBatch]:
         return
     from pyspark.sql.types import TimestampType
 
-    arrow_schema = _arrow_schema(schema)
+    arrow_schema = spark_arrow_schema(schema)
     instants = [f.name for f in schema.fields if isinstance(f.dataType, TimestampType)]
     chunk: list[dict[str, Any]] = []
     for row in itertools.chain([first], iterator):
@@ -284,13 +286,3 @@ def _arrow(iterator: Iterator[Any], schema: Any) -> Iterator[pa.RecordBatch]:
             chunk = []
     if chunk:
         yield pa.RecordBatch.from_pylist(chunk, schema=arrow_schema)
-
-
-def _arrow_schema(schema: Any) -> pa.Schema:
-    """Spark's Arrow schema of ``schema``, timestamps in UTC (PySpark 4.1+ takes the zone, 4.0 assumes UTC)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    try:
-        return to_arrow_schema(schema, timezone="UTC")
-    except TypeError:  # pragma: no cover - PySpark 4.0
-        return to_arrow_schema(schema)

@@ -1,0 +1,51 @@
+"""The Delta sink's profile: how eosink's tooling finds and drives this connector."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from eosink.profiles import SinkProfile
+
+if TYPE_CHECKING:
+    from eosink.admin import SinkAdmin
+    from eosink.contracts.harness import SinkHarness
+
+__all__ = ["PROFILE", "DeltaProfile"]
+
+
+class DeltaProfile(SinkProfile):
+    """Delta Lake: Parquet files from Arrow, a batch visible by one Delta commit (:mod:`eosink.connectors.delta`)."""
+
+    name = "delta"
+    title = "Delta Lake"
+    summary = "Parquet files written from Arrow into a Delta table; a batch becomes visible by one Delta commit"
+    extra = "delta"
+    docs = "connectors/delta.md"
+    services = ("minio",)
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--table", required=True, help="the table: s3://bucket/path, hdfs://nn:port/path or a dir")
+        parser.add_argument("--endpoint-url", help="an S3-compatible store's endpoint (default: $EOSINK_S3_* / AWS_*)")
+
+    def admin(self, args: argparse.Namespace) -> SinkAdmin:
+        from eosink.connectors.delta.admin import DeltaAdmin
+        from eosink.connectors.delta.config import DeltaConfig
+        from eosink.connectors.s3.config import S3Connection
+
+        s3 = S3Connection.from_env(endpoint_url=args.endpoint_url) if args.endpoint_url else None
+        return DeltaAdmin(DeltaConfig(args.table, s3=s3))
+
+    def secrets_note(self) -> str:
+        return (
+            "S3 credentials come from EOSINK_S3_* or the AWS chain (environment, profile, role) and are never printed; "
+            "storage options whose names look secret are hidden in every message."
+        )
+
+    def contract_harness(self, **options: Any) -> SinkHarness:
+        from eosink.connectors.delta.testing import DeltaHarness
+
+        return DeltaHarness(**options)
+
+
+PROFILE = DeltaProfile()
