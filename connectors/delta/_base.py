@@ -41,3 +41,12 @@ class _SinkBase:
 
     def _manifests(self, app_id: str, batch_id: int | None = None) -> str:
         raise NotImplementedError
+
+    def _writing(self, app_id: str, batch_id: int | None = None, attempt: str | None = None) -> str:
+        raise NotImplementedError
+
+    def _write_json(self, path: str, doc: Any) -> None:
+        raise NotImplementedError
+
+    def _delete(self, path: str) -> None:
+        raise NotImplementedError

@@ -78,7 +78,9 @@ class _CommitSide(_SinkBase):
                 last = _log.last_batch(table, app)
                 adds = _adds(committables)
                 self._check_files(batch, committables, adds)
-                schema = self._commit_schema(table, batch, committables)
+                if self._widen(table, batch, committables):
+                    continue
+                schema = table.schema()
                 meta = {_log.META_KEY: {"app_id": app, "batch": batch_id, "bundle": bundle.to_json()}}
                 faults.hit(faults.FaultPoint.F6, batch_id)  # the files checked, the log entry not written yet
             try:
@@ -134,26 +136,27 @@ class _CommitSide(_SinkBase):
                 "The batch cannot be committed; recovery aborts it and the query replays it.",
             )
 
-    def _commit_schema(self, table: DeltaTable, batch: BatchRef, committables: Sequence[Committable]) -> Any:
-        """The schema the commit writes: the table's, widened by new columns where allowed (else SchemaError)."""
+    def _widen(self, table: DeltaTable, batch: BatchRef, committables: Sequence[Committable]) -> bool:
+        """Check the batch's columns against the table's (SchemaError); with ``schema_evolution="add_columns"``,
+        add the batch's new columns to the table (nullable, in a commit of their own, just before the batch's:
+        a reader may see them, empty, a moment early). True when the table changed: read it again."""
         from deltalake import Schema
 
         current = table_columns(table)
         evolve = self.config.schema_evolution == "add_columns"
-        partitions = self._partition_by(table)
         schemas = _schemas(committables)
         for schema in schemas:
-            check_batch(current, delta_columns(schema), partitions, evolve, f"batch {batch}")
-        if not evolve:
-            return table.schema()
-        doc = json.loads(table.schema().to_json())
-        known = {f["name"] for f in doc["fields"]}
+            check_batch(current, delta_columns(schema), self._partition_by(table), evolve, f"batch {batch}")
+        new: dict[str, Any] = {}
         for schema in schemas:
-            for f in json.loads(Schema.from_arrow(schema).to_json())["fields"]:
-                if f["name"] not in known:
-                    known.add(f["name"])
-                    doc["fields"].append({**f, "nullable": True})
-        return Schema.from_json(json.dumps(doc))
+            for f in Schema.from_arrow(schema).fields:
+                if f.name not in current and f.name not in new:
+                    new[f.name] = f
+        if not new:
+            return False
+        table.alter.add_columns(list(new.values()))
+        log.info("eosink: added columns %s to %s for batch %s", sorted(new), self.config.table, batch)
+        return True
 
     def _tidy(self, app_id: str, batch_id: int, committed: Sequence[str]) -> None:
         """The manifests of the batch's committed attempts go; a straggler's stays for recovery to abort it

@@ -15,6 +15,7 @@ import hashlib
 import re
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -147,9 +148,16 @@ class DataFiles:
     """One attempt's files: one open file per partition, a new one past ``file_rows`` rows."""
 
     def __init__(
-        self, fs: pafs.FileSystem, prefix: str, partition_by: tuple[str, ...], row_group_rows: int, file_rows: int
+        self,
+        fs: pafs.FileSystem,
+        prefix: str,
+        partition_by: tuple[str, ...],
+        row_group_rows: int,
+        file_rows: int,
+        on_open: Callable[[list[str]], None] = lambda paths: None,
     ) -> None:
         self.fs = fs
+        self.on_open = on_open
         self.prefix = prefix
         self.partition_by = partition_by
         self.row_group_rows = row_group_rows
@@ -175,6 +183,7 @@ class DataFiles:
             folder = "".join(f"{_escape(c)}={_escape(v)}/" for c, v in zip(self.partition_by, values, strict=True))
             path = f"{folder}{self.prefix}-{self.counter:03d}.parquet"
             self.counter += 1
+            self.on_open([*(f.path for f in self.done), *(o.path for o in self.open.values()), path])
             current = self.open[values] = _Open(self.fs, path, data.schema, self.row_group_rows)
         current.add(data)
 

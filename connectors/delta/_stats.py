@@ -6,10 +6,10 @@ means "unknown" to every reader):
 
 * integers, floats (a column holding NaN gets no bounds), strings (a longer maximum than
   ``STRING_PREFIX`` characters is left out; the minimum is cut to its prefix), dates
-  (``YYYY-MM-DD``), timestamps in milliseconds (zoned: ``YYYY-MM-DDTHH:MM:SS.sssZ`` in UTC; without
-  a zone: ``YYYY-MM-DD HH:MM:SS.sss``; the maximum rounded up to the next millisecond when it has
+  (``YYYY-MM-DD``), timestamps in milliseconds (zoned: ``YYYY-MM-DDTHH:MM:SS[.sss]Z`` in UTC; without
+  a zone: ``YYYY-MM-DD HH:MM:SS[.sss]``; the maximum rounded up to the next millisecond when it has
   more digits), decimals (JSON numbers, rounded outwards);
-* booleans get a null count only; structs nest their fields; binary, list and map columns get
+* booleans (``false`` < ``true``); structs nest their fields; binary, list and map columns get
   nothing (as delta-rs writes them).
 
 Statistics are gathered per write and merged, so a file's figures cover all its record batches.
@@ -36,7 +36,8 @@ _MS = dt.timedelta(milliseconds=1)
 
 def _bounded(kind: pa.DataType) -> bool:
     return bool(
-        pa.types.is_integer(kind)
+        pa.types.is_boolean(kind)
+        or pa.types.is_integer(kind)
         or pa.types.is_floating(kind)
         or pa.types.is_string(kind)
         or pa.types.is_large_string(kind)
@@ -92,12 +93,13 @@ def _json_bound(kind: pa.DataType, value: Any, *, low: bool) -> Any:
             return value
         return value[:STRING_PREFIX] if low else None
     if isinstance(value, dt.datetime):
-        if not low and value.microsecond % 1000:
-            value = value - dt.timedelta(microseconds=value.microsecond % 1000) + _MS
+        extra = value.microsecond % 1000
+        value = value - dt.timedelta(microseconds=extra) + (_MS if extra and not low else dt.timedelta(0))
+        spec = "milliseconds" if value.microsecond else "seconds"  # as delta-rs: no fraction when it is zero
         if isinstance(kind, pa.TimestampType) and kind.tz is not None:
             value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
-            return value.isoformat(timespec="milliseconds") + "Z"
-        return value.isoformat(sep=" ", timespec="milliseconds")
+            return value.isoformat(timespec=spec) + "Z"
+        return value.isoformat(sep=" ", timespec=spec)
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):

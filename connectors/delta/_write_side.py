@@ -54,8 +54,17 @@ class _WriteSide(_SinkBase):
             self._check_epoch(table, app, task.epoch, "begin")
             columns = self._columns(table) if table is not None else None
         prefix = file_prefix(app, task.batch.batch_id, task.participant, task.attempt)
+
+        def opened(paths: list[str]) -> None:  # before a file is created: what a sweep removes if we die
+            self._write_json(self._writing(app, task.batch.batch_id, prefix), {"epoch": task.epoch, "files": paths})
+
         files = DataFiles(
-            self._storage(), prefix, self._partition_by(table), self.config.row_group_rows, self.config.file_rows
+            self._storage(),
+            prefix,
+            self._partition_by(table),
+            self.config.row_group_rows,
+            self.config.file_rows,
+            opened,
         )
         return _Txn(task, prefix, files, os.getpid(), columns)
 
@@ -117,6 +126,7 @@ class _WriteSide(_SinkBase):
                     payload["schema"] = txn.schema.serialize().to_pybytes().hex()
                 committable = Committable(task.batch, task.epoch, task.participant, txn.id, txn.rows, payload=payload)
                 self._write_manifest(committable)
+                self._delete(self._writing(app, task.batch.batch_id, txn.id))
                 txn.done = True
                 return committable
         except BaseException:

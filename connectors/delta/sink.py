@@ -31,6 +31,7 @@ for the same reason: the app's txn version is checked on the snapshot the commit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from contextlib import AbstractContextManager
@@ -206,6 +207,7 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
                     continue
                 log.info("eosink: fenced app_id %r on %s: epoch %d", app_id, self.config.table, epoch)
                 self._name_app(app_id)
+                self._sweep(app_id, epoch)
                 return epoch
         raise TransientError(
             f"Fencing app_id {app_id!r} lost {self.config.commit_attempts} races with other writers of "
@@ -266,12 +268,58 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
         base = f"{self._app_dir(app_id)}/pending"
         return base if batch_id is None else f"{base}/{batch_id:020d}"
 
+    def _writing(self, app_id: str, batch_id: int | None = None, attempt: str | None = None) -> str:
+        """Where an attempt that has not prepared yet lists the files it opened (for the sweep at the next fence)."""
+        base = f"{self._app_dir(app_id)}/writing"
+        if batch_id is None:
+            return base
+        return f"{base}/{batch_id:020d}" if attempt is None else f"{base}/{batch_id:020d}/{attempt}.json"
+
+    def _write_json(self, path: str, doc: Any) -> None:
+        out = open_output(self._storage(), path)
+        out.write(json.dumps(doc, separators=(",", ":")).encode())
+        out.close()
+
+    def _delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._storage().delete_file(path)
+
     def _write_manifest(self, committable: Committable) -> None:
         path = f"{self._manifests(committable.batch.app_id, committable.batch.batch_id)}/{committable.id}.json"
-        data = json.dumps(committable.to_json(), separators=(",", ":")).encode()
-        out = open_output(self._storage(), path)
-        out.write(data)
-        out.close()
+        self._write_json(path, committable.to_json())
+
+    def _sweep(self, app_id: str, epoch: int) -> int:
+        """Remove the files of ``app_id``'s attempts of older epochs that never prepared; the number removed.
+
+        Such an attempt failed or was fenced while writing (its task retried elsewhere); its files were
+        never named by a manifest or a commit, so no recovery needs them. An attempt that prepared keeps
+        its files until its batch commits or recovery aborts it."""
+        import pyarrow.fs as pafs
+
+        fs = self._storage()
+        removed = 0
+        selector = pafs.FileSelector(self._writing(app_id), allow_not_found=True, recursive=True)
+        for info in fs.get_file_info(selector):
+            if info.type != pafs.FileType.File or not info.path.endswith(".json"):
+                continue
+            with fs.open_input_stream(info.path) as stream:
+                doc = json.loads(stream.read())
+            if int(doc.get("epoch", 0)) >= epoch:
+                continue
+            rel = info.path[len(self._writing(app_id)) + 1 :]  # <batch>/<attempt>.json
+            prepared = fs.get_file_info(f"{self._manifests(app_id)}/{rel}").type == pafs.FileType.File
+            if prepared:  # it prepared and died before removing this list: recovery decides its files
+                self._delete(info.path)
+                continue
+            for path in doc.get("files", ()):
+                self._delete(str(path))
+                removed += 1
+            self._delete(info.path)
+        if removed:
+            log.info(
+                "eosink: removed %d file(s) of failed attempts of app_id %r in %s", removed, app_id, self.config.table
+            )
+        return removed
 
     def close(self) -> None:
         """Nothing to release: delta-rs opens its connections per call."""

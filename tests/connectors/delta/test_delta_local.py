@@ -1,0 +1,213 @@
+"""DeltaSink on local disk: statistics as delta-rs writes them, the commit's races (zombie, lost reply),
+the sweep of failed attempts' files, and schema checks before anything is written."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from eosink.connectors.delta import DeltaConfig, DeltaSink, _log
+from eosink.connectors.delta._stats import FileStats
+from eosink.connectors.delta.testing import read_table
+from eosink.contract import BatchRef, CommitStatus, TaskRef
+from eosink.contracts._steps import bundle_for, canon, prepare, rows_for
+from eosink.contracts.harness import CONTRACT_SCHEMA
+from eosink.errors import AmbiguousCommitError, FencedError, SchemaError
+
+APP = "delta-app"
+
+
+def sink_at(tmp_path: Path, **options: Any) -> DeltaSink:
+    return DeltaSink(DeltaConfig(str(tmp_path / "table"), schema=CONTRACT_SCHEMA, **options))
+
+
+def typed_table() -> pa.Table:
+    utc = dt.timezone.utc
+    return pa.table(
+        {
+            "i": pa.array([3, None, -7], pa.int64()),
+            "s": pa.array(["b", "a", None], pa.string()),
+            "f": pa.array([1.5, -2.25, None], pa.float64()),
+            "d": pa.array([dt.date(2024, 1, 2), None, dt.date(1999, 12, 31)], pa.date32()),
+            "ts": pa.array(
+                [dt.datetime(2024, 1, 1, 0, 0, 0, 123000, utc), None, dt.datetime(2023, 6, 1, tzinfo=utc)],
+                pa.timestamp("us", "UTC"),
+            ),
+            "ntz": pa.array([dt.datetime(2024, 1, 1, 1, 2, 3), None, None], pa.timestamp("us")),
+            "dec": pa.array([decimal.Decimal("-4.50"), decimal.Decimal("7.25"), None], pa.decimal128(10, 2)),
+            "b": pa.array([True, None, False]),
+            "st": pa.array([{"x": 1, "y": "q"}, None, {"x": None, "y": "r"}]),
+        }
+    )
+
+
+def test_statistics_are_those_delta_rs_writes_for_the_same_rows(tmp_path: Path) -> None:
+    """Pass: numRecords, minValues, maxValues and nullCount of our stats equal delta-rs's own for a file of
+    ints, strings, floats, dates, zoned and naive timestamps, decimals, booleans and a struct (values chosen
+    so that neither side widens a bound)."""
+    from deltalake import write_deltalake
+
+    data = typed_table()
+    write_deltalake(str(tmp_path / "ref"), data)
+    entry = (tmp_path / "ref" / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
+    theirs = next(json.loads(json.loads(line)["add"]["stats"]) for line in entry if '"add"' in line)
+    stats = FileStats(data.schema)
+    stats.add(data.slice(0, 2))
+    stats.add(data.slice(2))
+    ours = json.loads(stats.to_json())
+    assert ours == theirs
+
+
+def test_a_bound_that_json_cannot_hold_exactly_is_widened_or_left_out() -> None:
+    """Pass: a timestamp maximum with microseconds is rounded up to the next millisecond (the minimum cut
+    down); a string longer than 32 characters keeps a cut minimum and no maximum; a float column holding NaN
+    has no bounds; binary and list columns have no figures at all."""
+    long = "z" * 40
+    data = pa.table(
+        {
+            "ts": pa.array([dt.datetime(2024, 1, 1, 0, 0, 0, 1500), dt.datetime(2024, 1, 1, 0, 0, 0, 500)]),
+            "s": pa.array(["a" * 40, long]),
+            "f": pa.array([1.0, float("nan")]),
+            "bin": pa.array([b"x", b"y"]),
+            "l": pa.array([[1], [2]]),
+        }
+    )
+    stats = FileStats(data.schema)
+    stats.add(data)
+    doc = json.loads(stats.to_json())
+    assert doc["minValues"] == {"ts": "2024-01-01 00:00:00", "s": "a" * 32}
+    assert doc["maxValues"] == {"ts": "2024-01-01 00:00:00.002"}
+    assert doc["nullCount"] == {"ts": 0, "s": 0, "f": 0}
+
+
+def test_a_zombie_whose_snapshot_predates_a_fence_is_refused_in_the_same_commit(tmp_path: Path) -> None:
+    """A writer checks its epoch on snapshot v; before its commit (at v + 1), a newer writer fences (taking
+    v + 1).
+
+    Pass: the zombie's commit raises FencedError (not a commit at v + 2); nothing of its batch is visible,
+    and its work is still PREPARED for the new writer to decide."""
+    zombie = sink_at(tmp_path)
+    epoch = zombie.fence(APP)
+    batch = BatchRef(APP, 0)
+    made = [prepare(zombie, batch, epoch, p, rows_for(APP, 0, p, 3)) for p in range(2)]
+    real = _log.commit_at
+    fenced: list[int] = []
+
+    def fence_first(*args: Any, **kwargs: Any) -> None:
+        if not fenced:
+            fenced.append(0)
+            fenced[0] = sink_at(tmp_path).fence(APP)
+        real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_log, "commit_at", fence_first)
+        with pytest.raises(FencedError):
+            zombie.commit(batch, made, bundle_for(batch, epoch, made))
+    assert fenced == [epoch + 1]
+    assert read_table(zombie.config) == []
+    assert sink_at(tmp_path).commit_status(batch, made) is CommitStatus.PREPARED
+
+
+def test_a_commit_whose_reply_is_lost_is_ambiguous_and_the_log_tells_it_landed(tmp_path: Path) -> None:
+    """The log entry is written, then the store's answer is lost.
+
+    Pass: AmbiguousCommitError; commit_status from a new process is COMMITTED; committing again changes
+    nothing; every row is visible once."""
+    sink = sink_at(tmp_path)
+    epoch = sink.fence(APP)
+    batch = BatchRef(APP, 0)
+    shares = [rows_for(APP, 0, p, 3) for p in range(2)]
+    made = [prepare(sink, batch, epoch, p, rows) for p, rows in enumerate(shares)]
+    bundle = bundle_for(batch, epoch, made)
+    real = _log.commit_at
+
+    def lost(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        raise OSError("Generic LocalFileSystem error: connection reset by peer")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_log, "commit_at", lost)
+        with pytest.raises(AmbiguousCommitError):
+            sink.commit(batch, made, bundle)
+    after = sink_at(tmp_path)
+    assert after.commit_status(batch, made) is CommitStatus.COMMITTED
+    after.commit(batch, made, bundle)
+    assert canon(read_table(after.config)) == canon([r for s in shares for r in s])
+    assert after.fetch_last_bundle(APP) == bundle
+
+
+def test_files_of_an_attempt_that_died_writing_go_at_the_next_fence_and_prepared_ones_stay(tmp_path: Path) -> None:
+    """Attempt A writes and dies before pre_commit; attempt B of the same batch prepares.
+
+    Pass: after a new fence, A's file is gone and B's stays; B's batch commits whole."""
+    sink = sink_at(tmp_path)
+    epoch = sink.fence(APP)
+    batch = BatchRef(APP, 0)
+    dead = sink.begin(TaskRef(batch, epoch, 0, "attempt-dead"))
+    sink.write(dead, pa.RecordBatch.from_pylist(rows_for(APP, 0, 0, 3), schema=CONTRACT_SCHEMA))
+    dead_files = list(dead.files.open.values())
+    dead_paths = [f.path for f in dead_files]
+    for f in dead_files:  # the process died: its streams are flushed by the OS, never closed by eosink
+        f.writer.close()
+        f.stream.close()
+    rows = rows_for(APP, 0, 0, 3)
+    made = [prepare(sink, batch, epoch, 0, rows)]
+    table_dir = tmp_path / "table"
+    assert all((table_dir / p).exists() for p in dead_paths)
+    newer = sink_at(tmp_path)
+    new_epoch = newer.fence(APP)
+    assert not any((table_dir / p).exists() for p in dead_paths)
+    assert all((table_dir / a["path"]).exists() for a in made[0].payload["adds"])
+    newer.commit(batch, made, bundle_for(batch, new_epoch, made))
+    assert canon(read_table(newer.config)) == canon(rows)
+
+
+def test_a_batch_with_other_columns_is_a_schema_error_before_a_byte_is_written(tmp_path: Path) -> None:
+    """Pass: a batch with an extra column, or with a column of another type, raises SchemaError at its first
+    write, naming the column; the table's directory holds no data file afterwards."""
+    sink = sink_at(tmp_path)
+    epoch = sink.fence(APP)
+    extra = pa.table(
+        {
+            **{n: pa.array([None], t) for n, t in zip(CONTRACT_SCHEMA.names, CONTRACT_SCHEMA.types)},
+            "more": pa.array([1]),
+        }
+    )
+    wrong = pa.table({"id": pa.array(["1"]), "name": ["a"], "amount": [1.0], "tag": ["t"]})
+    for data, name in ((extra, "more"), (wrong, "id")):
+        txn = sink.begin(TaskRef(BatchRef(APP, 0), epoch, 0, f"a-{name}"))
+        with pytest.raises(SchemaError, match=name):
+            sink.write(txn, data.to_batches()[0])
+    assert not list((tmp_path / "table").glob("*.parquet"))
+
+
+def test_with_add_columns_a_new_nullable_column_joins_the_table_in_the_batchs_commit(tmp_path: Path) -> None:
+    """Pass: under schema_evolution='add_columns' a batch with a new column commits; the table's schema has
+    the column; older rows read it as null."""
+    sink = sink_at(tmp_path, schema_evolution="add_columns")
+    epoch = sink.fence(APP)
+    first = [prepare(sink, BatchRef(APP, 0), epoch, 0, rows_for(APP, 0, 0, 2))]
+    sink.commit(BatchRef(APP, 0), first, bundle_for(BatchRef(APP, 0), epoch, first))
+    wider = pa.table(
+        {
+            **{
+                n: pa.array([7], pa.int64()) if n == "id" else pa.array([None], t)
+                for n, t in zip(CONTRACT_SCHEMA.names, CONTRACT_SCHEMA.types)
+            },
+            "extra": pa.array(["new"]),
+        }
+    )
+    batch = BatchRef(APP, 1)
+    txn = sink.begin(TaskRef(batch, epoch, 0, "wide"))
+    sink.write(txn, wider.to_batches()[0])
+    made = [sink.pre_commit(txn)]
+    sink.commit(batch, made, bundle_for(batch, epoch, made))
+    rows = read_table(sink.config)
+    assert {r["id"]: r["extra"] for r in rows}.get(7) == "new"
+    assert all(r["extra"] is None for r in rows if r["id"] != 7)
