@@ -175,7 +175,7 @@ def test_a_batch_with_other_columns_is_a_schema_error_before_a_byte_is_written(t
     epoch = sink.fence(APP)
     extra = pa.table(
         {
-            **{n: pa.array([None], t) for n, t in zip(CONTRACT_SCHEMA.names, CONTRACT_SCHEMA.types)},
+            **{n: pa.array([None], t) for n, t in zip(CONTRACT_SCHEMA.names, CONTRACT_SCHEMA.types, strict=True)},
             "more": pa.array([1]),
         }
     )
@@ -198,7 +198,7 @@ def test_with_add_columns_a_new_nullable_column_joins_the_table_in_the_batchs_co
         {
             **{
                 n: pa.array([7], pa.int64()) if n == "id" else pa.array([None], t)
-                for n, t in zip(CONTRACT_SCHEMA.names, CONTRACT_SCHEMA.types)
+                for n, t in zip(CONTRACT_SCHEMA.names, CONTRACT_SCHEMA.types, strict=True)
             },
             "extra": pa.array(["new"]),
         }
