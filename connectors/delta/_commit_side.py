@@ -76,6 +76,8 @@ class _CommitSide(_SinkBase):
                     self._same_bundle(batch, found, bundle)
                     break
                 last = _log.last_batch(table, app)
+                if last is not None and last < batch_id:
+                    self._compact_if_due(app, last)  # a compaction a crash kept from running after the last batch
                 adds = _adds(committables)
                 self._check_files(batch, committables, adds)
                 if self._widen(table, batch, committables):
@@ -110,6 +112,7 @@ class _CommitSide(_SinkBase):
                 "Retry; if it persists, fewer writers should share the table (or raise commit_attempts).",
             )
         self._tidy(app, batch_id, bundle.committables)
+        self._compact_if_due(app, batch_id)
 
     @staticmethod
     def _same_bundle(batch: BatchRef, found: Bundle, bundle: Bundle) -> None:
@@ -169,6 +172,50 @@ class _CommitSide(_SinkBase):
                 pass
             except Exception as exc:
                 log.debug("eosink: could not remove the manifest of %s in %s#%d: %s", cid, app_id, batch_id, exc)
+
+    # -- compaction -----------------------------------------------------------------------------
+
+    def _compact_if_due(self, app_id: str, batch_id: int) -> None:
+        """Compact the table's small files after every ``compact_every``-th batch of the app, once.
+
+        A compaction (delta-rs ``optimize.compact``) rewrites files into fewer, without changing a row:
+        its commit has ``dataChange=false``, so snapshot and streaming readers see the same data. Its commit
+        info names the app and the batch it follows; before compacting, the commits after that batch's are
+        read, so a compaction that landed before a crash (or whose reply was lost) is never run again, and
+        one that did not land runs at the app's next commit. Best effort: a failed compaction leaves the
+        batch committed and is tried again at the next commit."""
+        every = self.config.compact_every
+        if every is None or (batch_id + 1) % every:
+            return
+        try:
+            with self._errors(f"compaction after batch {app_id}#{batch_id}"):
+                table = self._table()
+                if table is None or self._compacted(table, app_id, batch_id):
+                    return
+                from deltalake.transaction import CommitProperties
+
+                meta = {_log.META_KEY: {"app_id": app_id, "compaction": batch_id}}
+                metrics = table.optimize.compact(commit_properties=CommitProperties(custom_metadata=meta))
+                log.info(
+                    "eosink: compacted %s after batch %s#%d: %s files into %s",
+                    self.config.table,
+                    app_id,
+                    batch_id,
+                    metrics.get("numFilesRemoved"),
+                    metrics.get("numFilesAdded"),
+                )
+        except EosinkError as exc:
+            log.warning("eosink: compaction of %s failed (tried again at the next commit): %s", self.config.table, exc)
+
+    @staticmethod
+    def _compacted(table: DeltaTable, app_id: str, batch_id: int) -> bool:
+        """Whether a compaction following ``app_id``'s batch ``batch_id`` is in the log (read back to that batch)."""
+        for _, meta in _log.eosink_commits(table, app_id, include_compactions=True):
+            if meta.get("compaction") == batch_id:
+                return True
+            if meta.get("batch") is not None and int(meta["batch"]) <= batch_id:
+                return False
+        return False
 
     # -- abort, status, recovery --------------------------------------------------------------
 

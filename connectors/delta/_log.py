@@ -45,8 +45,10 @@ log = logging.getLogger("eosink.delta")
 BATCH_TXN_PREFIX = "eosink:"
 EPOCH_TXN_PREFIX = "eosink-epoch:"
 META_KEY = "eosink"
+FIRST_PAGE = 4
 HISTORY_PAGE = 32
-"""Commit infos read per step when looking for a batch's commit, newest first."""
+"""Commit infos read per step when looking for a batch's commit, newest first (after a first page of
+``FIRST_PAGE``: each is one read of a log entry)."""
 
 
 class Conflict(Exception):
@@ -82,12 +84,16 @@ def writer_epoch(table: DeltaTable, app_id: str) -> int:
     return table.transaction_version(epoch_txn(app_id)) or 0
 
 
-def eosink_commits(table: DeltaTable, app_id: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
-    """(version, eosink's commit metadata) of ``app_id``'s batch commits, newest first, as far as the caller reads.
+def eosink_commits(
+    table: DeltaTable, app_id: str, *, include_compactions: bool = False
+) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """(version, eosink's commit metadata) of ``app_id``'s batch commits (and compactions, if asked), newest
+    first, as far as the caller reads.
 
-    Commit infos are read a page at a time from the newest; commits of other writers and of other
-    app_ids are skipped, and the walk stops where the log's retained history ends."""
-    limit = HISTORY_PAGE
+    Commit infos are read a page at a time from the newest (a first small page: the commit looked for is
+    almost always among the newest); commits of other writers and of other app_ids are skipped, and the
+    walk stops where the log's retained history ends."""
+    limit = FIRST_PAGE
     seen = 0
     while True:
         page = table.history(limit)
@@ -98,11 +104,13 @@ def eosink_commits(table: DeltaTable, app_id: str) -> Iterator[tuple[int, Mappin
                     meta = json.loads(meta)
                 except ValueError:
                     meta = None
-            if isinstance(meta, Mapping) and meta.get("app_id") == app_id and "bundle" in meta:
+            if not isinstance(meta, Mapping) or meta.get("app_id") != app_id:
+                continue
+            if "bundle" in meta or (include_compactions and "compaction" in meta):
                 yield int(info["version"]), meta
         if len(page) < limit:
             return
-        seen, limit = len(page), limit * 2
+        seen, limit = len(page), max(limit * 2, HISTORY_PAGE)
 
 
 def bundle_of(table: DeltaTable, app_id: str, batch_id: int) -> Bundle | None:

@@ -211,3 +211,46 @@ def test_with_add_columns_a_new_nullable_column_joins_the_table_in_the_batchs_co
     rows = read_table(sink.config)
     assert {r["id"]: r["extra"] for r in rows}.get(7) == "new"
     assert all(r["extra"] is None for r in rows if r["id"] != 7)
+
+
+def compactions(sink: DeltaSink) -> list[int]:
+    """The batches after which the log holds a compaction of APP, oldest first."""
+    table = _log.load(sink.config.table, sink.config.delta_options())
+    assert table is not None
+    return sorted(
+        int(m["compaction"]) for _, m in _log.eosink_commits(table, APP, include_compactions=True) if "compaction" in m
+    )
+
+
+def test_compaction_every_n_batches_runs_once_even_when_a_crash_kept_it_from_running(tmp_path: Path) -> None:
+    """compact_every=3, batches 0..6 of two files each; the process dies right after batch 2's commit, before
+    its compaction; batch 6 is committed by a new process.
+
+    Pass: the compaction after batch 2 runs at batch 3's commit (from a new process), the one after batch 5
+    after its commit, and batch 6's commit runs none again: two compaction commits, one per window; the rows
+    a reader sees are every batch's, once; the table holds fewer files than were written."""
+    sink = sink_at(tmp_path, compact_every=3)
+    epoch = sink.fence(APP)
+    rows: list[dict[str, Any]] = []
+    for batch_id in range(6):
+        batch = BatchRef(APP, batch_id)
+        shares = [rows_for(APP, batch_id, p, 3) for p in range(2)]
+        made = [prepare(sink, batch, epoch, p, share) for p, share in enumerate(shares)]
+        rows += [r for s in shares for r in s]
+        if batch_id == 2:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(DeltaSink, "_compact_if_due", lambda *a: None)  # the process dies first
+                sink.commit(batch, made, bundle_for(batch, epoch, made))
+            assert compactions(sink) == []
+            sink = sink_at(tmp_path, compact_every=3)
+            continue
+        sink.commit(batch, made, bundle_for(batch, epoch, made))
+    assert compactions(sink) == [2, 5]
+    again = sink_at(tmp_path, compact_every=3)  # a new process: batch 6 finds batch 5's compaction done
+    made = [prepare(again, BatchRef(APP, 6), epoch, 0, rows_for(APP, 6, 0, 3))]
+    again.commit(BatchRef(APP, 6), made, bundle_for(BatchRef(APP, 6), epoch, made))
+    rows += rows_for(APP, 6, 0, 3)
+    assert compactions(sink) == [2, 5]
+    assert canon(read_table(sink.config)) == canon(rows)
+    table = _log.load(sink.config.table, sink.config.delta_options())
+    assert table is not None and len(table.file_uris()) < 12
