@@ -72,6 +72,9 @@ class SinkProfile(ABC):
     """Its page under ``docs/`` (``connectors/postgres.md``)."""
     services: ClassVar[tuple[str, ...]] = ()
     """The service harness's servers its tests and tools need (``eosink services up ...``)."""
+    datasource: ClassVar[tuple[str, str, str] | None] = None
+    """What ``format("eosink")`` builds from ``<name>.*`` options: (module, config class, sink class); without a
+    config class, the options are the sink constructor's keyword arguments. None: not offered there."""
     commit_request_marker: ClassVar[bytes | re.Pattern[bytes] | None] = None
     """Bytes of (or a pattern matching) the request that commits a batch, for fault proxies that cut
     its reply; None when requests cannot be matched (encrypted, or no network)."""

@@ -2,8 +2,9 @@
 
 The table is a URI: ``s3://bucket/path`` (AWS S3 or an S3-compatible store such as MinIO),
 ``hdfs://namenode:port/path``, or a local directory (``/data/events`` or ``file:///data/events``).
-How to reach an S3 store is an :class:`~eosink.connectors.s3.S3Connection`, the one the S3 sink
-uses; other delta-rs storage settings pass through ``storage_options``. Secrets (the S3 secret
+How to reach an S3 store is said as for the S3 sink (``endpoint_url``, ``region``, credentials: an
+:class:`~eosink.connectors.s3.S3Connection`); other delta-rs storage settings pass through
+``storage_options``. Secrets (the S3 secret
 key and session token, storage options whose names look secret) never appear in ``repr``, logs
 or error text: :meth:`DeltaConfig.scrub` removes them from any text.
 """
@@ -14,13 +15,10 @@ import os
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from eosink.connectors.s3.config import S3Connection
 from eosink.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 __all__ = ["DeltaConfig"]
 
@@ -37,13 +35,13 @@ class DeltaConfig:
     """Configuration of a :class:`~eosink.connectors.delta.DeltaSink`.
 
     * ``table``: the table's URI (see the module docstring).
-    * ``s3``: how to reach an ``s3://`` table's store (default: :meth:`S3Connection.from_env`, the
-      service harness's ``EOSINK_S3_*`` variables or the ``AWS_*`` chain).
+    * ``endpoint_url``, ``region``, ``path_style``, ``access_key_id``, ``secret_access_key``,
+      ``session_token``: how to reach an ``s3://`` table's store, as for the S3 sink. None of them
+      given: the service harness's ``EOSINK_S3_*`` variables, else the ``AWS_*`` chain.
     * ``storage_options``: further delta-rs storage settings, passed through untouched.
-    * ``schema``: the table's schema when eosink creates it. Without it, the stream's schema is
-      used (``foreach_batch`` and ``format("eosink")`` hand it over before the first batch).
-    * ``create_table``: create a missing table (default); with False a missing table is a
-      ConfigurationError.
+    * ``create_table``: create a missing table (default) with the stream's schema (``foreach_batch``
+      and ``format("eosink")`` hand it over before the first batch; with the sink API, call
+      :meth:`DeltaSink.bind_schema`); with False a missing table is a ConfigurationError.
     * ``partition_by``: partition columns of a table eosink creates (an existing table keeps its own).
     * ``schema_evolution``: ``"none"`` (default: a batch whose columns differ from the table's is a
       SchemaError) or ``"add_columns"`` (a batch may bring new nullable columns; the commit adds them
@@ -56,9 +54,13 @@ class DeltaConfig:
     """
 
     table: str
-    s3: S3Connection | None = None
+    endpoint_url: str | None = None
+    region: str | None = None
+    path_style: bool | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
     storage_options: Mapping[str, str] = field(default_factory=dict)
-    schema: pa.Schema | None = None
     create_table: bool = True
     partition_by: tuple[str, ...] = ()
     schema_evolution: Literal["none", "add_columns"] = "none"
@@ -68,6 +70,8 @@ class DeltaConfig:
     commit_attempts: int = 100
     scheme: Literal["s3", "hdfs", "file"] = field(init=False, compare=False)
     """Where the table lives."""
+    s3: S3Connection | None = field(init=False, compare=False)
+    """How to reach an ``s3://`` table's store (None for other tables)."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -76,7 +80,16 @@ class DeltaConfig:
         table, scheme = _normalised(self.table.strip())
         set_(self, "table", table)
         set_(self, "scheme", scheme)
-        if scheme == "s3" and self.s3 is None:
+        explicit = {
+            name: getattr(self, name)
+            for name in ("endpoint_url", "region", "path_style", "access_key_id", "secret_access_key", "session_token")
+            if getattr(self, name) is not None
+        }
+        if scheme != "s3":
+            set_(self, "s3", None)
+        elif explicit:
+            set_(self, "s3", S3Connection(**explicit))
+        else:
             set_(self, "s3", S3Connection.from_env())
         raw: Any = self.partition_by
         set_(self, "partition_by", (raw,) if isinstance(raw, str) else tuple(raw))

@@ -22,6 +22,7 @@ class DeltaProfile(SinkProfile):
     summary = "Parquet files written from Arrow into a Delta table; a batch becomes visible by one Delta commit"
     extra = "delta"
     docs = "connectors/delta.md"
+    datasource = ("eosink.connectors.delta", "DeltaConfig", "DeltaSink")
     services = ("minio",)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -31,10 +32,8 @@ class DeltaProfile(SinkProfile):
     def admin(self, args: argparse.Namespace) -> SinkAdmin:
         from eosink.connectors.delta.admin import DeltaAdmin
         from eosink.connectors.delta.config import DeltaConfig
-        from eosink.connectors.s3.config import S3Connection
 
-        s3 = S3Connection.from_env(endpoint_url=args.endpoint_url) if args.endpoint_url else None
-        return DeltaAdmin(DeltaConfig(args.table, s3=s3))
+        return DeltaAdmin(DeltaConfig(args.table, endpoint_url=args.endpoint_url))
 
     def secrets_note(self) -> str:
         return (

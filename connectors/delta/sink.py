@@ -131,7 +131,7 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
         from deltalake import Schema
         from deltalake.transaction import CommitProperties, Transaction, create_table_with_add_actions
 
-        schema = self.config.schema if self.config.schema is not None else self._stream_schema
+        schema = self._stream_schema
         if not self.config.create_table:
             raise ConfigurationError(
                 f"There is no Delta table at {self.config.table}, and create_table=False.",
@@ -140,8 +140,8 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
         if schema is None:
             raise ConfigurationError(
                 f"There is no Delta table at {self.config.table}, and its schema is not known yet.",
-                "Create the table first, or pass schema=... to DeltaConfig (foreach_batch and format('eosink') "
-                "hand the stream's schema over by themselves).",
+                "Create the table first, or hand the sink the stream's schema with DeltaSink.bind_schema(...) before "
+                "its first fence (foreach_batch and format('eosink') do it by themselves).",
             )
         missing = [c for c in self.config.partition_by if c not in schema.names]
         if missing:

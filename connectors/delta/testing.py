@@ -49,29 +49,28 @@ class DeltaHarness(SinkHarness):
             self._s3 = S3Harness()
         return self._s3
 
-    def _s3_connection(self, endpoint_url: str | None = None) -> Any:
-        from eosink.connectors.s3.config import S3Connection
-
+    def _s3_settings(self) -> dict[str, Any]:
         ep = self._s3_harness().endpoint()
         self._s3_harness().ensure_bucket()
-        return S3Connection(
-            endpoint_url=endpoint_url or ep.endpoint_url,
-            access_key_id=ep.access_key,
-            secret_access_key=ep.secret_key,
-            region=ep.region,
-        )
+        return {
+            "endpoint_url": ep.endpoint_url,
+            "access_key_id": ep.access_key,
+            "secret_access_key": ep.secret_key,
+            "region": ep.region,
+        }
 
     def config(self, ns: Namespace, **options: Any) -> DeltaConfig:
-        settings: dict[str, Any] = {"schema": CONTRACT_SCHEMA, **self.options, **options}
+        settings: dict[str, Any] = {**self.options, **options}
         if self.store == "s3":
             from eosink.connectors.s3.testing import BUCKET
 
-            settings.setdefault("s3", self._s3_connection())
-            return DeltaConfig(f"s3://{BUCKET}/{ns.name}", **settings)
+            return DeltaConfig(f"s3://{BUCKET}/{ns.name}", **{**self._s3_settings(), **settings})
         return DeltaConfig(str(ns.path / "table"), **settings)
 
     def make_sink(self, ns: Namespace) -> DeltaSink:
-        return DeltaSink(self.config(ns))
+        sink = DeltaSink(self.config(ns))
+        sink.bind_schema(CONTRACT_SCHEMA)
+        return sink
 
     def fault_endpoint(self) -> tuple[str, int] | None:
         if self.store != "s3":
@@ -81,7 +80,9 @@ class DeltaHarness(SinkHarness):
         return found
 
     def make_sink_via(self, ns: Namespace, host: str, port: int) -> DeltaSink:
-        return DeltaSink(self.config(ns, s3=self._s3_connection(f"http://{host}:{port}")))
+        sink = DeltaSink(self.config(ns, endpoint_url=f"http://{host}:{port}"))
+        sink.bind_schema(CONTRACT_SCHEMA)
+        return sink
 
     def read_committed(self, ns: Namespace) -> list[dict[str, Any]]:
         return read_table(self.config(ns))

@@ -27,6 +27,7 @@ class HdfsProfile(SinkProfile):
     summary = "Parquet or JSON-lines files written from Arrow; a batch becomes visible by one atomic directory rename"
     extra = "hdfs"
     docs = "connectors/hdfs.md"
+    datasource = ("eosink.connectors.hdfs", "HdfsConfig", "HdfsSink")
     services = ("hdfs",)
     #: The rename that makes a batch visible (see :data:`eosink.connectors.hdfs.testing.COMMIT_REQUEST_MARKER`).
     commit_request_marker = COMMIT_REQUEST_MARKER

@@ -27,6 +27,7 @@ class KafkaProfile(SinkProfile):
     summary = "records produced from Arrow into a topic; transactions ended by the driver (2pc), idempotent keys"
     extra = "kafka"
     docs = "connectors/kafka.md"
+    datasource = ("eosink.connectors.kafka", "KafkaConfig", "KafkaSink")
     services = ("kafka",)
     #: A batch's commit ends with the EndTxn (commit) of its bundle transaction, sent by the driver's admin client
     #: ``eosink-bundles``: the API key and version, a correlation id, then that client id.

@@ -28,6 +28,7 @@ class PostgresProfile(SinkProfile):
     summary = "rows COPYed from Arrow into a table; prepared transactions (2pc), pg_xact_status (txid-check), upserts"
     extra = "postgres"
     docs = "connectors/postgres.md"
+    datasource = ("eosink.connectors.postgres", "PostgresConfig", "PostgresSink")
     services = ("postgres",)
     #: The batch's commit is the bare ``COMMIT`` (a simple-query message: ``COMMIT`` + NUL) that ends the one
     #: transaction moving the staged rows and writing the bundle.

@@ -21,6 +21,7 @@ class ReferenceProfile(SinkProfile):
     title = "reference (SQLite)"
     summary = "the whole sink contract on one SQLite file: for tests, examples and connector authors"
     docs = "connector-authors.md"
+    datasource = ("eosink.connectors.reference", "", "ReferenceSink")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--path", required=True, help="the reference sink's SQLite file")

@@ -30,6 +30,7 @@ class S3Profile(SinkProfile):
     )
     extra = "s3"
     docs = "connectors/s3.md"
+    datasource = ("eosink.connectors.s3", "S3Config", "S3Sink")
     services = ("minio",)
     #: The batch's commit is the commit marker's PUT, the one request of a commit with ``If-None-Match: *``.
     commit_request_marker = FORMAT.encode()

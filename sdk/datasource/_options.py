@@ -18,7 +18,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,15 +28,37 @@ from eosink.strategies import Idempotent, Strategy, TwoPhaseCommit, resolve_stra
 
 __all__ = ["CONNECTORS", "ParsedOptions", "options_from_config", "options_table", "parse_options"]
 
-CONNECTORS: dict[str, tuple[str, str, str, str]] = {
-    "postgres": ("eosink.connectors.postgres", "PostgresConfig", "PostgresSink", "postgres"),
-    "kafka": ("eosink.connectors.kafka", "KafkaConfig", "KafkaSink", "kafka"),
-    "s3": ("eosink.connectors.s3", "S3Config", "S3Sink", "s3"),
-    "hdfs": ("eosink.connectors.hdfs", "HdfsConfig", "HdfsSink", "hdfs"),
-    "reference": ("eosink.connectors.reference", "", "ReferenceSink", ""),
-}
-"""Sink name -> (module, config class, sink class, pip extra). Without a config class, the options are
-the sink constructor's keyword arguments (the SQLite reference sink, for tests and examples)."""
+class _Connectors(Mapping[str, tuple[str, str, str, str]]):
+    """Sink name -> (module, config class, sink class, pip extra), read from the sink profiles that offer
+    ``format("eosink")`` (:attr:`eosink.profiles.SinkProfile.datasource`) at first use."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, tuple[str, str, str, str]] | None = None
+
+    def _all(self) -> dict[str, tuple[str, str, str, str]]:
+        if self._found is None:
+            from eosink.profiles import profiles
+
+            self._found = {
+                name: (*profile.datasource, profile.extra)
+                for name, profile in profiles().items()
+                if profile.datasource is not None
+            }
+        return self._found
+
+    def __getitem__(self, name: str) -> tuple[str, str, str, str]:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+CONNECTORS: Mapping[str, tuple[str, str, str, str]] = _Connectors()
+"""Sink name -> (module, config class, sink class, pip extra), from the sink profiles. Without a config class,
+the options are the sink constructor's keyword arguments (the SQLite reference sink, for tests and examples)."""
 
 _OWN = ("sink", "app_id", "strategy", "key_columns", "checkpointlocation", "batch_id", "arrow")
 _SPARK_OWN = ("path",)  # set by .save(path) / .start(path): not an eosink option

@@ -24,7 +24,9 @@ APP = "delta-app"
 
 
 def sink_at(tmp_path: Path, **options: Any) -> DeltaSink:
-    return DeltaSink(DeltaConfig(str(tmp_path / "table"), schema=CONTRACT_SCHEMA, **options))
+    sink = DeltaSink(DeltaConfig(str(tmp_path / "table"), **options))
+    sink.bind_schema(CONTRACT_SCHEMA)
+    return sink
 
 
 def typed_table() -> pa.Table:
