@@ -2,7 +2,8 @@
 
 ``store="file"``: each namespace is a table in the namespace's own directory. ``store="s3"``: each
 namespace is a table under its own prefix in the bucket ``eosink-tests`` of the service harness's
-MinIO (``eosink services up minio``, or your own S3 through ``EOSINK_S3_*``); a missing server is an
+MinIO (``eosink services up minio``, or your own S3 through ``EOSINK_S3_*``). ``store="hdfs"``: a
+table under ``/eosink-tests/delta-<name>`` of the service harness's HDFS. A missing server is an
 error, never a skip. Readers see what any Delta reader sees: the table's current snapshot.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import urllib.parse
 from typing import Any, Literal
 
 from eosink.connectors.delta import DeltaConfig, DeltaSink
@@ -20,6 +22,9 @@ __all__ = ["COMMIT_REQUEST_MARKER", "DeltaHarness", "read_table"]
 
 COMMIT_REQUEST_MARKER = re.compile(rb"PUT /[^ ]*/_delta_log/\d{20}\.json ")
 """The request that commits a batch on S3: the PUT of the log's next entry (``If-None-Match: *``)."""
+HDFS_COMMIT_REQUEST_MARKER = re.compile(rb"rename2[\s\S]*/_delta_log/\d{20}\.json\x18")
+"""The request that commits a batch on HDFS: the rename (without overwrite) of the entry's temporary file onto
+``_delta_log/<version>.json``; Hadoop RPC names the method, then the destination, then the ``overwrite`` field."""
 
 
 def read_table(config: DeltaConfig) -> list[dict[str, Any]]:
@@ -36,11 +41,19 @@ def read_table(config: DeltaConfig) -> list[dict[str, Any]]:
 class DeltaHarness(SinkHarness):
     """One table per namespace, on local disk or in MinIO (see the module docstring)."""
 
-    def __init__(self, store: Literal["file", "s3"] = "file", **options: Any) -> None:
+    def __init__(self, store: Literal["file", "s3", "hdfs"] = "file", **options: Any) -> None:
         self.store = store
         self.options = options  # DeltaConfig options every sink of this harness gets
-        self.commit_request_marker = COMMIT_REQUEST_MARKER
+        self.commit_request_marker = HDFS_COMMIT_REQUEST_MARKER if store == "hdfs" else COMMIT_REQUEST_MARKER
         self._s3: Any = None
+        self._hdfs_url: str | None = None
+
+    def _hdfs(self) -> str:
+        if self._hdfs_url is None:
+            from eosink.services import get_service
+
+            self._hdfs_url = str(get_service("hdfs").endpoint().url).rstrip("/")  # ServiceError: start HDFS
+        return self._hdfs_url
 
     def _s3_harness(self) -> Any:
         if self._s3 is None:
@@ -65,6 +78,8 @@ class DeltaHarness(SinkHarness):
             from eosink.connectors.s3.testing import BUCKET
 
             return DeltaConfig(f"s3://{BUCKET}/{ns.name}", **{**self._s3_settings(), **settings})
+        if self.store == "hdfs":
+            return DeltaConfig(f"{settings.pop('hdfs_url', self._hdfs())}/eosink-tests/delta-{ns.name}", **settings)
         return DeltaConfig(str(ns.path / "table"), **settings)
 
     def make_sink(self, ns: Namespace) -> DeltaSink:
@@ -73,14 +88,21 @@ class DeltaHarness(SinkHarness):
         return sink
 
     def fault_endpoint(self) -> tuple[str, int] | None:
-        if self.store != "s3":
-            return None
-        s3: Any = self._s3_harness()
-        found: tuple[str, int] = s3.fault_endpoint()
-        return found
+        if self.store == "s3":
+            s3: Any = self._s3_harness()
+            found: tuple[str, int] = s3.fault_endpoint()
+            return found
+        if self.store == "hdfs":
+            parts = urllib.parse.urlsplit(self._hdfs())
+            assert parts.hostname and parts.port, self._hdfs()
+            return parts.hostname, parts.port
+        return None
 
     def make_sink_via(self, ns: Namespace, host: str, port: int) -> DeltaSink:
-        sink = DeltaSink(self.config(ns, endpoint_url=f"http://{host}:{port}"))
+        if self.store == "hdfs":
+            sink = DeltaSink(self.config(ns, hdfs_url=f"hdfs://{host}:{port}"))
+        else:
+            sink = DeltaSink(self.config(ns, endpoint_url=f"http://{host}:{port}"))
         sink.bind_schema(CONTRACT_SCHEMA)
         return sink
 
@@ -92,5 +114,9 @@ class DeltaHarness(SinkHarness):
             from eosink.connectors.s3.testing import BUCKET, empty_prefix
 
             empty_prefix(self._s3_harness().client(), BUCKET, ns.name)
+        elif self.store == "hdfs":
+            from eosink.connectors.hdfs.testing import remove
+
+            remove(f"{self._hdfs()}/eosink-tests/delta-{ns.name}")
         else:
             shutil.rmtree(ns.path / "table", ignore_errors=True)
