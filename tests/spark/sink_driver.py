@@ -15,6 +15,8 @@ of the reference sink:
 * ``--sink hdfs``: :class:`~eosink.connectors.hdfs.HdfsSink` writing Parquet files into directory
   ``--target`` of the file system ``EOSINK_HDFS_URL``. An ``hdfs://`` checkpoint location needs
   nothing more: Spark's own Hadoop client reads it, eosink reads it through hdfs-native.
+* ``--sink delta``: :class:`~eosink.connectors.delta.DeltaSink` into the Delta table
+  ``s3://$EOSINK_TEST_S3_BUCKET/<target>`` (the store from ``EOSINK_S3_*``), created from the stream's schema.
 
 Connection settings never come from argv (a URL may hold a password). Two queries:
 
@@ -45,7 +47,7 @@ EXIT_EOSINK_ERROR = 3
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="sink_driver", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--sink", choices=["postgres", "kafka", "s3", "hdfs"], default="postgres")
+    ap.add_argument("--sink", choices=["postgres", "kafka", "s3", "hdfs", "delta"], default="postgres")
     ap.add_argument("--input", required=True)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--target", required=True, help="the table, topic, prefix or directory")
@@ -88,7 +90,11 @@ def _datasource_options(args: argparse.Namespace, sink: Any) -> dict[str, str]:
     """The format("eosink") options of the same sink and strategy (connection secrets named by variable)."""
     from eosink.datasource import options_from_config
 
-    secrets = {"postgres": {"conninfo": "EOSINK_TEST_PG_URL"}, "s3": {"secret_access_key": "EOSINK_S3_SECRET_KEY"}}
+    secrets = {
+        "postgres": {"conninfo": "EOSINK_TEST_PG_URL"},
+        "s3": {"secret_access_key": "EOSINK_S3_SECRET_KEY"},
+        "delta": {"secret_access_key": "EOSINK_S3_SECRET_KEY"},
+    }
     from_env = secrets.get(args.sink)
     options = {"sink": args.sink, "app_id": args.app_id, "strategy": args.strategy}
     if args.key_columns:
@@ -97,6 +103,10 @@ def _datasource_options(args: argparse.Namespace, sink: Any) -> dict[str, str]:
 
 
 def _sink(args: argparse.Namespace) -> Any:
+    if args.sink == "delta":
+        from eosink.connectors.delta import DeltaConfig, DeltaSink
+
+        return DeltaSink(DeltaConfig(f"s3://{os.environ['EOSINK_TEST_S3_BUCKET']}/{args.target}"))
     if args.sink == "hdfs":
         from eosink.connectors.hdfs import HdfsConfig, HdfsSink
 
