@@ -9,8 +9,9 @@ from eosink.connectors.delta.config import DeltaConfig
 from eosink.contract import Committable
 
 if TYPE_CHECKING:
-    import pyarrow.fs as pafs
     from deltalake import DeltaTable
+
+    from eosink.connectors.delta._store import Store
 
 __all__ = ["_SinkBase"]
 
@@ -24,7 +25,7 @@ class _SinkBase:
     def _table(self) -> DeltaTable | None:
         raise NotImplementedError
 
-    def _storage(self) -> pafs.FileSystem:
+    def _storage(self) -> Store:
         raise NotImplementedError
 
     def _check_epoch(self, table: DeltaTable | None, app_id: str, epoch: int, what: str) -> None:
@@ -46,6 +47,9 @@ class _SinkBase:
         raise NotImplementedError
 
     def _write_json(self, path: str, doc: Any) -> None:
+        raise NotImplementedError
+
+    def _read_json(self, path: str) -> Any:
         raise NotImplementedError
 
     def _delete(self, path: str) -> None:

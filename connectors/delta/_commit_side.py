@@ -16,8 +16,6 @@ A batch's commit, step by step (each can be repeated after a crash)::
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -126,12 +124,7 @@ class _CommitSide(_SinkBase):
 
     def _check_files(self, batch: BatchRef, committables: Sequence[Committable], adds: list[AddFile]) -> None:
         """Every file the committables name is still in the store (else the prepared work is lost)."""
-        import pyarrow.fs as pafs
-
-        if not adds:
-            return
-        infos = self._storage().get_file_info([a.path for a in adds])
-        missing = [a.path for a, info in zip(adds, infos, strict=True) if info.type == pafs.FileType.NotFound]
+        missing = self._storage().missing([a.path for a in adds]) if adds else []
         if missing:
             raise CommitAbortedError(
                 f"Prepared files of batch {batch} are gone: {missing[:5]}"
@@ -164,12 +157,9 @@ class _CommitSide(_SinkBase):
     def _tidy(self, app_id: str, batch_id: int, committed: Sequence[str]) -> None:
         """The manifests of the batch's committed attempts go; a straggler's stays for recovery to abort it
         (best effort: the batch is committed whatever happens here)."""
-        fs = self._storage()
         for cid in committed:
             try:
-                fs.delete_file(f"{self._manifests(app_id, batch_id)}/{cid}.json")
-            except FileNotFoundError:
-                pass
+                self._delete(f"{self._manifests(app_id, batch_id)}/{cid}.json")
             except Exception as exc:
                 log.debug("eosink: could not remove the manifest of %s in %s#%d: %s", cid, app_id, batch_id, exc)
 
@@ -222,8 +212,6 @@ class _CommitSide(_SinkBase):
     def abort(self, committables: Sequence[Committable]) -> None:
         """Delete prepared files and their manifests; aborting committed work raises CommitAbortedError.
         Idempotent."""
-        import pyarrow.fs as pafs
-
         if not committables:
             return
         with self._errors("abort"):
@@ -234,14 +222,11 @@ class _CommitSide(_SinkBase):
                         f"Cannot abort committed work {c.id}: its rows are visible.",
                         "Do not abort a batch whose commit succeeded; check commit_status first.",
                     )
-            fs = self._storage()
             for c in committables:
                 for add in _adds([c]):
-                    with contextlib.suppress(FileNotFoundError):
-                        fs.delete_file(add.path)
-                manifest = f"{self._manifests(c.batch.app_id, c.batch.batch_id)}/{c.id}.json"
-                if fs.get_file_info(manifest).type != pafs.FileType.NotFound:
-                    fs.delete_file(manifest)
+                    self._delete(add.path)
+                self._delete(f"{self._manifests(c.batch.app_id, c.batch.batch_id)}/{c.id}.json")
+                self._delete(self._writing(c.batch.app_id, c.batch.batch_id, c.id))
 
     @staticmethod
     def _committed_with(table: DeltaTable, batch: BatchRef, committable: Committable) -> bool:
@@ -251,8 +236,6 @@ class _CommitSide(_SinkBase):
     def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
         """COMMITTED when the log holds the batch with these committables (another attempt's: ABORTED, as
         ``commit`` answers); PREPARED while every committable's file is there; else ABORTED."""
-        import pyarrow.fs as pafs
-
         with self._errors(f"status of batch {batch}"):
             table = self._table()
             found = None if table is None else _log.bundle_of(table, batch.app_id, batch.batch_id)
@@ -260,28 +243,21 @@ class _CommitSide(_SinkBase):
                 mine = {c.id for c in committables}
                 return CommitStatus.COMMITTED if mine <= set(found.committables) else CommitStatus.ABORTED
             adds = _adds(committables)
-            if adds:
-                infos = self._storage().get_file_info([a.path for a in adds])
-                if any(i.type == pafs.FileType.NotFound for i in infos):
-                    return CommitStatus.ABORTED
+            if adds and self._storage().missing([a.path for a in adds]):
+                return CommitStatus.ABORTED
             return CommitStatus.PREPARED
 
     def recover(self, app_id: str) -> list[Committable]:
         """The manifests of ``app_id``'s batches the log does not hold; those of committed batches are removed."""
-        import pyarrow.fs as pafs
-
         with self._errors(f"recovery of app_id {app_id!r}"):
             table = self._table()
             last = None if table is None else _log.last_batch(table, app_id)
-            fs = self._storage()
-            base = self._manifests(app_id)
             found: list[Committable] = []
-            selector = pafs.FileSelector(base, allow_not_found=True, recursive=True)
-            for info in fs.get_file_info(selector):
-                if info.type != pafs.FileType.File or not info.path.endswith(".json"):
+            for path in self._storage().files(self._manifests(app_id)):
+                doc = self._read_json(path) if path.endswith(".json") else None
+                if doc is None:
                     continue
-                with fs.open_input_stream(info.path) as stream:
-                    committable = Committable.from_json(json.loads(stream.read()))
+                committable = Committable.from_json(doc)
                 if committable.batch.app_id != app_id:
                     continue
                 if last is not None and committable.batch.batch_id <= last and table is not None:

@@ -25,10 +25,11 @@ import pyarrow.compute as pc
 from eosink.connectors.delta._stats import FileStats
 
 if TYPE_CHECKING:
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-__all__ = ["AddFile", "DataFiles", "app_key", "file_prefix", "open_output", "storage"]
+    from eosink.connectors.delta._store import Store
+
+__all__ = ["AddFile", "DataFiles", "app_key", "file_prefix"]
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -43,19 +44,6 @@ def file_prefix(app_id: str, batch_id: int, participant: int, attempt: str) -> s
     """The first part of every data file name of one attempt (see the module docstring)."""
     safe = _UNSAFE.sub("_", attempt)[-40:] or "a"  # the tail: an attempt id ends in its UUIDv7
     return f"eosink-{app_key(app_id)}-{batch_id:020d}-p{participant:05d}-{safe}"
-
-
-def storage(uri: str, options: dict[str, str]) -> pafs.FileSystem:
-    """A pyarrow file system rooted at the table, over delta-rs's own object store (same options, same stores)."""
-    import pyarrow.fs as pafs
-    from deltalake.fs import DeltaStorageHandler
-
-    return pafs.PyFileSystem(DeltaStorageHandler(uri, options))
-
-
-def open_output(fs: pafs.FileSystem, path: str) -> Any:
-    """delta-rs's own output stream for ``path`` (through pyarrow's wrapper it would be handed buffers it refuses)."""
-    return fs.handler._handler.open_output_stream(path, None)
 
 
 @dataclass(frozen=True)
@@ -93,40 +81,14 @@ class AddFile:
         return AddAction(self.path, self.size, self.partition_values, self.modification_time, True, self.stats)
 
 
-class _Bytes:
-    """A writable file over delta-rs's output stream, which takes ``bytes`` only (pyarrow hands it buffers)."""
-
-    def __init__(self, raw: Any) -> None:
-        self.raw = raw
-        self.written = 0
-        self.closed = False
-
-    def write(self, data: Any) -> int:
-        chunk = data.to_pybytes() if isinstance(data, pa.Buffer) else bytes(data)
-        self.raw.write(chunk)
-        self.written += len(chunk)
-        return len(chunk)
-
-    def tell(self) -> int:
-        return self.written
-
-    def flush(self) -> None:
-        """Nothing to do: the stream uploads on close."""
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.raw.close()
-
-
 class _Open:
     """One data file being written."""
 
-    def __init__(self, fs: pafs.FileSystem, path: str, schema: pa.Schema, row_group_rows: int) -> None:
+    def __init__(self, store: Store, path: str, schema: pa.Schema, row_group_rows: int) -> None:
         import pyarrow.parquet as pq
 
         self.path = path
-        self.stream = _Bytes(open_output(fs, path))
+        self.stream = store.writer(path)
         self.writer: pq.ParquetWriter = pq.ParquetWriter(
             pa.PythonFile(self.stream, mode="w"), schema, compression="snappy"
         )
@@ -140,7 +102,7 @@ class _Open:
     def close(self, partition_values: dict[str, str | None]) -> AddFile:
         self.writer.close()
         size = self.stream.tell()
-        self.stream.close()
+        self.stream.finish()
         return AddFile(self.path, size, partition_values, int(time.time() * 1000), self.stats.to_json())
 
 
@@ -149,14 +111,14 @@ class DataFiles:
 
     def __init__(
         self,
-        fs: pafs.FileSystem,
+        store: Store,
         prefix: str,
         partition_by: tuple[str, ...],
         row_group_rows: int,
         file_rows: int,
         on_open: Callable[[list[str]], None] = lambda paths: None,
     ) -> None:
-        self.fs = fs
+        self.store = store
         self.on_open = on_open
         self.prefix = prefix
         self.partition_by = partition_by
@@ -184,7 +146,7 @@ class DataFiles:
             path = f"{folder}{self.prefix}-{self.counter:03d}.parquet"
             self.counter += 1
             self.on_open([*(f.path for f in self.done), *(o.path for o in self.open.values()), path])
-            current = self.open[values] = _Open(self.fs, path, data.schema, self.row_group_rows)
+            current = self.open[values] = _Open(self.store, path, data.schema, self.row_group_rows)
         current.add(data)
 
     def _partition_values(self, values: tuple[str | None, ...]) -> dict[str, str | None]:

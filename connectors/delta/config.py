@@ -36,8 +36,9 @@ class DeltaConfig:
 
     * ``table``: the table's URI (see the module docstring).
     * ``endpoint_url``, ``region``, ``path_style``, ``access_key_id``, ``secret_access_key``,
-      ``session_token``: how to reach an ``s3://`` table's store, as for the S3 sink. None of them
-      given: the service harness's ``EOSINK_S3_*`` variables, else the ``AWS_*`` chain.
+      ``session_token``, ``connect_timeout_s``, ``read_timeout_s``, ``max_attempts``: how to reach an
+      ``s3://`` table's store, as for the S3 sink. None of the first six given: the service harness's
+      ``EOSINK_S3_*`` variables, else the ``AWS_*`` chain.
     * ``storage_options``: further delta-rs storage settings, passed through untouched.
     * ``create_table``: create a missing table (default) with the stream's schema (``foreach_batch``
       and ``format("eosink")`` hand it over before the first batch; with the sink API, call
@@ -60,6 +61,9 @@ class DeltaConfig:
     access_key_id: str | None = None
     secret_access_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+    max_attempts: int = 3
     storage_options: Mapping[str, str] = field(default_factory=dict)
     create_table: bool = True
     partition_by: tuple[str, ...] = ()
@@ -85,12 +89,13 @@ class DeltaConfig:
             for name in ("endpoint_url", "region", "path_style", "access_key_id", "secret_access_key", "session_token")
             if getattr(self, name) is not None
         }
+        limits = {n: getattr(self, n) for n in ("connect_timeout_s", "read_timeout_s", "max_attempts")}
         if scheme != "s3":
             set_(self, "s3", None)
         elif explicit:
-            set_(self, "s3", S3Connection(**explicit))
+            set_(self, "s3", S3Connection(**explicit, **limits))
         else:
-            set_(self, "s3", S3Connection.from_env())
+            set_(self, "s3", S3Connection.from_env(**limits))
         raw: Any = self.partition_by
         set_(self, "partition_by", (raw,) if isinstance(raw, str) else tuple(raw))
         for column in self.partition_by:
@@ -195,4 +200,10 @@ def _s3_options(s3: S3Connection) -> dict[str, str]:
         options["AWS_SESSION_TOKEN"] = s3.session_token
     if s3.uses_path_style:
         options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+    # The S3 sink's timeouts and attempts, as delta-rs's object store takes them: a request that hangs fails
+    # after read_timeout_s, and is tried max_attempts times in all (its defaults wait up to 3 minutes).
+    options["connect_timeout"] = f"{s3.connect_timeout_s:g}s"
+    options["timeout"] = f"{s3.read_timeout_s:g}s"
+    options["max_retries"] = str(max(0, s3.max_attempts - 1))
+    options["retry_timeout"] = f"{s3.max_attempts * (s3.connect_timeout_s + s3.read_timeout_s):g}s"
     return options

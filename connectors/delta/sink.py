@@ -31,7 +31,6 @@ for the same reason: the app's txn version is checked on the snapshot the commit
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from contextlib import AbstractContextManager
@@ -40,8 +39,9 @@ from typing import TYPE_CHECKING, Any
 from eosink.connectors.delta import _log
 from eosink.connectors.delta._commit_side import _CommitSide
 from eosink.connectors.delta._errors import translated
-from eosink.connectors.delta._files import app_key, open_output, storage
+from eosink.connectors.delta._files import app_key
 from eosink.connectors.delta._schema import table_columns
+from eosink.connectors.delta._store import Store, open_store
 from eosink.connectors.delta._write_side import _Txn, _WriteSide
 from eosink.connectors.delta.config import DeltaConfig
 from eosink.contract import Capabilities, Committable, Sink
@@ -49,7 +49,6 @@ from eosink.errors import ConfigurationError, FencedError, TransientError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    import pyarrow.fs as pafs
     from deltalake import DeltaTable
 
 __all__ = ["DeltaSink"]
@@ -86,7 +85,7 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
             raise ConfigurationError("Pass either a DeltaConfig or a table URI and options.", "Use one form.")
         self.config = config
         self._stream_schema: pa.Schema | None = None
-        self._fs: pafs.FileSystem | None = None
+        self._store: Store | None = None
 
     def __repr__(self) -> str:
         return f"DeltaSink({self.config!r})"
@@ -109,10 +108,10 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
         """The table's newest snapshot (None: no table yet)."""
         return _log.load(self.config.table, self.config.delta_options())
 
-    def _storage(self) -> pafs.FileSystem:
-        if self._fs is None:
-            self._fs = storage(self.config.table, self.config.delta_options())
-        return self._fs
+    def _storage(self) -> Store:
+        if self._store is None:
+            self._store = open_store(self.config)
+        return self._store
 
     def _columns(self, table: DeltaTable) -> dict[str, Any]:
         return table_columns(table)
@@ -236,33 +235,27 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
 
     def _name_app(self, app_id: str) -> None:
         """``_eosink/apps/<key>/app_id``: how ``eosink status`` finds the table's app_ids."""
-        out = open_output(self._storage(), f"{self._app_dir(app_id)}/app_id")
-        out.write(app_id.encode())
-        out.close()
+        self._storage().put(f"{self._app_dir(app_id)}/app_id", app_id.encode())
 
     def app_ids(self) -> list[str]:
         """Every app_id that has fenced on this table."""
-        import pyarrow.fs as pafs
-
         with self._errors("listing app_ids"):
-            fs = self._storage()
+            store = self._storage()
             found = []
-            for info in fs.get_file_info(pafs.FileSelector(f"{OWN_DIR}/apps", allow_not_found=True)):
-                if info.type != pafs.FileType.Directory:
+            for path in store.files(f"{OWN_DIR}/apps"):
+                if not path.endswith("/app_id") or path.count("/") != 3:
                     continue
-                names = fs.get_file_info([f"{info.path}/app_id"])[0]
-                if names.type != pafs.FileType.File:
-                    continue
-                with fs.open_input_stream(names.path) as stream:
-                    text = stream.read().decode()
-                if self._app_dir(text) == info.path.rstrip("/"):
-                    found.append(text)
+                data = store.read(path)
+                if data is not None and f"{self._app_dir(data.decode())}/app_id" == path:
+                    found.append(data.decode())
             return sorted(found)
 
     def forget_app(self, app_id: str) -> None:
         """Delete ``app_id``'s bookkeeping under ``_eosink/`` (the log's txns and committed batches stay)."""
         with self._errors(f"dropping app_id {app_id!r}"):
-            self._storage().delete_dir(self._app_dir(app_id))
+            store = self._storage()
+            for path in store.files(self._app_dir(app_id)):
+                store.delete(path)
 
     def _manifests(self, app_id: str, batch_id: int | None = None) -> str:
         base = f"{self._app_dir(app_id)}/pending"
@@ -276,13 +269,14 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
         return f"{base}/{batch_id:020d}" if attempt is None else f"{base}/{batch_id:020d}/{attempt}.json"
 
     def _write_json(self, path: str, doc: Any) -> None:
-        out = open_output(self._storage(), path)
-        out.write(json.dumps(doc, separators=(",", ":")).encode())
-        out.close()
+        self._storage().put(path, json.dumps(doc, separators=(",", ":")).encode())
+
+    def _read_json(self, path: str) -> Any:
+        data = self._storage().read(path)
+        return None if data is None else json.loads(data)
 
     def _delete(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self._storage().delete_file(path)
+        self._storage().delete(path)
 
     def _write_manifest(self, committable: Committable) -> None:
         path = f"{self._manifests(committable.batch.app_id, committable.batch.batch_id)}/{committable.id}.json"
@@ -294,27 +288,21 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
         Such an attempt failed or was fenced while writing (its task retried elsewhere); its files were
         never named by a manifest or a commit, so no recovery needs them. An attempt that prepared keeps
         its files until its batch commits or recovery aborts it."""
-        import pyarrow.fs as pafs
-
-        fs = self._storage()
+        store = self._storage()
+        base = self._writing(app_id)
         removed = 0
-        selector = pafs.FileSelector(self._writing(app_id), allow_not_found=True, recursive=True)
-        for info in fs.get_file_info(selector):
-            if info.type != pafs.FileType.File or not info.path.endswith(".json"):
+        for path in store.files(base):
+            doc = self._read_json(path) if path.endswith(".json") else None
+            if doc is None or int(doc.get("epoch", 0)) >= epoch:
                 continue
-            with fs.open_input_stream(info.path) as stream:
-                doc = json.loads(stream.read())
-            if int(doc.get("epoch", 0)) >= epoch:
+            rel = path[len(base) + 1 :]  # <batch>/<attempt>.json
+            if not store.missing([f"{self._manifests(app_id)}/{rel}"]):
+                store.delete(path)  # it prepared and died before removing this list: recovery decides its files
                 continue
-            rel = info.path[len(self._writing(app_id)) + 1 :]  # <batch>/<attempt>.json
-            prepared = fs.get_file_info(f"{self._manifests(app_id)}/{rel}").type == pafs.FileType.File
-            if prepared:  # it prepared and died before removing this list: recovery decides its files
-                self._delete(info.path)
-                continue
-            for path in doc.get("files", ()):
-                self._delete(str(path))
+            for file in doc.get("files", ()):
+                store.delete(str(file))
                 removed += 1
-            self._delete(info.path)
+            store.delete(path)
         if removed:
             log.info(
                 "eosink: removed %d file(s) of failed attempts of app_id %r in %s", removed, app_id, self.config.table
