@@ -102,7 +102,8 @@ class DeltaHarness(SinkHarness):
         if self.store == "hdfs":
             sink = DeltaSink(self.config(ns, hdfs_url=f"hdfs://{host}:{port}"))
         else:
-            sink = DeltaSink(self.config(ns, endpoint_url=f"http://{host}:{port}"))
+            # a cut reply is noticed after the read timeout: short ones keep the proxy's cases quick
+            sink = DeltaSink(self.config(ns, endpoint_url=f"http://{host}:{port}", read_timeout_s=10.0))
         sink.bind_schema(CONTRACT_SCHEMA)
         return sink
 
