@@ -28,6 +28,7 @@ from eosink.strategies import Idempotent, Strategy, TwoPhaseCommit, resolve_stra
 
 __all__ = ["CONNECTORS", "ParsedOptions", "options_from_config", "options_table", "parse_options"]
 
+
 class _Connectors(Mapping[str, tuple[str, str, str, str]]):
     """Sink name -> (module, config class, sink class, pip extra), read from the sink profiles that offer
     ``format("eosink")`` (:attr:`eosink.profiles.SinkProfile.datasource`) at first use."""
