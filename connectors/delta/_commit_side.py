@@ -27,6 +27,7 @@ from eosink.connectors.delta._files import AddFile
 from eosink.connectors.delta._schema import check_batch, delta_columns, table_columns
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
 from eosink.errors import AmbiguousCommitError, CommitAbortedError, ConfigurationError, EosinkError, TransientError
+from eosink.keys import KEY_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,6 +51,14 @@ def _schemas(committables: Sequence[Committable]) -> list[pa.Schema]:
         if text:
             found.append(pa.ipc.read_schema(pa.py_buffer(bytes.fromhex(str(text)))))
     return found
+
+
+def _keys(committables: Sequence[Committable]) -> tuple[str, ...]:
+    """The upsert keys of the batch (the idempotent strategy), or ()."""
+    for c in committables:
+        if c.payload.get("keys"):
+            return tuple(str(k) for k in c.payload["keys"])
+    return ()
 
 
 class _CommitSide(_SinkBase):
@@ -83,15 +92,13 @@ class _CommitSide(_SinkBase):
                 schema = table.schema()
                 meta = {_log.META_KEY: {"app_id": app, "batch": batch_id, "bundle": bundle.to_json()}}
                 faults.hit(faults.FaultPoint.F6, batch_id)  # the files checked, the log entry not written yet
+            txns = {_log.batch_txn(app): max(batch_id, -1 if last is None else last)}
+            keys = _keys(committables)
             try:
-                _log.commit_at(
-                    table,
-                    [a.action() for a in adds],
-                    schema,
-                    {_log.batch_txn(app): max(batch_id, -1 if last is None else last)},
-                    meta,
-                    self._partition_by(table),
-                )
+                if keys and adds:
+                    _log.merge_at(table, self._source(adds), keys, txns, meta)
+                else:
+                    _log.commit_at(table, [a.action() for a in adds], schema, txns, meta, self._partition_by(table))
             except _log.Conflict:
                 continue  # another writer's commit (or our own, whose reply was lost): look again
             except EosinkError:
@@ -110,7 +117,25 @@ class _CommitSide(_SinkBase):
                 "Retry; if it persists, fewer writers should share the table (or raise commit_attempts).",
             )
         self._tidy(app, batch_id, bundle.committables)
+        if _keys(committables):  # merged: the log names the rewritten files, never the prepared ones
+            for add in _adds(committables):
+                self._delete(add.path)
         self._compact_if_due(app, batch_id)
+
+    def _source(self, adds: list[AddFile]) -> pa.RecordBatchReader:
+        """The batch's prepared files as one stream of record batches (read a file at a time, in this process)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        store = self._storage()
+        tables = []
+        for add in adds:
+            data = store.read(add.path)
+            if data is None:
+                raise CommitAbortedError(f"A prepared file of the batch is gone: {add.path}.", "Recovery aborts it.")
+            tables.append(pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False))
+        whole = pa.concat_tables(tables, promote_options="default")
+        return pa.RecordBatchReader.from_batches(whole.schema, whole.to_batches())
 
     @staticmethod
     def _same_bundle(batch: BatchRef, found: Bundle, bundle: Bundle) -> None:
@@ -142,7 +167,9 @@ class _CommitSide(_SinkBase):
         evolve = self.config.schema_evolution == "add_columns"
         schemas = _schemas(committables)
         for schema in schemas:
-            check_batch(current, delta_columns(schema), self._partition_by(table), evolve, f"batch {batch}")
+            check_batch(
+                current, delta_columns(schema), self._partition_by(table), evolve, f"batch {batch}", (KEY_COLUMN,)
+            )
         new: dict[str, Any] = {}
         for schema in schemas:
             for f in Schema.from_arrow(schema).fields:

@@ -37,6 +37,7 @@ __all__ = [
     "epoch_txn",
     "last_batch",
     "load",
+    "merge_at",
     "writer_epoch",
 ]
 
@@ -149,5 +150,30 @@ def commit_at(
         table.create_write_transaction(
             list(adds), "append", schema, partition_by=list(partition_by) or None, commit_properties=properties
         )
+    except CommitFailedError as exc:
+        raise Conflict(str(exc)) from None
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def merge_at(
+    table: DeltaTable, source: Any, keys: Sequence[str], txns: Mapping[str, int], metadata: Mapping[str, Any]
+) -> None:
+    """Upsert ``source`` by ``keys`` (a row whose key exists replaces it) with ``txns``, at the snapshot's version
+    plus one, or raise Conflict."""
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import CommitProperties, Transaction
+
+    properties = CommitProperties(
+        custom_metadata=dict(metadata),
+        max_commit_retries=0,
+        app_transactions=[Transaction(app, version) for app, version in txns.items()],
+    )
+    predicate = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in keys)
+    try:
+        merger = table.merge(source, predicate, source_alias="s", target_alias="t", commit_properties=properties)
+        merger.when_matched_update_all().when_not_matched_insert_all().execute()
     except CommitFailedError as exc:
         raise Conflict(str(exc)) from None

@@ -49,20 +49,26 @@ def table_columns(table: DeltaTable) -> dict[str, Any]:
 
 
 def check_batch(
-    table: dict[str, Any], batch: dict[str, Any], partition_by: tuple[str, ...], evolve: bool, where: str
+    table: dict[str, Any],
+    batch: dict[str, Any],
+    partition_by: tuple[str, ...],
+    evolve: bool,
+    where: str,
+    allowed: tuple[str, ...] = (),
 ) -> None:
     """Refuse a batch whose columns do not fit the table's, before anything of it is written.
 
     Every column the batch has must have the table's type; without ``evolve`` the batch must have
-    every column of the table and no other; with it, new columns are allowed (and added at commit)."""
+    every column of the table and no other; ``allowed`` columns (eosink's own key column) may be
+    there or not; with ``evolve``, new columns are allowed (and added at commit)."""
     wrong = [f"{c} ({batch[c]} where the table has {table[c]})" for c in batch if c in table and batch[c] != table[c]]
     if wrong:
         raise SchemaError(
             f"The columns of {where} do not have the Delta table's types: {', '.join(wrong)}.",
             "Cast them in the query to the table's types (eosink never changes a column's type).",
         )
-    missing = [c for c in table if c not in batch and c not in partition_by]
-    extra = [c for c in batch if c not in table]
+    missing = [c for c in table if c not in batch and c not in partition_by and c not in allowed]
+    extra = [c for c in batch if c not in table and c not in allowed]
     if (missing and not evolve) or (missing and any(c in partition_by for c in missing)):
         raise SchemaError(
             f"{where} lacks the Delta table's columns {missing}.",

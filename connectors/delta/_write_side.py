@@ -25,6 +25,7 @@ from eosink.connectors.delta._files import DataFiles, file_prefix
 from eosink.connectors.delta._schema import check_batch, delta_columns
 from eosink.contract import Committable, TaskRef
 from eosink.errors import CommitAbortedError, SchemaError
+from eosink.keys import KEY_COLUMN
 
 __all__ = ["_Txn", "_WriteSide"]
 
@@ -90,6 +91,7 @@ class _WriteSide(_SinkBase):
                         txn.files.partition_by,
                         self.config.schema_evolution == "add_columns",
                         where,
+                        (KEY_COLUMN,),
                     )
                 missing = [c for c in txn.files.partition_by if c not in data.schema.names]
                 if missing:
@@ -122,6 +124,8 @@ class _WriteSide(_SinkBase):
                 added = txn.files.close()
                 self._check_epoch(self._table(), app, task.epoch, "pre_commit")
                 payload: dict[str, Any] = {"adds": [a.to_json() for a in added], "attempt": task.attempt}
+                if task.upsert_keys:
+                    payload["keys"] = list(task.upsert_keys)
                 if txn.schema is not None:
                     payload["schema"] = txn.schema.serialize().to_pybytes().hex()
                 committable = Committable(task.batch, task.epoch, task.participant, txn.id, txn.rows, payload=payload)

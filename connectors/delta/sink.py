@@ -46,6 +46,7 @@ from eosink.connectors.delta._write_side import _Txn, _WriteSide
 from eosink.connectors.delta.config import DeltaConfig
 from eosink.contract import Capabilities, Committable, Sink
 from eosink.errors import ConfigurationError, FencedError, TransientError
+from eosink.keys import KEY_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,7 +69,7 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
     capabilities = Capabilities(
         supports_prepare=True,
         supports_txid_status=True,
-        supports_keys=False,
+        supports_keys=True,
         atomic_batch_visibility=True,
         supports_recover=True,
     )
@@ -184,6 +185,7 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
                 self._partition_by(table),
                 self.config.schema_evolution == "add_columns",
                 "the query's output",
+                (KEY_COLUMN,),
             )
 
     def fence(self, app_id: str) -> int:
