@@ -4,7 +4,9 @@ For examples and benchmark baselines that use Spark's own connectors:
 
 * ``kafka``: ``spark-sql-kafka-0-10`` (Spark's Kafka source and sink);
 * ``jdbc``: the PostgreSQL JDBC driver (Spark's JDBC writer);
-* ``s3``: ``hadoop-aws`` (the ``s3a://`` filesystem) with its AWS SDK bundle.
+* ``s3``: ``hadoop-aws`` (the ``s3a://`` filesystem) with its AWS SDK bundle;
+* ``delta``: ``delta-spark`` (Delta Lake's reader and its streaming sink), at the release built for the
+  installed Spark (:data:`DELTA_SPARK_VERSIONS`).
 
 The Spark, Scala and Hadoop versions are read off the installed ``pyspark`` (its ``jars/``), so
 the extra jars always match it. Dependencies that Spark already ships are left out, so
@@ -33,6 +35,7 @@ from eosink.services._layout import provision_dir
 from eosink.services._maven import Artifact, fetch_jars
 
 __all__ = [
+    "DELTA_SPARK_VERSIONS",
     "GROUPS",
     "KAFKA_TOKEN_PROVIDER_VERSION",
     "POSTGRES_JDBC_VERSION",
@@ -49,12 +52,15 @@ POSTGRES_JDBC_VERSION = "42.7.8"
 #: Scala 2.13). 4.0.0 is used in its place; tests/services prove Spark's Kafka sink and source
 #: work with it.
 KAFKA_TOKEN_PROVIDER_VERSION = "4.0.0"
+#: Spark minor version -> the delta-spark release built against it (its POM's ``spark-sql`` version).
+DELTA_SPARK_VERSIONS: dict[str, str] = {"3.5": "3.3.2", "4.0": "4.0.1", "4.1": "4.3.1", "4.2": "4.4.0"}
 
 #: Group name -> a class each group must provide (the health check looks for it).
 GROUPS: dict[str, str] = {
     "kafka": "org/apache/spark/sql/kafka010/KafkaSourceProvider.class",
     "jdbc": "org/postgresql/Driver.class",
     "s3": "org/apache/hadoop/fs/s3a/S3AFileSystem.class",
+    "delta": "io/delta/tables/DeltaTable.class",
 }
 
 _VERSIONED = re.compile(r"^(?P<name>.+?)-(?P<version>\d[^-]*(?:-[A-Za-z0-9.]+)*)\.jar$")
@@ -118,6 +124,15 @@ class SparkJars:
             return [Artifact("org.postgresql", "postgresql", POSTGRES_JDBC_VERSION)]
         if group == "s3":
             return [Artifact("org.apache.hadoop", "hadoop-aws", v.hadoop)]
+        if group == "delta":
+            minor = ".".join(v.spark.split(".")[:2])
+            release = DELTA_SPARK_VERSIONS.get(minor)
+            if release is None:
+                raise ServiceError(
+                    f"No delta-spark release is known for Spark {v.spark}.",
+                    f"use a Spark of {', '.join(DELTA_SPARK_VERSIONS)}, or add the release built for it.",
+                )
+            return [Artifact("io.delta", f"delta-spark_{v.scala}", release)]
         raise ServiceError(f"There is no group of Spark jars called {group!r}.", f"use one of: {', '.join(GROUPS)}.")
 
     def directory(self, group: str) -> Path:
