@@ -31,14 +31,17 @@ WITH_KAFKA = $(EOSINK) services up kafka && $(EOSINK) services check kafka && $(
 WITH_SPARK_SERVICES = $(EOSINK) services up postgres kafka minio hdfs && \
 	$(EOSINK) services check postgres kafka minio hdfs && \
 	$(1); rc=$$?; $(EOSINK) services down postgres kafka minio hdfs; exit $$rc
+# The same for MinIO and HDFS (Delta tables on both).
+WITH_MINIO_HDFS = $(EOSINK) services up minio hdfs && $(EOSINK) services check minio hdfs && $(1); rc=$$?; \
+	$(EOSINK) services down minio hdfs; exit $$rc
 # The same for Kafka and MinIO.
 WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check kafka minio && $(1); rc=$$?; \
 	$(EOSINK) services down kafka minio; exit $$rc
 
-.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs spark services services-up services-check services-down \
+.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs test-delta spark services services-up services-check services-down \
 	services-status test test-full demo demo-kafka demo-s3 demo-hdfs bench clean chaos chaos-quick examples example-files example-kafka \
 	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs \
-	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full chaos-full examples-full services-full spark-matrix spark-on
+	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
@@ -120,7 +123,7 @@ spark: venv java
 # kill-and-restart per strategy and one chaos schedule (docs/testing.md). make test runs it for every sink.
 # The connector tests mostly wait on the server's round trips, the Spark tests and the chaos schedule mostly
 # compute: $(call SINK_TESTS,sink,connector test options) runs the two halves at the same time.
-SINKS := postgres kafka s3 hdfs
+SINKS := postgres kafka s3 hdfs delta
 TOGETHER = $(PYTHON) scripts/together.py
 # Command $(1) as two processes run together, one given -k '$(2)($(3))', the other -k '$(2)not ($(3))':
 # a split by test name, for selections too short or uneven for --shard's every-N-th dealing.
@@ -188,6 +191,15 @@ test-hdfs: venv java tools
 
 test-hdfs-full: venv java tools
 	@$(call WITH_HDFS,$(call SINK_FULL_TESTS,hdfs,,TestHdfsJsonLinesContract or TestHdfsPartitionedContract))
+
+# Delta (tables on MinIO and local disk): the contract suite on both at make test-s3's strength, the connector's
+# tests, one Spark kill-and-restart per strategy and one chaos schedule (against a private MinIO);
+# test-delta-full: the whole suite on MinIO, local disk and HDFS, and every Delta pipeline.
+test-delta: venv java tools
+	@$(call WITH_MINIO,$(call SINK_TESTS,delta,$(LIGHT_CONTRACT) -k 'not Hdfs'))
+
+test-delta-full: venv java tools
+	@$(call WITH_MINIO_HDFS,$(call SINK_FULL_TESTS,delta,,TestDeltaLocalContract or TestDeltaHdfsContract))
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5

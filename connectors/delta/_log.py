@@ -34,6 +34,7 @@ __all__ = [
     "batch_txn",
     "commit_at",
     "eosink_commits",
+    "eosink_meta",
     "epoch_txn",
     "last_batch",
     "load",
@@ -99,19 +100,25 @@ def eosink_commits(
     while True:
         page = table.history(limit)
         for info in page[seen:]:
-            meta = info.get(META_KEY)
-            if isinstance(meta, str):
-                try:
-                    meta = json.loads(meta)
-                except ValueError:
-                    meta = None
-            if not isinstance(meta, Mapping) or meta.get("app_id") != app_id:
+            meta = eosink_meta(info)
+            if meta is None or meta.get("app_id") != app_id:
                 continue
             if "bundle" in meta or (include_compactions and "compaction" in meta):
                 yield int(info["version"]), meta
         if len(page) < limit:
             return
         seen, limit = len(page), max(limit * 2, HISTORY_PAGE)
+
+
+def eosink_meta(info: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """eosink's metadata in one commit info (None: a commit of another writer)."""
+    meta = info.get(META_KEY)
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            return None
+    return meta if isinstance(meta, Mapping) else None
 
 
 def bundle_of(table: DeltaTable, app_id: str, batch_id: int) -> Bundle | None:

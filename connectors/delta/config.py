@@ -117,6 +117,19 @@ class DeltaConfig:
                 raise ConfigurationError(f"{name}={value!r} must be a positive integer.", "Give e.g. 1_000_000.")
         set_(self, "storage_options", {str(k): str(v) for k, v in dict(self.storage_options).items()})
 
+    @classmethod
+    def on_endpoint(cls, table: str, endpoint: Any, **options: Any) -> DeltaConfig:
+        """A table on an S3-compatible store described as the service harness describes MinIO (an object with
+        ``endpoint_url``, ``access_key``, ``secret_key`` and ``region``)."""
+        return cls(
+            table,
+            endpoint_url=endpoint.endpoint_url,
+            access_key_id=endpoint.access_key,
+            secret_access_key=endpoint.secret_key,
+            region=endpoint.region,
+            **options,
+        )
+
     # -- what delta-rs gets ----------------------------------------------------------------------
 
     def delta_options(self) -> dict[str, str]:

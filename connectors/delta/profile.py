@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eosink.profiles import SinkProfile
 
 if TYPE_CHECKING:
     from eosink.admin import SinkAdmin
+    from eosink.bench.runs import BenchAdapter
+    from eosink.chaos.target import ChaosTarget
     from eosink.contracts.harness import SinkHarness
 
 __all__ = ["PROFILE", "DeltaProfile"]
@@ -24,6 +28,8 @@ class DeltaProfile(SinkProfile):
     docs = "connectors/delta.md"
     datasource = ("eosink.connectors.delta", "DeltaConfig", "DeltaSink")
     services = ("minio",)
+    #: The batch's commit on S3: the PUT of the log's next entry (``If-None-Match: *``); the chaos target's store.
+    commit_request_marker = re.compile(rb"PUT /[^ ]*/_delta_log/\d{20}\.json ")
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--table", required=True, help="the table: s3://bucket/path, hdfs://nn:port/path or a dir")
@@ -45,6 +51,16 @@ class DeltaProfile(SinkProfile):
         from eosink.connectors.delta.testing import DeltaHarness
 
         return DeltaHarness(**options)
+
+    def chaos_target(self, root: Path | None = None) -> ChaosTarget:
+        from eosink.connectors.delta._chaos import DeltaChaosTarget
+
+        return DeltaChaosTarget(root)
+
+    def bench_adapter(self) -> BenchAdapter:
+        from eosink.connectors.delta._bench import DeltaAdapter
+
+        return DeltaAdapter()
 
 
 PROFILE = DeltaProfile()

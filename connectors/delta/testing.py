@@ -15,12 +15,13 @@ import urllib.parse
 from typing import Any, Literal
 
 from eosink.connectors.delta import DeltaConfig, DeltaSink
+from eosink.connectors.delta.profile import PROFILE
 from eosink.contracts import Namespace, SinkHarness
 from eosink.contracts.harness import CONTRACT_SCHEMA
 
 __all__ = ["COMMIT_REQUEST_MARKER", "DeltaHarness", "read_table"]
 
-COMMIT_REQUEST_MARKER = re.compile(rb"PUT /[^ ]*/_delta_log/\d{20}\.json ")
+COMMIT_REQUEST_MARKER = PROFILE.commit_request_marker
 """The request that commits a batch on S3: the PUT of the log's next entry (``If-None-Match: *``)."""
 HDFS_COMMIT_REQUEST_MARKER = re.compile(rb"rename2[\s\S]*/_delta_log/\d{20}\.json\x18")
 """The request that commits a batch on HDFS: the rename (without overwrite) of the entry's temporary file onto

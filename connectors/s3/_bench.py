@@ -159,7 +159,7 @@ class S3Adapter:
     """:class:`~eosink.bench.runs.BenchAdapter` for S3 (the harness's MinIO, or ``EOSINK_S3_*``)."""
 
     name = "s3"
-    worker_modules = ("eosink.connectors.s3", "boto3", "pyarrow.parquet")
+    worker_modules: tuple[str, ...] = ("eosink.connectors.s3", "boto3", "pyarrow.parquet")
 
     all_modes: tuple[str, ...] = ("default",)
 

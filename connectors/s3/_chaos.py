@@ -14,6 +14,7 @@ the prefix, as ``spark.read.parquet`` does.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -22,35 +23,39 @@ from typing import Any
 from eosink.chaos.oracle import Row
 from eosink.chaos.target import Names, PrivateRoot, Snapshot, oracle_rows, snapshot_of
 
-__all__ = ["S3ChaosTarget"]
+__all__ = ["MinioSide", "S3ChaosTarget"]
 
 BUCKET = "eosink-chaos"
 ENDPOINT_VAR = "EOSINK_S3_ENDPOINT"
 DIRECT_VAR = "EOSINK_CHAOS_S3_DIRECT"
 JARS_VAR = "EOSINK_CHAOS_JARS"
+CONF_VAR = "EOSINK_CHAOS_SPARK_CONF"
 CONTROL = "_eosink"
 COLUMNS = ("batch_id", "key", "running_sum", "concat", "n_tokens")
 
 
-class S3ChaosTarget:
-    """S3: a private MinIO (restarted and crashed on purpose), :class:`~eosink.connectors.s3.S3Sink` with
-    Parquet objects, and Spark's Parquet writer to ``s3a://`` as the baseline."""
+class MinioSide:
+    """The runner's side of a target on a private MinIO (restarted and crashed on purpose), which every
+    target writing to S3 shares: S3 objects here, Delta tables in :mod:`eosink.connectors.delta`."""
 
-    name = "s3"
+    #: Spark's jar groups the job's plain baseline needs (fetched once, at start), and static settings it needs.
+    jar_groups: tuple[str, ...] = ("s3",)
+    spark_conf: dict[str, str] = {}
 
-    def __init__(self, root: Path | None = None) -> None:
-        self.dir = PrivateRoot(root, "eosink-chaos-s3-")
+    def __init__(self, root: Path | None = None, prefix: str = "eosink-chaos-s3-") -> None:
+        self.dir = PrivateRoot(root, prefix)
+        self.root = Path()
         self.server: Any = None
-
-    # -- the runner's side -------------------------------------------------------------------
 
     def start(self) -> None:
         from eosink.services.minio import MinioServer
         from eosink.services.spark_jars import SparkJars
 
-        SparkJars().fetch("s3")  # the baseline's s3a filesystem, fetched once into the cache
+        for group in self.jar_groups:
+            SparkJars().fetch(group)  # the baseline's jars, fetched once into the cache
 
-        self.server = MinioServer(self.dir.open() / "minio")
+        self.root = self.dir.open()
+        self.server = MinioServer(self.root / "minio")
         self.server.start()
         self._client().create_bucket(Bucket=BUCKET)
 
@@ -76,10 +81,14 @@ class S3ChaosTarget:
         env = direct.env()
         if proxy_port is not None:
             env[ENDPOINT_VAR] = f"http://127.0.0.1:{proxy_port}"
-        return {**env, DIRECT_VAR: direct.endpoint_url, JARS_VAR: SparkJars().spark_conf("s3")["spark.jars"]}
+        jars = SparkJars().spark_conf(*self.jar_groups)["spark.jars"]
+        conf = {CONF_VAR: json.dumps(self.spark_conf)} if self.spark_conf else {}
+        return {**env, DIRECT_VAR: direct.endpoint_url, JARS_VAR: jars, **conf}
 
-    def atomic(self, strategy: str) -> bool:
-        return strategy != "idempotent"  # readers of the markers see whole batches (S3Sink's capabilities)
+    def scrub(self, text: str) -> str:
+        if self.server is None:
+            return text
+        return text.replace(self.server.endpoint.secret_key, "***")
 
     def _client(self) -> Any:
         from eosink.connectors.s3._client import client
@@ -98,6 +107,18 @@ class S3ChaosTarget:
             secret_access_key=ep.secret_key,
             region=ep.region,
         )
+
+
+class S3ChaosTarget(MinioSide):
+    """S3: a private MinIO (restarted and crashed on purpose), :class:`~eosink.connectors.s3.S3Sink` with
+    Parquet objects, and Spark's Parquet writer to ``s3a://`` as the baseline."""
+
+    name = "s3"
+
+    # -- the runner's side -------------------------------------------------------------------
+
+    def atomic(self, strategy: str) -> bool:
+        return strategy != "idempotent"  # readers of the markers see whole batches (S3Sink's capabilities)
 
     def _written_by_eosink(self, s3: Any, prefix: str) -> bool:
         listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/{CONTROL}/", MaxKeys=1)
@@ -146,11 +167,6 @@ class S3ChaosTarget:
         from eosink.connectors.s3.testing import empty_prefix
 
         empty_prefix(self._client(), BUCKET, names.table)
-
-    def scrub(self, text: str) -> str:
-        if self.server is None:
-            return text
-        return text.replace(self.server.endpoint.secret_key, "***")
 
     # -- the job's side ----------------------------------------------------------------------
 

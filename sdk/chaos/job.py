@@ -101,10 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     target = get_target(args.target)
     jars = os.environ.get("EOSINK_CHAOS_JARS", "")
-    if args.strategy == "naive" and jars:  # the baseline's writer (JDBC, Kafka, s3a) needs its jars
+    if args.strategy == "naive" and jars:  # the baseline's writer (JDBC, Kafka, s3a, Delta) needs its jars
         from eosink.services.spark_jars import class_path_submit_args
 
-        os.environ["PYSPARK_SUBMIT_ARGS"] = class_path_submit_args(jars)
+        conf = json.loads(os.environ.get("EOSINK_CHAOS_SPARK_CONF") or "{}")  # and its static settings, if any
+        os.environ["PYSPARK_SUBMIT_ARGS"] = class_path_submit_args(jars, conf)
     spark = job_session(args.master, f"eosink-chaos-{args.strategy}")
     source = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
     stateful = source.groupBy("key").applyInPandasWithState(

@@ -35,6 +35,7 @@ class Reader:
         self.expected = expected
         self.atomic = atomic
         self.polls = 0
+        self.by_reader: dict[str, int] = {}
         self.unavailable = 0
         self.partial = 0
         self.examples: list[str] = []
@@ -73,6 +74,8 @@ class Reader:
                     self.unavailable += 1
                     continue
                 self.polls += 1
+                if snap.reader:
+                    self.by_reader[snap.reader] = self.by_reader.get(snap.reader, 0) + 1
                 views = self.check(snap)
                 if views:
                     self.partial += 1

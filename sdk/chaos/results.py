@@ -44,6 +44,8 @@ class ScheduleResult:
     partial_reads: int = 0
     partial_views: int = 0
     reader_polls: int = 0
+    reader_polls_by: dict[str, int] = field(default_factory=dict)
+    """Polls per reading engine, where the target reads with several (Delta: deltalake, DuckDB, Spark)."""
     partial_examples: list[str] = field(default_factory=list)
     divergent_replays_detected: int = 0
     detected_batch: int | None = None

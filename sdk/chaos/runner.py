@@ -217,6 +217,7 @@ class ScheduleRunner:
             if proxy is not None:
                 proxy.close()
         result.reader_polls = reader.polls
+        result.reader_polls_by = dict(reader.by_reader)
         result.partial_reads, result.partial_views = reader.partial_reads, reader.partial_views
         result.partial_examples = reader.examples
         if result.partial_reads and result.failure is None:

@@ -42,10 +42,12 @@ class Names:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One consistent read: visible rows per batch_id and the batch_ids with a bundle."""
+    """One consistent read: visible rows per batch_id and the batch_ids with a bundle; ``reader`` names the
+    engine that read it, where a target polls with several."""
 
     rows_per_batch: dict[int, int]
     bundles: frozenset[int]
+    reader: str = ""
 
 
 def oracle_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
@@ -56,12 +58,12 @@ def oracle_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
     ]
 
 
-def snapshot_of(records: Iterable[Mapping[str, Any]], bundles: frozenset[int] | None) -> Snapshot:
+def snapshot_of(records: Iterable[Mapping[str, Any]], bundles: frozenset[int] | None, reader: str = "") -> Snapshot:
     """One read of records (each with its ``batch_id``) and the batches with a bundle (None: none kept)."""
     counts: dict[int, int] = {}
     for r in records:
         counts[int(r["batch_id"])] = counts.get(int(r["batch_id"]), 0) + 1
-    return Snapshot(counts, bundles or frozenset())
+    return Snapshot(counts, bundles or frozenset(), reader)
 
 
 class ChaosTarget(Protocol):

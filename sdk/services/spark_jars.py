@@ -26,8 +26,10 @@ import importlib.util
 import logging
 import os
 import re
+import shlex
 import time
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from eosink.errors import ServiceError
@@ -35,6 +37,7 @@ from eosink.services._layout import provision_dir
 from eosink.services._maven import Artifact, fetch_jars
 
 __all__ = [
+    "DELTA_SPARK_CONF",
     "DELTA_SPARK_VERSIONS",
     "GROUPS",
     "KAFKA_TOKEN_PROVIDER_VERSION",
@@ -54,6 +57,11 @@ POSTGRES_JDBC_VERSION = "42.7.8"
 KAFKA_TOKEN_PROVIDER_VERSION = "4.0.0"
 #: Spark minor version -> the delta-spark release built against it (its POM's ``spark-sql`` version).
 DELTA_SPARK_VERSIONS: dict[str, str] = {"3.5": "3.3.2", "4.0": "4.0.1", "4.1": "4.3.1", "4.2": "4.4.0"}
+#: The static settings a session using the ``delta`` group needs (Delta's SQL extension and catalog).
+DELTA_SPARK_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
 
 #: Group name -> a class each group must provide (the health check looks for it).
 GROUPS: dict[str, str] = {
@@ -194,8 +202,10 @@ class SparkJars:
         )
 
 
-def class_path_submit_args(jars: str) -> str:
+def class_path_submit_args(jars: str, conf: Mapping[str, str] | None = None) -> str:
     """``PYSPARK_SUBMIT_ARGS`` putting ``jars`` (comma-separated, as in ``spark.jars``) on the driver's and the
-    local executors' class path, where nothing is copied per application (see the module docstring)."""
+    local executors' class path, where nothing is copied per application (see the module docstring), with
+    ``conf`` as further ``--conf`` settings (static ones a connector needs, e.g. a session extension)."""
     cp = jars.replace(",", os.pathsep)
-    return f"--driver-class-path {cp} --conf spark.executor.extraClassPath={cp} pyspark-shell"
+    extra = "".join(f" --conf {shlex.quote(f'{k}={v}')}" for k, v in (conf or {}).items())
+    return f"--driver-class-path {cp} --conf spark.executor.extraClassPath={cp}{extra} pyspark-shell"

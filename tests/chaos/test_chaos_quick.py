@@ -27,7 +27,7 @@ from eosink.chaos.runner import run_chaos
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 
 SEED = 7
-SINKS = ["postgres", "kafka", "s3", "hdfs"]
+SINKS = ["postgres", "kafka", "s3", "hdfs", "delta"]
 SCHEDULES = int(os.environ.get("EOSINK_CHAOS_SCHEDULES", "1"))
 
 

@@ -270,6 +270,25 @@ def kill_through_the_data_source(pipeline: Pipeline, strategy: str, point: str) 
     assert_clean(pipeline.run())
 
 
+def assert_store_crash_mid_batch_exact(p: Any, server: Any) -> None:
+    """The driver of ``p`` frozen (SIGSTOP of its session) mid-write of batch 1 (F2); ``server``, the sink's
+    private store, SIGKILLed and restarted meanwhile; the driver thawed.
+
+    Pass: the thawed driver either finishes or stops with an eosink error (exit 3); restarts from the
+    checkpoint (at most two) end cleanly, and ``p.assert_exact()`` holds."""
+    proc = p.start("F2@1:stop")
+    wait_for(lambda: "F2" in p.fired(), 240, "F2 to fire")
+    wait_for(lambda: is_stopped(proc.pid), 30, "the driver to stop")
+    server.restart(crash=True)
+    signal_session(proc.pid, signal.SIGCONT)
+    runs = [p.finish(proc)]
+    while runs[-1].returncode != 0 and len(runs) < 3:
+        assert runs[-1].returncode == 3, f"driver failed ({runs[-1].returncode}):\n{runs[-1].stderr[-4000:]}"
+        runs.append(p.run())
+    assert_clean(runs[-1])
+    p.assert_exact()
+
+
 def assert_zombie_fenced(pipeline: Pipeline, point: str, mode: str = "eosink") -> None:
     """F10: the old driver is frozen (SIGSTOP of its whole session) at ``point`` of batch 1, a new driver takes
     over and finishes, then the old one is thawed (SIGCONT).

@@ -10,6 +10,7 @@ batch of Spark's commit log, nothing left in doubt. Every test has a table of it
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -25,19 +26,31 @@ from eosink.connectors.delta.testing import read_table
 from eosink.connectors.s3.testing import BUCKET, S3Harness, empty_prefix
 from eosink.errors import ServiceError
 from eosink.services import get_service
-from eosink.services.minio import S3Endpoint
+from eosink.services.minio import MinioServer, S3Endpoint
 
-from .conftest import Pipeline, assert_clean, assert_killed
+from .conftest import (
+    DATASOURCE_KILLS,
+    Pipeline,
+    assert_clean,
+    assert_killed,
+    assert_random_kills_exact,
+    assert_stopped_as_lost,
+    assert_store_crash_mid_batch_exact,
+    assert_zombie_fenced,
+    kill_through_the_data_source,
+    rewind_batch_1,
+)
 
 pytestmark = pytest.mark.spark
 
 SINK_DRIVER = Path(__file__).with_name("sink_driver.py")
-STRATEGIES = ["2pc", "txid-check"]
+STRATEGIES = ["2pc", "txid-check", "idempotent"]
 # DeltaSink passes F6 once the batch's files are checked, before the log entry is written.
 COMMON_POINTS = ["F1", "F2", "F3", "F4", "F6", "F8"]
 # make test: one kill-and-restart per strategy: 2pc at F5 (batch 1 in Spark's commit log, its files prepared:
-# only the restart's recovery can commit it); txid-check at F6 (checked, not committed).
-QUICK = {("2pc", "F5"), ("txid-check", "F6")}
+# only the restart's recovery can commit it); txid-check at F6 (checked, not committed); idempotent at F4
+# (files prepared, the MERGE not made: the replay writes them again under new names).
+QUICK = {("2pc", "F5"), ("txid-check", "F6"), ("idempotent", "F4")}
 
 
 def _cases() -> list[Any]:
@@ -79,14 +92,7 @@ class DeltaPipeline(Pipeline):
         ]
 
     def config(self) -> DeltaConfig:
-        ep = self.store
-        return DeltaConfig(
-            f"s3://{BUCKET}/{self.prefix}",
-            endpoint_url=ep.endpoint_url,
-            access_key_id=ep.access_key,
-            secret_access_key=ep.secret_key,
-            region=ep.region,
-        )
+        return DeltaConfig.on_endpoint(f"s3://{BUCKET}/{self.prefix}", self.store)
 
     def found(self) -> Counter[tuple[Any, ...]]:
         """The rows a Delta reader sees: the table's current snapshot."""
@@ -115,12 +121,15 @@ class DeltaPipeline(Pipeline):
         empty_prefix(self.harness().client(), BUCKET, self.prefix)
 
 
+def _pipeline(tmp_path: Path, java_opts: str, store: S3Endpoint) -> DeltaPipeline:
+    p = DeltaPipeline(tmp_path, java_opts=java_opts, store=store, prefix=f"sparkdelta-{uuid.uuid4().hex[:10]}")
+    p.harness().ensure_bucket()
+    return p
+
+
 @pytest.fixture
 def delta_pipeline(tmp_path: Path, driver_java_opts: str, minio: S3Endpoint) -> Iterator[DeltaPipeline]:
-    pipeline = DeltaPipeline(
-        tmp_path, java_opts=driver_java_opts, store=minio, prefix=f"sparkdelta-{uuid.uuid4().hex[:10]}"
-    )
-    pipeline.harness().ensure_bucket()
+    pipeline = _pipeline(tmp_path, driver_java_opts, minio)
     yield pipeline
     pipeline.close()
 
@@ -146,3 +155,107 @@ def test_kill_at_fault_point_then_restart_is_exact(delta_pipeline: DeltaPipeline
             assert p.in_doubt(), "the killed batch's prepared work is not listed as in doubt"
     assert_clean(p.run())
     p.assert_exact()
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(("strategy", "seed"), [("2pc", 1), ("txid-check", 1), ("idempotent", 2)])
+def test_random_kills_then_restart_is_exact(delta_pipeline: DeltaPipeline, strategy: str, seed: int) -> None:
+    """Seeded random-moment SIGKILLs of the driver's group, restarts until the input is exhausted.
+
+    Pass: exact, one eosink commit per batch, nothing in doubt, and the concurrent Delta reader never saw
+    part of a batch (every strategy: each batch is one Delta commit).
+    """
+    assert_random_kills_exact(delta_pipeline, strategy, seed, delta_pipeline.found)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(("strategy", "point"), [("2pc", "F4"), ("txid-check", "F1"), ("idempotent", "F3")])
+def test_a_zombie_driver_is_fenced(delta_pipeline: DeltaPipeline, strategy: str, point: str) -> None:
+    """F10: the old driver is frozen (SIGSTOP of its whole session) at ``point`` of batch 1, a new driver
+    takes over and finishes, then the old one is thawed (SIGCONT).
+
+    Pass: the new driver ends cleanly and the table is exact; the zombie stops with FencedError (the
+    table's epoch txn moved on: its commit, made at one version, is checked against it) or on Spark's own
+    concurrent-writer check; still exact afterwards.
+    """
+    p = delta_pipeline
+    p.strategy = strategy
+    assert_zombie_fenced(p, point)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("strategy", ["2pc", "txid-check"])
+def test_a_store_crashed_mid_batch_then_restarted_is_exact(
+    tmp_path: Path, driver_java_opts: str, strategy: str
+) -> None:
+    """A private MinIO is SIGKILLed and restarted while the driver is frozen mid-write of batch 1 (F2).
+
+    Pass: the thawed driver either finishes or stops with an eosink error; restarts from the
+    checkpoint (at most two) end cleanly, and the table is exact with nothing in doubt.
+    """
+    server = MinioServer(tmp_path / "minio")
+    server.start()
+    try:
+        p = _pipeline(tmp_path / "job", driver_java_opts, server.endpoint)
+        p.strategy = strategy
+        assert_store_crash_mid_batch_exact(p, server)
+    finally:
+        server.close()
+
+
+@pytest.mark.full
+def test_prepared_files_deleted_stop_the_query_and_a_rewind_lands_the_batch_once(
+    delta_pipeline: DeltaPipeline,
+) -> None:
+    """2pc SIGKILLed at F5 of batch 1 (Spark committed it, the sink did not); then the batch's prepared data
+    files are deleted, as a VACUUM with a too short retention does.
+
+    Pass: the restart stops with PreparedWorkLostError (exit 3) naming batch 1 and the rewind, with
+    nothing of batch 1 visible; ``eosink recover --rewind`` prints its plan and changes nothing,
+    ``--yes`` carries it out; the next restart completes and the table is exact.
+    """
+    p = delta_pipeline
+    p.strategy = "2pc"
+    assert_killed(p.run("F5@1:kill"), "F5")
+    s3 = p.harness().client()
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{p.prefix}/").get("Contents", [])
+    committed = {a["path"] for a in _added(p)}
+    doomed = [
+        o["Key"] for o in listed if o["Key"].endswith(".parquet") and o["Key"][len(p.prefix) + 1 :] not in committed
+    ]
+    assert doomed, "batch 1's prepared files should be there after a kill at F5"
+    for key in doomed:
+        s3.delete_object(Bucket=BUCKET, Key=key)
+    stopped = p.run()
+    assert_stopped_as_lost(stopped)
+    assert p.found() == _rows_of_files(p, {0}), "the query went on past the lost batch"
+    cli = [
+        *("recover", "--sink", "delta", "--table", f"s3://{BUCKET}/{p.prefix}", "--app-id", p.app_id),
+        *("--checkpoint", str(p.checkpoint), "--rewind"),
+    ]
+    printed = rewind_batch_1(p.checkpoint, cli, {**os.environ, **p.store.env()})
+    assert_clean(p.run())
+    p.assert_exact()
+    assert p.store.secret_key not in printed + stopped.stderr
+
+
+def _added(p: DeltaPipeline) -> list[dict[str, Any]]:
+    config = p.config()
+    table = _log.load(config.table, config.delta_options())
+    return [] if table is None else list(table.get_add_actions(flatten=True).to_pylist())
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(("strategy", "point"), DATASOURCE_KILLS)
+def test_kill_through_the_data_source_then_restart_is_exact(
+    delta_pipeline: DeltaPipeline, strategy: str, point: str
+) -> None:
+    """Delta through ``writeStream.format("eosink")``: the driver's process group SIGKILLed at ``point`` of
+    batch 1 (F5: when batch 2 is planned), then restarted from the checkpoint.
+
+    Pass: the kill happened; the restart ends cleanly; a Delta reader sees every input row once (each
+    distinct row once under idempotent's whole-row keys), one eosink commit per batch Spark committed,
+    nothing in doubt.
+    """
+    kill_through_the_data_source(delta_pipeline, strategy, point)
+    delta_pipeline.assert_exact()

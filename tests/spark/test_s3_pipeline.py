@@ -14,7 +14,6 @@ sees). No incomplete upload of the app is left behind. Every test has a prefix o
 from __future__ import annotations
 
 import os
-import signal
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -24,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from eosink._procs import is_stopped, signal_session
 from eosink.checkpoint import SparkCheckpoint
 from eosink.connectors.s3 import S3Config, committed_markers, read_committed
 from eosink.connectors.s3.admin import S3Admin
@@ -40,10 +38,10 @@ from .conftest import (
     assert_killed,
     assert_random_kills_exact,
     assert_stopped_as_lost,
+    assert_store_crash_mid_batch_exact,
     assert_zombie_fenced,
     kill_through_the_data_source,
     rewind_batch_1,
-    wait_for,
 )
 
 pytestmark = pytest.mark.spark
@@ -261,17 +259,7 @@ def test_a_store_crashed_mid_batch_then_restarted_is_exact(
     try:
         p = _pipeline(tmp_path / "job", driver_java_opts, server.endpoint)
         p.strategy = strategy
-        proc = p.start("F2@1:stop")
-        wait_for(lambda: "F2" in p.fired(), 240, "F2 to fire")
-        wait_for(lambda: is_stopped(proc.pid), 30, "the driver to stop")
-        server.restart(crash=True)
-        signal_session(proc.pid, signal.SIGCONT)
-        runs = [p.finish(proc)]
-        while runs[-1].returncode != 0 and len(runs) < 3:
-            assert runs[-1].returncode == 3, f"driver failed ({runs[-1].returncode}):\n{runs[-1].stderr[-4000:]}"
-            runs.append(p.run())
-        assert_clean(runs[-1])
-        p.assert_exact()
+        assert_store_crash_mid_batch_exact(p, server)
     finally:
         server.close()
 
