@@ -2,7 +2,7 @@
 
 Every run writes the data set's rows into a table of its own (``s3://eosink-bench/eosink-bench/<ns>``),
 removed after the run; the store, its bucket and credentials are the S3 adapter's
-(:class:`~eosink.connectors.s3._bench.S3Adapter`, which this extends).
+(:class:`~eosink.bench.object_store.ObjectStoreBench`, which this extends).
 
 * ``spark-delta-sink``: Spark with delta-spark writing each micro-batch with ``txnAppId`` /
   ``txnVersion``, the commit Delta's streaming sink (``writeStream.format("delta")``) makes: the batch's
@@ -21,7 +21,6 @@ that finds nothing new. The batch an entry commits is eosink's commit info (or t
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,8 +31,8 @@ import pyarrow.compute as pc
 
 from eosink.bench.datasets import Dataset
 from eosink.bench.file_sinks import at_least_once_name, latency_buckets
+from eosink.bench.object_store import BUCKET, ObjectStoreBench, app_id, object_prefix
 from eosink.bench.runs import Baseline, BatchFunction, BenchGoals, RunSpec, generic_runs
-from eosink.connectors.s3._bench import BUCKET, S3Adapter, app_id, object_prefix
 from eosink.errors import ConfigurationError
 
 __all__ = ["DeltaAdapter"]
@@ -108,25 +107,20 @@ class _SparkDeltaSink:
         writer.option("txnAppId", self.app).option("txnVersion", batch_id).save(self.path)
 
 
-class DeltaAdapter(S3Adapter):
+class DeltaAdapter(ObjectStoreBench):
     """:class:`~eosink.bench.runs.BenchAdapter` for Delta tables on S3 (the harness's MinIO, or ``EOSINK_S3_*``)."""
 
     name = "delta"
     worker_modules = ("eosink.connectors.delta", "deltalake", "boto3", "pyarrow.parquet")
+
+    jar_groups = ("s3", "delta")
+    settings = {"bucket": BUCKET, "format": "Delta (Parquet, snappy)", "writer": "delta-rs"}
 
     def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
         super().__init__(modes)
         self._logs: dict[str, _Poll] = {}
 
     # -- parent side ------------------------------------------------------------------------------
-
-    def start(self) -> dict[str, Any]:
-        from eosink.services.spark_jars import SparkJars
-
-        described = super().start()
-        SparkJars().fetch("delta")
-        described["settings"] = {"bucket": BUCKET, "format": "Delta (Parquet, snappy)", "writer": "delta-rs"}
-        return described
 
     def goals(self) -> BenchGoals:
         """Best exactly-once at least 1.0x Spark's Delta sink, 2pc at least 0.85x at-least-once, a 2pc batch
@@ -162,13 +156,10 @@ class DeltaAdapter(S3Adapter):
     # -- in the Spark job ---------------------------------------------------------------------------
 
     def spark_conf(self) -> dict[str, str]:
-        """The S3 adapter's settings, with delta-spark's jars beside s3a's and its session extension."""
-        from eosink.services.spark_jars import DELTA_SPARK_CONF, SparkJars
+        """The store's settings and jars (s3a's and delta-spark's), and Delta's session extension."""
+        from eosink.services.spark_jars import DELTA_SPARK_CONF
 
-        conf = super().spark_conf()
-        classpath = os.pathsep.join(str(p) for p in SparkJars().jars("s3", "delta"))
-        conf["spark.driver.extraClassPath"] = conf["spark.executor.extraClassPath"] = classpath
-        return {**conf, **DELTA_SPARK_CONF}
+        return {**super().spark_conf(), **DELTA_SPARK_CONF}
 
     def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
         from eosink.bench.session import eosink_function
@@ -182,7 +173,11 @@ class DeltaAdapter(S3Adapter):
             return _AtLeastOnce(self.delta_config(ns), participants)
         if spec.kind == "spark":
             return _SparkDeltaSink(f"s3a://{BUCKET}/{object_prefix(ns)}", app_id(ns))
-        return super().batch_function(spec, ns, checkpoint, participants)
+        if spec.kind == "floor":
+            from eosink.bench.runner import floor_function
+
+            return floor_function(participants)
+        raise ConfigurationError(f"Run {spec.name!r} ({spec.kind}) is not a Spark run of Delta's.", "See runs().")
 
     def poll_visible(self, ns: str, after_id: int, warm_from_us: int) -> tuple[list[tuple[int, int]], int, int | None]:
         """New log entries are stamped as soon as a LIST shows them; the rows they add are read in a later
@@ -202,7 +197,6 @@ class DeltaAdapter(S3Adapter):
         return sorted(buckets.items()), hi, state.last_batch if state.last_batch >= 0 else None
 
     def close(self) -> None:
-        super().close()
         self._logs.clear()
 
     def drop(self, ns: str) -> None:
@@ -226,7 +220,7 @@ class DeltaAdapter(S3Adapter):
     def _added_rows(self, ns: str, key: str, state: _Poll) -> list[pa.Table]:
         """``id`` and ``at`` of the files the log entry ``key`` adds (data changes only, not compactions);
         the batch it commits noted in ``state``."""
-        from eosink.connectors.s3._encode import parquet_table
+        from eosink.stores.parquet import parquet_table
 
         s3 = self._client()
         entry = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()

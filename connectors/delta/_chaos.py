@@ -1,7 +1,7 @@
 """The chaos harness's Delta target (:class:`~eosink.chaos.target.ChaosTarget`).
 
 A private MinIO that the harness restarts and crashes on purpose (the S3 target's
-:class:`~eosink.connectors.s3._chaos.MinioSide`); :class:`~eosink.connectors.delta.DeltaSink`
+:class:`~eosink.chaos.minio.MinioSide`); :class:`~eosink.connectors.delta.DeltaSink`
 writing a Delta table at ``s3://eosink-chaos/<table>``; Spark's own Delta writer
 (``df.write.format("delta")`` in ``foreachBatch``, delta-spark) as the plain baseline. The fault proxy
 sits in front of the server and cuts the reply of the PUT that creates the log's next entry.
@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from eosink.chaos.minio import BUCKET, DIRECT_VAR, MinioSide
 from eosink.chaos.oracle import Row
 from eosink.chaos.target import Names, Snapshot, oracle_rows
-from eosink.connectors.s3._chaos import BUCKET, DIRECT_VAR, MinioSide
 from eosink.services.spark_jars import DELTA_SPARK_CONF
 
 __all__ = ["DeltaChaosTarget"]
@@ -118,10 +118,8 @@ class DeltaChaosTarget(MinioSide):
         }
 
     def drop(self, names: Names) -> None:
-        from eosink.connectors.s3.testing import empty_prefix
-
         self._stop_spark()
-        empty_prefix(self._client(), BUCKET, names.table)
+        self.empty(names.table)
 
     def close(self) -> None:
         self._stop_spark()
@@ -144,9 +142,8 @@ class DeltaChaosTarget(MinioSide):
         ``txnAppId`` options: what eosink replaces). It passes fault point ``F8`` after its write, the window in
         which a crash duplicates the batch."""
         from eosink import faults
-        from eosink.connectors.s3 import S3Connection
-        from eosink.connectors.s3.spark import s3a_options
         from eosink.faults import FaultPoint
+        from eosink.stores.s3 import S3Connection, s3a_options
 
         connection = S3Connection.from_env(endpoint_url=os.environ[DIRECT_VAR])
         options = s3a_options(connection)  # as write options: Spark redacts them in plans and logs

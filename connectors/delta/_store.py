@@ -1,8 +1,8 @@
 """Where the Delta sink's own files go (data files, manifests, lists of opened files): one small interface over
-the store a table lives in, made of what the S3 and HDFS connectors already have.
+the store a table lives in, made of the file sinks' shared store kit (:mod:`eosink.stores`).
 
-delta-rs writes the log; everything else is written here, with eosink's clients: boto3 through the S3
-connector's uploader, hdfs-native through the HDFS connector's file system, ``os`` on local disk. (delta-rs's
+delta-rs writes the log; everything else is written here, with eosink's clients: boto3 through the kit's
+multipart uploader, hdfs-native through the HDFS connector's file system, ``os`` on local disk. (delta-rs's
 own file handles hold the GIL while they wait on the network, which stalls every other Python thread of the
 process, fault proxies included.) Paths are relative to the table's root, ``/``-separated.
 """
@@ -10,8 +10,11 @@ process, fault proxies included.) Paths are relative to the table's root, ``/``-
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from eosink.stores.s3 import S3Connection
 
 if TYPE_CHECKING:
     from eosink.connectors.delta.config import DeltaConfig
@@ -160,26 +163,34 @@ class _S3Writer(_FileLike):
         self.closed = True
 
 
+@dataclass(frozen=True)
+class _Bucket:
+    """Where a table's objects are uploaded (an :class:`~eosink.stores.s3_upload.UploadTarget`)."""
+
+    bucket: str
+    conn: S3Connection
+    part_size_bytes: int = 8 << 20
+
+    def connection(self) -> S3Connection:
+        return self.conn
+
+    def sse_args(self) -> dict[str, Any]:
+        return {}
+
+
 class _S3Store:
     def __init__(self, config: DeltaConfig) -> None:
         from urllib.parse import urlsplit
 
-        from eosink.connectors.s3.config import S3Config
-
         assert config.s3 is not None
         parts = urlsplit(config.table)
-        conn = config.s3
         self.prefix = parts.path.strip("/")
-        self.config = S3Config(
-            parts.netloc,
-            self.prefix,
-            **{f: getattr(conn, f) for f in conn.__dataclass_fields__ if getattr(conn, f) is not None},
-        )
+        self.config = _Bucket(parts.netloc, config.s3)
         self._client: Any = None
 
     def client(self) -> Any:
         if self._client is None:
-            from eosink.connectors.s3._client import client
+            from eosink.stores.s3 import client
 
             self._client = client(self.config.connection())
         return self._client
@@ -188,14 +199,14 @@ class _S3Store:
         return f"{self.prefix}/{path}" if self.prefix else path
 
     def writer(self, path: str) -> Writer:
-        from eosink.connectors.s3._client import client
-        from eosink.connectors.s3._upload import PartWriter
+        from eosink.stores.s3 import client
+        from eosink.stores.s3_upload import PartWriter
 
         create = client(self.config.connection(), retrying=False)
         return _S3Writer(PartWriter(self.config, self.client(), self.key(path), create_client=create))
 
     def put(self, path: str, data: bytes) -> None:
-        self.client().put_object(Bucket=self.config.bucket, Key=self.key(path), Body=data, **self.config.sse_args())
+        self.client().put_object(Bucket=self.config.bucket, Key=self.key(path), Body=data)
 
     def read(self, path: str) -> bytes | None:
         try:

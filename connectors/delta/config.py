@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eosink.connectors.s3.config import S3Connection
 from eosink.errors import ConfigurationError
+from eosink.stores.s3 import S3Connection
 
 __all__ = ["DeltaConfig"]
 

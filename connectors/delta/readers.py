@@ -44,6 +44,7 @@ __all__ = [
     "DuckDBReader",
     "ReadSnapshot",
     "SparkReader",
+    "committed_batches",
     "counts_by_batch",
 ]
 
@@ -88,6 +89,15 @@ class CommittedBatches:
                     self.batches.add(int(meta["batch"]))
             self.top = version
         return frozenset(self.batches)
+
+
+def committed_batches(config: DeltaConfig, app_id: str) -> list[int]:
+    """The batch of every eosink commit of ``app_id`` in the log's retained history, oldest first (a batch
+    committed twice would show twice)."""
+    table = _log.load(config.table, config.delta_options())
+    if table is None:
+        return []
+    return sorted(int(meta["batch"]) for _, meta in _log.eosink_commits(table, app_id))
 
 
 def _paired(batches: CommittedBatches, read: Callable[[], dict[int, int]], name: str) -> ReadSnapshot:
@@ -275,7 +285,7 @@ def _spark_main(argv: list[str] | None = None) -> int:
     )
     path = config.table
     if config.scheme == "s3" and config.s3 is not None:
-        from eosink.connectors.s3.spark import s3a_options
+        from eosink.stores.s3 import s3a_options
 
         for key, value in s3a_options(config.s3, builder=True).items():
             builder = builder.config(key, value)

@@ -19,7 +19,10 @@ from eosink.connectors.delta.profile import PROFILE
 from eosink.contracts import Namespace, SinkHarness
 from eosink.contracts.harness import CONTRACT_SCHEMA
 
-__all__ = ["COMMIT_REQUEST_MARKER", "DeltaHarness", "read_table"]
+__all__ = ["BUCKET", "COMMIT_REQUEST_MARKER", "DeltaHarness", "read_table"]
+
+BUCKET = "eosink-tests"
+"""The bucket of the harness's tables on MinIO (each namespace's table under a prefix of its own)."""
 
 COMMIT_REQUEST_MARKER = PROFILE.commit_request_marker
 """The request that commits a batch on S3: the PUT of the log's next entry (``If-None-Match: *``)."""
@@ -56,29 +59,27 @@ class DeltaHarness(SinkHarness):
             self._hdfs_url = str(get_service("hdfs").endpoint().url).rstrip("/")  # ServiceError: start HDFS
         return self._hdfs_url
 
-    def _s3_harness(self) -> Any:
+    def _minio(self) -> Any:
         if self._s3 is None:
-            from eosink.connectors.s3.testing import S3Harness
+            from eosink.services import get_service
+            from eosink.stores.s3 import ensure_bucket
 
-            self._s3 = S3Harness()
+            self._s3 = get_service("minio").endpoint()  # ServiceError: start MinIO
+            ensure_bucket(self._client(), BUCKET)
         return self._s3
 
-    def _s3_settings(self) -> dict[str, Any]:
-        ep = self._s3_harness().endpoint()
-        self._s3_harness().ensure_bucket()
-        return {
-            "endpoint_url": ep.endpoint_url,
-            "access_key_id": ep.access_key,
-            "secret_access_key": ep.secret_key,
-            "region": ep.region,
-        }
+    def _client(self) -> Any:
+        from eosink.stores.s3 import S3Connection, client
+
+        ep = self._s3
+        return client(
+            S3Connection(ep.endpoint_url, ep.region, access_key_id=ep.access_key, secret_access_key=ep.secret_key)
+        )
 
     def config(self, ns: Namespace, **options: Any) -> DeltaConfig:
         settings: dict[str, Any] = {**self.options, **options}
         if self.store == "s3":
-            from eosink.connectors.s3.testing import BUCKET
-
-            return DeltaConfig(f"s3://{BUCKET}/{ns.name}", **{**self._s3_settings(), **settings})
+            return DeltaConfig.on_endpoint(f"s3://{BUCKET}/{ns.name}", self._minio(), **settings)
         if self.store == "hdfs":
             return DeltaConfig(f"{settings.pop('hdfs_url', self._hdfs())}/eosink-tests/delta-{ns.name}", **settings)
         return DeltaConfig(str(ns.path / "table"), **settings)
@@ -90,9 +91,8 @@ class DeltaHarness(SinkHarness):
 
     def fault_endpoint(self) -> tuple[str, int] | None:
         if self.store == "s3":
-            s3: Any = self._s3_harness()
-            found: tuple[str, int] = s3.fault_endpoint()
-            return found
+            url = urllib.parse.urlsplit(self._minio().endpoint_url)
+            return url.hostname or "127.0.0.1", int(url.port or 80)
         if self.store == "hdfs":
             parts = urllib.parse.urlsplit(self._hdfs())
             assert parts.hostname and parts.port, self._hdfs()
@@ -113,9 +113,10 @@ class DeltaHarness(SinkHarness):
 
     def cleanup(self, ns: Namespace) -> None:
         if self.store == "s3":
-            from eosink.connectors.s3.testing import BUCKET, empty_prefix
+            from eosink.stores.s3 import empty_prefix
 
-            empty_prefix(self._s3_harness().client(), BUCKET, ns.name)
+            self._minio()
+            empty_prefix(self._client(), BUCKET, ns.name)
         elif self.store == "hdfs":
             from eosink.connectors.hdfs.testing import remove
 

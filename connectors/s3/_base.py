@@ -12,13 +12,13 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from eosink.connectors.s3 import _client
-from eosink.connectors.s3._errors import is_not_found, translated
 from eosink.connectors.s3._layout import Layout
 from eosink.connectors.s3._markers import SHA_META, CommitMarker
 from eosink.connectors.s3._segments import Segment, first_segment_key, range_of, span_of
 from eosink.connectors.s3.config import S3Config, S3Connection
 from eosink.errors import EosinkError, FencedError
+from eosink.stores.s3 import client as s3_client
+from eosink.stores.s3_errors import is_not_found, translated
 
 __all__ = ["_S3Base"]
 
@@ -42,12 +42,12 @@ class _S3Base:
     @property
     def _s3(self) -> Any:
         """The retrying client: reads and data uploads."""
-        return _client.client(self._conn, retrying=True)
+        return s3_client(self._conn, retrying=True)
 
     @property
     def _s3_once(self) -> Any:
         """The single-attempt client: requests whose outcome must be known exactly (commits, conditional writes)."""
-        return _client.client(self._conn, retrying=False)
+        return s3_client(self._conn, retrying=False)
 
     def _errors(self, what: str) -> AbstractContextManager[None]:
         """Turn botocore errors into eosink errors (the connector's one translator)."""

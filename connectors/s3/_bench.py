@@ -25,10 +25,8 @@ s3a through the AWS SDK's environment provider), never through argv or Spark's c
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,65 +43,11 @@ from eosink.bench.file_sinks import (
     file_sink_runs,
     latency_buckets,
 )
+from eosink.bench.object_store import BUCKET, ObjectStoreBench, app_id, object_prefix
 from eosink.bench.runs import BatchFunction, BenchGoals, RunSpec
 from eosink.errors import ConfigurationError
 
 __all__ = ["S3Adapter", "app_id", "object_prefix"]
-
-BUCKET = "eosink-bench"
-ROOT = "eosink-bench"
-_ENV = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY", "EOSINK_S3_REGION")
-_ENV_CREDENTIALS = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
-
-
-def object_prefix(ns: str) -> str:
-    """The prefix of namespace ``ns``'s objects (and eosink's bookkeeping under it)."""
-    return f"{ROOT}/{ns}"
-
-
-def app_id(ns: str) -> str:
-    """The app_id of namespace ``ns``'s eosink writer."""
-    return f"bench-{ns}"
-
-
-@dataclass(frozen=True, repr=False)
-class _Store:
-    """Where the store is and how to sign requests; the secret never in ``repr``."""
-
-    endpoint_url: str
-    access_key: str
-    secret_key: str = field(repr=False)
-    region: str = "us-east-1"
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> _Store | None:
-        endpoint, access, secret = (env.get(name, "") for name in _ENV[:3])
-        if not (endpoint and access and secret):
-            return None
-        return cls(endpoint, access, secret, env.get(_ENV[3]) or "us-east-1")
-
-    def connection(self) -> Any:
-        """The :class:`~eosink.connectors.s3.S3Connection` of the store (path-style, as for any endpoint)."""
-        from eosink.connectors.s3 import S3Connection
-
-        return S3Connection(
-            self.endpoint_url, self.region, access_key_id=self.access_key, secret_access_key=self.secret_key
-        )
-
-    def env(self) -> dict[str, str]:
-        """``EOSINK_S3_*`` for eosink, ``AWS_*`` for the JVM's s3a (the SDK's environment provider)."""
-        return {
-            _ENV[0]: self.endpoint_url,
-            _ENV[1]: self.access_key,
-            _ENV[2]: self.secret_key,
-            _ENV[3]: self.region,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": self.region,
-        }
-
-    def __repr__(self) -> str:
-        return f"_Store({self.endpoint_url!r}, region={self.region!r})"
 
 
 class _DirectPut:
@@ -117,9 +61,9 @@ class _DirectPut:
         return f"{self.config.prefix}/{at_least_once_name(self.batch_id)}.parquet"
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from eosink.connectors.s3 import _client
         from eosink.connectors.s3._encode import ObjectEncoder, check_record_sizes
-        from eosink.connectors.s3._upload import PartWriter
+        from eosink.stores.s3 import client as s3_client
+        from eosink.stores.s3_upload import PartWriter
 
         encoder: ObjectEncoder | None = None
         rows = 0
@@ -129,7 +73,7 @@ class _DirectPut:
                     continue
                 check_record_sizes(batch, self.config.max_record_bytes, "at-least-once")
                 if encoder is None:
-                    s3 = _client.client(self.config.connection())
+                    s3 = s3_client(self.config.connection())
                     encoder = ObjectEncoder(self.config, PartWriter(self.config, s3, self.key()), batch.schema)
                 encoder.write(batch)
                 rows += batch.num_rows
@@ -155,62 +99,22 @@ class _Poll:
     """(first seen, wall clock s; key of a marker or an at-least-once object) whose rows are unread."""
 
 
-class S3Adapter:
+class S3Adapter(ObjectStoreBench):
     """:class:`~eosink.bench.runs.BenchAdapter` for S3 (the harness's MinIO, or ``EOSINK_S3_*``)."""
 
     name = "s3"
     worker_modules: tuple[str, ...] = ("eosink.connectors.s3", "boto3", "pyarrow.parquet")
-
-    all_modes: tuple[str, ...] = ("default",)
+    settings = {"bucket": BUCKET, "part size": "8 MiB", "format": "parquet (snappy)"}
 
     def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
-        self.modes = modes
-        self._started = False
-        self._store: _Store | None = _Store.from_env(os.environ)
-        self._bucket_made = False
+        super().__init__(modes)
         self._polls: dict[str, _Poll] = {}
-
-    # -- parent side ------------------------------------------------------------------------------
-
-    def start(self) -> dict[str, Any]:
-        from eosink.services import get_service
-        from eosink.services._maven import fetch_jars
-        from eosink.services.spark_jars import SparkJars
-
-        service = get_service("minio")
-        if service.external() is None and service.pid() is None:
-            service.up()
-            self._started = True
-        ep: Any = service.endpoint()
-        self._store = _Store(str(ep.endpoint_url), str(ep.access_key), str(ep.secret_key), str(ep.region))
-        jars = SparkJars()
-        fetch_jars(jars.artifacts("s3"), jars.directory("s3"), what="Spark's s3a file system")
-        self._ensure_bucket()
-        return {
-            "server_version": "MinIO (harness)" if service.external() is None else "external",
-            "settings": {"bucket": BUCKET, "part size": "8 MiB", "format": "parquet (snappy)"},
-            "started_by_bench": self._started,
-        }
-
-    def stop(self) -> None:
-        if self._started:
-            from eosink.services import get_service
-
-            get_service("minio").down()
-            self._started = False
-
-    def child_env(self) -> dict[str, str]:
-        return self._require_store().env()
 
     def goals(self) -> BenchGoals:
         return file_sink_goals("raw-upload")
 
     def runs(self) -> list[RunSpec]:
         return file_sink_runs(self.modes, "raw-upload")
-
-    def prepare(self, ns: str, *, keyed: bool = False) -> None:
-        """Nothing to create but the bucket: a namespace is a fresh prefix (``keyed`` needs nothing of the store)."""
-        self._ensure_bucket()
 
     def verify(self, ns: str) -> int:
         """Rows readers of the run's own commit protocol see: for eosink, the objects its markers name (distinct
@@ -231,11 +135,8 @@ class S3Adapter:
 
     def drop(self, ns: str) -> None:
         """Abort the prefix's uploads and delete its objects."""
-        from eosink.connectors.s3.testing import empty_prefix
-
         self._polls.pop(ns, None)
-        with contextlib.suppress(Exception):
-            empty_prefix(self._client(), BUCKET, object_prefix(ns))
+        super().drop(ns)
 
     def run_external(self, spec: RunSpec, ns: str, dataset: Dataset) -> float:
         """``raw-upload``: boto3's managed upload of the data set's Parquet files, one after the other."""
@@ -252,29 +153,6 @@ class S3Adapter:
         return time.monotonic() - started
 
     # -- in the Spark job ---------------------------------------------------------------------------
-
-    def spark_conf(self) -> dict[str, str]:
-        """The s3a jars and where the store is; credentials come from the environment (never the conf: PySpark
-        hands its conf to the JVM on the command line).
-
-        The jars go on the class path, not in ``spark.jars``: those are copied into every session's scratch
-        directory (the AWS SDK bundle alone is some 650 MB), which would put that much disk writing beside
-        every run. The driver and executors run on this machine, so the cached jars serve them in place.
-        """
-        from eosink.services.spark_jars import SparkJars
-
-        store = self._require_store()
-        classpath = os.pathsep.join(str(p) for p in SparkJars().jars("s3"))
-        hadoop = "spark.hadoop.fs.s3a."
-        return {
-            "spark.driver.extraClassPath": classpath,
-            "spark.executor.extraClassPath": classpath,
-            f"{hadoop}endpoint": store.endpoint_url,
-            f"{hadoop}endpoint.region": store.region,
-            f"{hadoop}path.style.access": "true",
-            f"{hadoop}connection.ssl.enabled": str(store.endpoint_url.startswith("https://")).lower(),
-            f"{hadoop}aws.credentials.provider": _ENV_CREDENTIALS,
-        }
 
     def config(self, ns: str) -> Any:
         """The S3Config of namespace ``ns`` (Parquet, snappy, the default 8 MiB parts)."""
@@ -316,12 +194,6 @@ class S3Adapter:
             return [], after_id, self._batch(state)
         buckets, hi = self._read_pending(ns, state, warm_from_us)
         return sorted(buckets.items()), max(after_id, hi), self._batch(state)
-
-    def scrub(self, text: str) -> str:
-        """``text`` without the secret key."""
-        if self._store is None or not self._store.secret_key:
-            return text
-        return text.replace(self._store.secret_key, "***")
 
     def close(self) -> None:
         self._polls.clear()
@@ -386,7 +258,7 @@ class S3Adapter:
 
     def _tables(self, ns: str, key: str, mode: str | None) -> list[pa.Table]:
         """``id`` and ``at`` of the objects a marker names (mode ``markers``), or of the object ``key``."""
-        from eosink.connectors.s3._encode import parquet_table
+        from eosink.stores.parquet import parquet_table
 
         s3 = self._client()
         keys = [key]
@@ -410,28 +282,6 @@ class S3Adapter:
             return found
 
     # -- helpers --------------------------------------------------------------------------------------
-
-    def _require_store(self) -> _Store:
-        if self._store is None:
-            raise ConfigurationError("The benchmark has no S3 store yet.", "Call start() first.")
-        return self._store
-
-    def _client(self) -> Any:
-        from eosink.connectors.s3 import _client
-
-        return _client.client(self._require_store().connection())
-
-    def _ensure_bucket(self) -> None:
-        if self._bucket_made:
-            return
-        from botocore.exceptions import ClientError
-
-        try:
-            self._client().create_bucket(Bucket=BUCKET)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
-                raise
-        self._bucket_made = True
 
     def _has_bookkeeping(self, ns: str) -> bool:
         """Whether an eosink writer ran in ``ns`` (it fences, so it leaves ``_eosink/``)."""

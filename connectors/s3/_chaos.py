@@ -14,99 +14,18 @@ the prefix, as ``spark.read.parquet`` does.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from eosink.chaos.minio import BUCKET, DIRECT_VAR, MinioSide
 from eosink.chaos.oracle import Row
-from eosink.chaos.target import Names, PrivateRoot, Snapshot, oracle_rows, snapshot_of
+from eosink.chaos.target import Names, Snapshot, oracle_rows, snapshot_of
 
-__all__ = ["MinioSide", "S3ChaosTarget"]
+__all__ = ["S3ChaosTarget"]
 
-BUCKET = "eosink-chaos"
-ENDPOINT_VAR = "EOSINK_S3_ENDPOINT"
-DIRECT_VAR = "EOSINK_CHAOS_S3_DIRECT"
-JARS_VAR = "EOSINK_CHAOS_JARS"
-CONF_VAR = "EOSINK_CHAOS_SPARK_CONF"
 CONTROL = "_eosink"
 COLUMNS = ("batch_id", "key", "running_sum", "concat", "n_tokens")
-
-
-class MinioSide:
-    """The runner's side of a target on a private MinIO (restarted and crashed on purpose), which every
-    target writing to S3 shares: S3 objects here, Delta tables in :mod:`eosink.connectors.delta`."""
-
-    #: Spark's jar groups the job's plain baseline needs (fetched once, at start), and static settings it needs.
-    jar_groups: tuple[str, ...] = ("s3",)
-    spark_conf: dict[str, str] = {}
-
-    def __init__(self, root: Path | None = None, prefix: str = "eosink-chaos-s3-") -> None:
-        self.dir = PrivateRoot(root, prefix)
-        self.root = Path()
-        self.server: Any = None
-
-    def start(self) -> None:
-        from eosink.services.minio import MinioServer
-        from eosink.services.spark_jars import SparkJars
-
-        for group in self.jar_groups:
-            SparkJars().fetch(group)  # the baseline's jars, fetched once into the cache
-
-        self.root = self.dir.open()
-        self.server = MinioServer(self.root / "minio")
-        self.server.start()
-        self._client().create_bucket(Bucket=BUCKET)
-
-    def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        self.dir.close()
-
-    def restart(self, *, crash: bool) -> None:
-        self.server.restart(crash=crash)
-
-    def address(self) -> tuple[str, int]:
-        return "127.0.0.1", int(self.server.port)
-
-    def proxy_port(self) -> int:
-        return 0  # any: the job is told the proxy's address
-
-    def job_env(self, proxy_port: int | None) -> dict[str, str]:
-        from eosink.services.spark_jars import SparkJars
-
-        direct = self.server.endpoint
-        env = direct.env()
-        if proxy_port is not None:
-            env[ENDPOINT_VAR] = f"http://127.0.0.1:{proxy_port}"
-        jars = SparkJars().spark_conf(*self.jar_groups)["spark.jars"]
-        conf = {CONF_VAR: json.dumps(self.spark_conf)} if self.spark_conf else {}
-        return {**env, DIRECT_VAR: direct.endpoint_url, JARS_VAR: jars, **conf}
-
-    def scrub(self, text: str) -> str:
-        if self.server is None:
-            return text
-        return text.replace(self.server.endpoint.secret_key, "***")
-
-    def _client(self) -> Any:
-        from eosink.connectors.s3._client import client
-
-        return client(self._config("").connection())
-
-    def _config(self, prefix: str) -> Any:
-        from eosink.connectors.s3 import S3Config
-
-        ep = self.server.endpoint
-        return S3Config(
-            BUCKET,
-            prefix,
-            endpoint_url=ep.endpoint_url,
-            access_key_id=ep.access_key,
-            secret_access_key=ep.secret_key,
-            region=ep.region,
-        )
 
 
 class S3ChaosTarget(MinioSide):
@@ -119,6 +38,19 @@ class S3ChaosTarget(MinioSide):
 
     def atomic(self, strategy: str) -> bool:
         return strategy != "idempotent"  # readers of the markers see whole batches (S3Sink's capabilities)
+
+    def _config(self, prefix: str) -> Any:
+        from eosink.connectors.s3 import S3Config
+
+        conn = self.connection()
+        return S3Config(
+            BUCKET,
+            prefix,
+            endpoint_url=conn.endpoint_url,
+            access_key_id=conn.access_key_id,
+            secret_access_key=conn.secret_access_key,
+            region=conn.region,
+        )
 
     def _written_by_eosink(self, s3: Any, prefix: str) -> bool:
         listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/{CONTROL}/", MaxKeys=1)

@@ -50,15 +50,15 @@ from typing import Any
 
 from eosink import faults
 from eosink.connectors.s3._base import _S3Base
-from eosink.connectors.s3._errors import error_code, is_connection_error, is_precondition_failed, translate
 from eosink.connectors.s3._fold import Folder
 from eosink.connectors.s3._layout import Layout, parse_object_name
 from eosink.connectors.s3._listing import first_numbered, list_page, newest_numbered
 from eosink.connectors.s3._markers import SHA_META, CommitMarker, MarkedObject
 from eosink.connectors.s3._segments import Segment
-from eosink.connectors.s3._upload import ObjectRecord, UploadGone, abort_upload, complete, expected_etag
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
 from eosink.errors import AmbiguousCommitError, CommitAbortedError
+from eosink.stores.s3_errors import error_code, is_connection_error, is_precondition_failed, translate
+from eosink.stores.s3_upload import ObjectRecord, UploadGone, abort_upload, complete, expected_etag
 
 __all__ = ["_CommitSide"]
 

@@ -20,16 +20,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eosink.connectors.s3._upload import ObjectRecord, PartWriter
 from eosink.connectors.s3.config import S3Config
 from eosink.errors import BadRecordError, SchemaError
+from eosink.stores.s3_upload import ObjectRecord, PartWriter
 
 __all__ = [
     "ObjectEncoder",
     "check_record_sizes",
     "check_schema",
     "extension",
-    "parquet_table",
     "schema_json",
     "schema_of",
 ]
@@ -40,18 +39,6 @@ def extension(config: S3Config) -> str:
     if config.format == "parquet":
         return "parquet"
     return "jsonl.gz" if config.compression == "gzip" else "jsonl"
-
-
-def parquet_table(data: bytes, columns: Sequence[str] | None = None) -> pa.Table:
-    """One Parquet object's rows, decoded in the calling thread.
-
-    ``pq.read_table`` hands even in-memory bytes to Arrow's thread pools; a process that exits while
-    those wind down can abort with ``terminate called without an active exception``, after its work
-    is done. The objects read here are already in memory, so the pools would buy nothing.
-    """
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(pa.BufferReader(data)).read(columns=columns, use_threads=False)
 
 
 def schema_json(schema: pa.Schema, partition_by: Sequence[str]) -> dict[str, Any]:

@@ -33,12 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from eosink.connectors.s3._base import _S3Base
-from eosink.connectors.s3._errors import is_precondition_failed
 from eosink.connectors.s3._layout import Layout
 from eosink.connectors.s3._listing import first_numbered
 from eosink.connectors.s3._markers import list_marker_batches
 from eosink.connectors.s3._segments import Segment, due_ranges, foldable, margin, range_of
 from eosink.errors import EosinkError, TransientError
+from eosink.stores.s3_errors import is_precondition_failed
 
 __all__ = ["FOLDS_PER_COMMIT", "Folder"]
 

@@ -44,9 +44,9 @@ from eosink.connectors.s3._layout import (
     escape_partition,
     partition_text,
 )
-from eosink.connectors.s3._upload import ObjectRecord, PartWriter
 from eosink.contract import Committable, TaskRef
 from eosink.errors import BadRecordError, CommitAbortedError, SchemaError
+from eosink.stores.s3_upload import ObjectRecord, PartWriter
 
 __all__ = ["_Txn", "_WriteSide"]
 

@@ -12,13 +12,13 @@ import datetime as dt
 from typing import Any
 
 from eosink.admin import AppStatus, InDoubtWork, SinkAdmin, SinkStatus
-from eosink.connectors.s3 import _client
-from eosink.connectors.s3._errors import translated
 from eosink.connectors.s3._layout import Layout, app_hash, parse_object_name
 from eosink.connectors.s3.config import S3Config
 from eosink.connectors.s3.read import _app_ids
 from eosink.connectors.s3.sink import S3Sink
 from eosink.errors import ConfigurationError
+from eosink.stores.s3 import client as s3_client
+from eosink.stores.s3_errors import translated
 
 __all__ = ["S3Admin"]
 
@@ -40,7 +40,7 @@ class S3Admin(SinkAdmin):
 
     def status(self, app_id: str | None = None) -> SinkStatus:
         conn = self.config.connection()
-        s3 = _client.client(conn)
+        s3 = s3_client(conn)
         layout = Layout(self.config.prefix)
         sink = self.make_sink()
         sink._head_bucket()  # a 403 says whether the keys or a permission is wrong
@@ -95,7 +95,7 @@ class S3Admin(SinkAdmin):
         sink = self.make_sink()
         sink.abort(sink.recover(app_id))
         conn = self.config.connection()
-        s3 = _client.client(conn)
+        s3 = s3_client(conn)
         layout = Layout(self.config.prefix)
         with translated(conn, f"dropping app_id {app_id!r}"):
             paginator = s3.get_paginator("list_objects_v2")

@@ -25,10 +25,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from eosink.connectors.s3 import _client
-from eosink.connectors.s3._errors import is_not_found, translate
-from eosink.connectors.s3.config import S3Connection
 from eosink.errors import ConfigurationError
+from eosink.stores.s3 import S3Connection
+from eosink.stores.s3 import client as s3_client
+from eosink.stores.s3_errors import is_not_found, translate
 
 __all__ = ["POLL_INTERVAL_S", "S3CheckpointFS", "open_location", "register"]
 
@@ -74,7 +74,7 @@ class S3CheckpointFS:
 
     @property
     def _s3(self) -> Any:
-        return _client.client(self.connection)
+        return s3_client(self.connection)
 
     def _split(self, path: str) -> tuple[str, str]:
         bucket, _, key = path.strip("/").partition("/")

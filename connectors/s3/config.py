@@ -8,21 +8,16 @@ chain applies (environment, shared files, instance or container roles).
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from eosink.errors import ConfigurationError
+from eosink.stores.s3 import ENV_VARS, MAX_PARTS, MIN_PART_BYTES, S3Connection
 
 __all__ = ["ENV_VARS", "S3Config", "S3Connection"]
 
 MIB = 1 << 20
-MIN_PART_BYTES = 5 * MIB
-"""S3's smallest part (all but the last part of a multipart upload)."""
-MAX_PARTS = 10_000
-"""S3's most parts per upload."""
 MAX_KEY_BYTES = 1024
 """S3's longest object key, in UTF-8 bytes."""
 MAX_SEGMENT_BYTES = 255
@@ -33,8 +28,6 @@ MAX_SEGMENT_BATCHES = 10_000
 """The most batches one segment may hold: a segment is one object, read whole (1-2 KB per batch, more with
 many objects per batch or a wide schema)."""
 
-ENV_VARS = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY", "EOSINK_S3_REGION")
-"""Where :meth:`S3Connection.from_env` looks first (the service harness's variables); boto3's chain after."""
 
 _PARQUET_CODECS = ("snappy", "zstd", "gzip", "lz4", "brotli", "none")
 _JSONL_CODECS = ("none", "gzip")
@@ -43,105 +36,6 @@ _SSE = ("AES256", "aws:kms", "aws:kms:dsse")
 # prefix is refused: it needs URL encoding somewhere, and Spark, Hive and pyarrow disagree on which.
 _PREFIX_CHARS = re.compile(r"^[A-Za-z0-9!\-_.*'()/=]*$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
-
-
-@dataclass(frozen=True, repr=False)
-class S3Connection:
-    """How to reach one S3 API: endpoint, region, addressing, credentials, timeouts. Hashable: clients are
-    cached per process and per connection.
-
-    * ``endpoint_url``: None for AWS; ``http(s)://host:port`` for S3-compatible stores (MinIO, ...).
-    * ``path_style``: path-style addressing (``host/bucket/key``); None: on for a custom endpoint, off for AWS.
-    * ``access_key_id`` / ``secret_access_key`` / ``session_token``: explicit credentials, or None for
-      boto3's chain (``profile`` picks a shared-config profile).
-    * ``max_attempts``: botocore's attempts for reads and data uploads (commit requests are never retried
-      by botocore: eosink resolves them itself).
-    """
-
-    endpoint_url: str | None = None
-    region: str | None = None
-    path_style: bool | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = field(default=None, repr=False)
-    session_token: str | None = field(default=None, repr=False)
-    profile: str | None = None
-    connect_timeout_s: float = 10.0
-    read_timeout_s: float = 60.0
-    max_attempts: int = 3
-
-    def __post_init__(self) -> None:
-        if self.endpoint_url is not None:
-            url = self.endpoint_url.strip().rstrip("/")
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or "@" in parts.netloc:
-                raise ConfigurationError(
-                    f"endpoint_url {_show(url)!r} is not an http:// or https:// base URL.",
-                    "Give the S3 API's base URL without a path or user info, e.g. http://127.0.0.1:9000 "
-                    "(credentials go in access_key_id and secret_access_key).",
-                )
-            object.__setattr__(self, "endpoint_url", url)
-        if (self.access_key_id is None) != (self.secret_access_key is None):
-            raise ConfigurationError(
-                "Only one of access_key_id and secret_access_key is given.",
-                "Give both, or neither to use boto3's credential chain (environment, profile, role).",
-            )
-        if self.session_token is not None and self.access_key_id is None:
-            raise ConfigurationError("A session_token needs access_key_id and secret_access_key.", "Give all three.")
-        for name in ("connect_timeout_s", "read_timeout_s"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigurationError(f"{name} must be a positive number of seconds, not {value!r}.", "Use e.g. 10.")
-        if not isinstance(self.max_attempts, int) or not 1 <= self.max_attempts <= 20:
-            raise ConfigurationError(f"max_attempts must be 1..20, not {self.max_attempts!r}.", "Use e.g. 3.")
-
-    @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> S3Connection:
-        """The service harness's ``EOSINK_S3_*`` variables when set, else boto3's chain (``AWS_*`` variables,
-        ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` for a custom endpoint, profiles, roles)."""
-        env = os.environ if environ is None else environ
-        settings: dict[str, Any] = {}
-        endpoint = env.get("EOSINK_S3_ENDPOINT", "").strip()
-        if endpoint:
-            settings.update(
-                endpoint_url=endpoint,
-                access_key_id=env.get("EOSINK_S3_ACCESS_KEY") or None,
-                secret_access_key=env.get("EOSINK_S3_SECRET_KEY") or None,
-                region=env.get("EOSINK_S3_REGION") or "us-east-1",
-            )
-        else:
-            aws_endpoint = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").strip()
-            settings["endpoint_url"] = aws_endpoint or None
-            settings["region"] = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-        settings.update(overrides)
-        return cls(**settings)
-
-    @property
-    def uses_path_style(self) -> bool:
-        return self.path_style if self.path_style is not None else self.endpoint_url is not None
-
-    def secrets(self) -> list[str]:
-        """The secrets this connection holds (longest first), for scrubbing."""
-        found = {s for s in (self.secret_access_key, self.session_token) if s}
-        return sorted(found, key=len, reverse=True)
-
-    def scrub(self, text: str) -> str:
-        """``text`` with the secret key and session token replaced by ``***``."""
-        for secret in self.secrets():
-            text = text.replace(secret, "***")
-        return text
-
-    def describe(self) -> str:
-        """Where the store is, for people (no secret)."""
-        return self.endpoint_url or f"AWS S3 ({self.region or 'default region'})"
-
-    def __repr__(self) -> str:
-        shown = ", ".join(
-            f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr and getattr(self, f.name) != f.default
-        )
-        keys = ", credentials=explicit" if self.secret_access_key else ""
-        return f"S3Connection({shown}{keys})"
-
-    __str__ = __repr__
 
 
 @dataclass(frozen=True, repr=False)
@@ -367,11 +261,3 @@ def _check_prefix(prefix: object) -> str:
             "Use a prefix of at most 800 bytes.",
         )
     return text
-
-
-def _show(url: str) -> str:
-    """A URL without user info (it may hold a password)."""
-    parts = urlsplit(url)
-    if "@" in parts.netloc:
-        return url.replace(parts.netloc, "***@" + parts.netloc.rsplit("@", 1)[1])
-    return url

@@ -29,14 +29,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from eosink._newest import newest_per_key, with_order
-from eosink.connectors.s3 import _client
-from eosink.connectors.s3._encode import parquet_table, schema_of
-from eosink.connectors.s3._errors import is_not_found, translated
+from eosink.connectors.s3._encode import schema_of
 from eosink.connectors.s3._layout import Layout, app_dir
 from eosink.connectors.s3._markers import CommitMarker, list_marker_keys
 from eosink.connectors.s3._segments import Segment, first_segment_key, list_segment_keys, range_of, span_of
 from eosink.connectors.s3.config import S3Config
 from eosink.errors import ConfigurationError, EosinkError, TransientError
+from eosink.stores.parquet import parquet_table
+from eosink.stores.s3 import client as s3_client
+from eosink.stores.s3_errors import is_not_found, translated
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -80,7 +81,7 @@ def committed_markers(
     from its segments and its marker objects; with ``after_batch``, only those of later batches (``app_id``
     needed; the segments of earlier ranges are not read)."""
     conn = config.connection()
-    s3 = _client.client(conn)
+    s3 = s3_client(conn)
     layout = Layout(config.prefix)
     with translated(conn, f"reading the commit markers under {config.root}"):
         apps = [app_id] if app_id is not None else _app_ids(s3, config, layout)
@@ -94,7 +95,7 @@ def committed_marker(config: S3Config, app_id: str, batch_id: int) -> CommitMark
     """The marker that commits ``batch_id`` of ``app_id`` (from its segment once its range is folded), or None:
     a GET of the marker, then (one one-key listing for the span) a GET of its range's segment."""
     conn = config.connection()
-    s3 = _client.client(conn)
+    s3 = s3_client(conn)
     layout = Layout(config.prefix)
     with translated(conn, f"reading the commit marker of batch {batch_id} under {config.root}"):
         data = _fetch(s3, config.bucket, layout.marker_key(app_id, batch_id))
@@ -303,7 +304,7 @@ def _schema(markers: Sequence[CommitMarker]) -> pa.Schema | None:
 
 def _read_table(config: S3Config, markers: Sequence[CommitMarker], keys: Sequence[str]) -> pa.Table:
     conn = config.connection()
-    s3 = _client.client(conn)
+    s3 = s3_client(conn)
     schema = _schema(markers)
     if schema is None:
         return pa.table({})

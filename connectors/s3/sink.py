@@ -60,12 +60,12 @@ import uuid
 from typing import Any
 
 from eosink.connectors.s3._commit_side import _CommitSide
-from eosink.connectors.s3._errors import http_status, is_connection_error, is_precondition_failed, translate
 from eosink.connectors.s3._layout import Layout
 from eosink.connectors.s3._write_side import _Txn, _WriteSide
 from eosink.connectors.s3.config import S3Config
 from eosink.contract import Capabilities, Sink
 from eosink.errors import ConfigurationError, TransientError
+from eosink.stores.s3_errors import http_status, is_connection_error, is_precondition_failed, translate
 
 __all__ = ["S3Sink"]
 

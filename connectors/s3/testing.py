@@ -15,10 +15,11 @@ from typing import Any
 import pyarrow as pa
 
 from eosink.connectors.s3 import S3Config, S3Sink, read_committed
-from eosink.connectors.s3._encode import parquet_table
 from eosink.connectors.s3._markers import FORMAT
 from eosink.contracts import Namespace, SinkHarness
 from eosink.services import get_service
+from eosink.stores.parquet import parquet_table
+from eosink.stores.s3 import empty_prefix, ensure_bucket, incomplete_uploads
 
 __all__ = ["COMMIT_REQUEST_MARKER", "S3Harness", "empty_prefix", "incomplete_uploads", "listed_parquet"]
 
@@ -71,14 +72,7 @@ class S3Harness(SinkHarness):
         with self._lock:
             if self._made and bucket is None:
                 return
-            from botocore.exceptions import ClientError
-
-            s3 = self.client()
-            try:
-                s3.create_bucket(Bucket=bucket or self.bucket)
-            except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
-                    raise
+            ensure_bucket(self.client(), bucket or self.bucket)
             if bucket is None:
                 self._made = True
 
@@ -118,19 +112,6 @@ class S3Harness(SinkHarness):
         empty_prefix(self.client(), self.bucket, ns.name)
 
 
-def incomplete_uploads(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
-    """The incomplete multipart uploads under ``prefix/`` (each with ``Key`` and ``UploadId``).
-
-    The whole bucket is listed and filtered here: MinIO lists only the uploads of a key equal to the
-    ``Prefix`` it is given, so a prefix filter on the request finds nothing there.
-    """
-    root = f"{prefix.strip('/')}/" if prefix else ""
-    found: list[dict[str, Any]] = []
-    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket):
-        found += [u for u in page.get("Uploads", []) if str(u["Key"]).startswith(root)]
-    return found
-
-
 def listed_parquet(s3: Any, bucket: str, prefix: str, columns: Sequence[str] | None = None) -> pa.Table | None:
     """What a reader that lists ``prefix/`` reads (``spark.read.parquet``): every Parquet object under it, but
     names with a part starting with ``_`` or ``.`` (``_eosink/``, ``_temporary/``, ``_SUCCESS``); None when
@@ -147,15 +128,3 @@ def listed_parquet(s3: Any, bucket: str, prefix: str, columns: Sequence[str] | N
                 continue
             tables.append(parquet_table(body, columns))
     return pa.concat_tables(tables, promote_options="default") if tables else None
-
-
-def empty_prefix(s3: Any, bucket: str, prefix: str) -> None:
-    """Abort every upload and delete every object under ``prefix/``."""
-    root = f"{prefix.strip('/')}/" if prefix else ""
-    for upload in incomplete_uploads(s3, bucket, prefix):
-        s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
-    paginator = s3.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=bucket, Prefix=root):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        if keys:
-            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})

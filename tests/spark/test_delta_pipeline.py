@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from eosink.connectors.delta import DeltaConfig, _log
+from eosink.connectors.delta import DeltaConfig
 from eosink.connectors.delta.admin import DeltaAdmin
+from eosink.connectors.delta.readers import committed_batches
 from eosink.connectors.delta.testing import read_table
 from eosink.connectors.s3.testing import BUCKET, S3Harness, empty_prefix
 from eosink.errors import ServiceError
@@ -100,11 +101,7 @@ class DeltaPipeline(Pipeline):
 
     def bundles(self) -> list[int]:
         """The batches the log holds eosink commits of, oldest first."""
-        config = self.config()
-        table = _log.load(config.table, config.delta_options())
-        if table is None:
-            return []
-        return sorted(int(m["batch"]) for _, m in _log.eosink_commits(table, self.app_id))
+        return committed_batches(self.config(), self.app_id)
 
     def in_doubt(self) -> list[str]:
         apps = DeltaAdmin(self.config()).status(self.app_id).apps
@@ -240,9 +237,11 @@ def test_prepared_files_deleted_stop_the_query_and_a_rewind_lands_the_batch_once
 
 
 def _added(p: DeltaPipeline) -> list[dict[str, Any]]:
+    from deltalake import DeltaTable
+
     config = p.config()
-    table = _log.load(config.table, config.delta_options())
-    return [] if table is None else list(table.get_add_actions(flatten=True).to_pylist())
+    table = DeltaTable(config.table, storage_options=config.delta_options())
+    return list(table.get_add_actions(flatten=True).to_pylist())
 
 
 @pytest.mark.full

@@ -39,12 +39,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from eosink.connectors.s3 import S3Config, S3Sink, committed_files, committed_markers, read_committed
-from eosink.connectors.s3._errors import PERMISSIONS
 from eosink.connectors.s3.admin import S3Admin
 from eosink.connectors.s3.testing import empty_prefix, incomplete_uploads
 from eosink.contracts._mini import SCHEMA, VARIANTS, MemoryBatch, SparkOrderDriver, Variant, canon, make_rows
 from eosink.errors import BadRecordError, ConfigurationError, EosinkError, SchemaError, TransientError
 from eosink.services._process import free_port
+from eosink.stores.s3_errors import PERMISSIONS
 from tests.connectors.postgres._badinput import ArrowBatch, assert_refused
 
 from .conftest import HARNESS

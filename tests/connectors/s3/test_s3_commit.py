@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 
 from eosink.connectors.s3 import S3Sink, committed_markers
-from eosink.connectors.s3._upload import ObjectRecord
 from eosink.contract import BatchRef, Bundle, Committable, Fingerprint, TaskRef
 from eosink.errors import CommitAbortedError
+from eosink.stores.s3_upload import ObjectRecord
 
 from .conftest import HARNESS
 

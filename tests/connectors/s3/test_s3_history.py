@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from eosink.connectors.s3 import S3Config, S3Sink, _client, committed_markers
+from eosink.connectors.s3 import S3Config, S3Sink, committed_markers
 from eosink.connectors.s3._layout import Layout
+from eosink.stores.s3 import client as s3_client
 
 from ..history import HISTORY, SHORT, History, measure, report
 from ._synthetic import folded_until, write_history
@@ -23,12 +24,13 @@ STEPS = ("fetch", "start", "commit")
 
 class RequestCounter:
     """Counts the S3 requests of the sink's clients by operation, and the keys their listings return (botocore's
-    ``before-call`` and ``after-call`` events on the clients ``_client`` makes for the configuration)."""
+    ``before-call`` and ``after-call`` events on the clients ``eosink.stores.s3.client`` makes for the
+    configuration)."""
 
     def __init__(self, config: S3Config) -> None:
         self.counts: Counter[str] = Counter()
         conn = config.connection()
-        self.clients = [_client.client(conn, retrying=flavour) for flavour in (True, False)]
+        self.clients = [s3_client(conn, retrying=flavour) for flavour in (True, False)]
         for n, c in enumerate(self.clients):
             c.meta.events.register("before-call.s3", self._before, unique_id=f"eosink-history-before-{n}")
             c.meta.events.register("after-call.s3", self._after, unique_id=f"eosink-history-after-{n}")

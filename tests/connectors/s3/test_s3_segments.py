@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from eosink.connectors.s3 import S3Config, S3Sink, _client, committed_markers, read, read_committed
+from eosink.connectors.s3 import S3Config, S3Sink, committed_markers, read, read_committed
 from eosink.connectors.s3 import _listing as listing
 from eosink.connectors.s3 import sink as sink_module
 from eosink.connectors.s3._fold import FOLDS_PER_COMMIT, Folder
@@ -28,6 +28,7 @@ from eosink.connectors.s3._markers import CommitMarker, MarkedObject
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, TaskRef
 from eosink.contracts._mini import VARIANTS, MemoryBatch, SparkOrderDriver, canon, make_rows
 from eosink.errors import CommitAbortedError, ConfigurationError, NonDeterministicReplayError
+from eosink.stores.s3 import client as s3_client
 
 from ..history import History
 from ._synthetic import put_markers, synthetic_marker
@@ -87,7 +88,7 @@ def count_requests() -> Iterator[Callable[[S3Config], Counter[str]]]:
             counts[model.name] += 1
 
         for flavour in (True, False):
-            client, unique_id = _client.client(cfg.connection(), retrying=flavour), f"eosink-seg-test-{flavour}"
+            client, unique_id = s3_client(cfg.connection(), retrying=flavour), f"eosink-seg-test-{flavour}"
             client.meta.events.register("before-call.s3", count, unique_id=unique_id)
             hooked.append((client, unique_id))
         return counts

@@ -1,7 +1,7 @@
-"""The S3 connector's one error translator: botocore's errors into eosink's error tree.
+"""The one translator of S3 errors: botocore's errors into eosink's error tree.
 
-Every part of the connector that talks to the store (the sink's two sides, the readers, the
-checkpoint file system, ``eosink status``) turns a botocore error into an eosink error here, so
+Every part of a file sink that talks to an S3 store (the S3 and Delta sinks' two sides, the readers,
+the checkpoint file system, ``eosink status``) turns a botocore error into an eosink error here, so
 the same failure is the same class everywhere: a missing bucket, refused credentials or a
 missing permission are ConfigurationErrors (fix and restart), an object name the store refuses a
 BadRecordError (the partition values made it), a dropped connection, a timeout
@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from eosink.connectors.s3.config import S3Connection
 from eosink.errors import BadRecordError, ConfigurationError, EosinkError, TransientError
+from eosink.stores.s3 import S3Connection
 
 __all__ = [
     "PERMISSIONS",

@@ -14,13 +14,24 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from eosink.connectors.s3._errors import error_code, translated
-from eosink.connectors.s3.config import MAX_PARTS, S3Config
 from eosink.errors import BadRecordError, TransientError
+from eosink.stores.s3 import MAX_PARTS, S3Connection
+from eosink.stores.s3_errors import error_code, translated
 
-__all__ = ["ObjectRecord", "PartWriter", "UploadGone", "abort_upload", "complete", "expected_etag"]
+__all__ = ["ObjectRecord", "PartWriter", "UploadGone", "UploadTarget", "abort_upload", "complete", "expected_etag"]
+
+
+class UploadTarget(Protocol):
+    """Where objects are uploaded and how (the S3 sink's S3Config is one)."""
+
+    @property
+    def bucket(self) -> str: ...
+    @property
+    def part_size_bytes(self) -> int: ...
+    def connection(self) -> S3Connection: ...
+    def sse_args(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -69,7 +80,7 @@ def expected_etag(parts: list[tuple[int, str]]) -> str:
 class PartWriter:
     """A write-only file (``write``, ``tell``, ``flush``, ``close``) whose bytes become one object."""
 
-    def __init__(self, config: S3Config, client: Any, key: str, *, create_client: Any = None) -> None:
+    def __init__(self, config: UploadTarget, client: Any, key: str, *, create_client: Any = None) -> None:
         self.config = config
         self.client = client
         self.create_client = create_client or client
@@ -186,7 +197,7 @@ class UploadGone(Exception):
     """CompleteMultipartUpload found no such upload: it was completed or aborted before (the caller looks)."""
 
 
-def complete(config: S3Config, client: Any, record: ObjectRecord) -> str:
+def complete(config: UploadTarget, client: Any, record: ObjectRecord) -> str:
     """CompleteMultipartUpload of ``record``; its ETag. UploadGone when the upload no longer exists. A 200
     reply with an error body, or one without an ETag, is a TransientError (the upload may or may not be
     complete: the caller finds out)."""
@@ -211,7 +222,7 @@ def complete(config: S3Config, client: Any, record: ObjectRecord) -> str:
     return str(etag)
 
 
-def abort_upload(config: S3Config, client: Any, key: str, upload_id: str) -> None:
+def abort_upload(config: UploadTarget, client: Any, key: str, upload_id: str) -> None:
     """AbortMultipartUpload; an upload already gone is fine."""
     from botocore.exceptions import ClientError
 

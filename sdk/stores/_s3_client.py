@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eosink.connectors.s3.config import S3Connection
 from eosink.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from eosink.stores.s3 import S3Connection
 
 __all__ = ["client", "forget"]
 
@@ -51,7 +53,7 @@ def _make(conn: S3Connection, retrying: bool) -> Any:
         import boto3
         from botocore.config import Config
     except ImportError:
-        raise ConfigurationError("The S3 connector needs boto3.", "pip install 'eosink[s3]'.") from None
+        raise ConfigurationError("Writing to S3 needs boto3.", "pip install 'eosink[s3]' (or eosink[delta]).") from None
     session = boto3.session.Session(profile_name=conn.profile) if conn.profile else boto3.session.Session()
     config = Config(
         s3={"addressing_style": "path" if conn.uses_path_style else "virtual"},

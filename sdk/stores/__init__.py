@@ -1,0 +1,15 @@
+"""What the file sinks share (S3, HDFS, Delta): the stores they write to, as each of them reaches them.
+
+A file sink keeps only its commit protocol in its own folder; reaching the store is here, once:
+
+* :mod:`eosink.stores.s3`: :class:`~eosink.stores.s3.S3Connection` (endpoint, credentials, timeouts)
+  and its cached boto3 clients (a retrying one for data, a single-attempt one for commits), and the
+  ``fs.s3a.*`` settings of the same connection for Spark;
+* :mod:`eosink.stores.s3_errors`: botocore's errors as eosink's (one translator for every S3 user);
+* :mod:`eosink.stores.s3_upload`: a write-only file whose bytes become one object by multipart
+  upload, left incomplete (durable, invisible) or completed, and the record a committable carries.
+"""
+
+from eosink.stores.s3 import S3Connection
+
+__all__ = ["S3Connection"]

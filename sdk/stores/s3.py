@@ -1,0 +1,210 @@
+"""S3-compatible stores as every file sink reaches them: the connection, its boto3 clients, s3a's settings.
+
+:class:`S3Connection` is how to reach one S3 API (endpoint, region, addressing, credentials, timeouts):
+the S3 sink's and the Delta sink's configurations hold one. The secret key and the session token travel
+with it (executors need them to sign requests) but never appear in ``repr``/``str``;
+:meth:`S3Connection.scrub` removes them from any text that might echo them. Without explicit keys,
+boto3's usual chain applies (environment, shared files, instance or container roles).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+from eosink.errors import ConfigurationError
+from eosink.stores._s3_client import client, forget
+
+__all__ = [
+    "ENV_VARS",
+    "MAX_PARTS",
+    "MIN_PART_BYTES",
+    "S3Connection",
+    "client",
+    "empty_prefix",
+    "ensure_bucket",
+    "forget",
+    "incomplete_uploads",
+    "s3a_options",
+    "show_url",
+]
+
+MIN_PART_BYTES = 5 << 20
+"""S3's smallest part (all but the last part of a multipart upload)."""
+MAX_PARTS = 10_000
+"""S3's most parts per upload."""
+ENV_VARS = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY", "EOSINK_S3_REGION")
+"""Where :meth:`S3Connection.from_env` looks first (the service harness's variables); boto3's chain after."""
+
+
+@dataclass(frozen=True, repr=False)
+class S3Connection:
+    """How to reach one S3 API: endpoint, region, addressing, credentials, timeouts. Hashable: clients are
+    cached per process and per connection.
+
+    * ``endpoint_url``: None for AWS; ``http(s)://host:port`` for S3-compatible stores (MinIO, ...).
+    * ``path_style``: path-style addressing (``host/bucket/key``); None: on for a custom endpoint, off for AWS.
+    * ``access_key_id`` / ``secret_access_key`` / ``session_token``: explicit credentials, or None for
+      boto3's chain (``profile`` picks a shared-config profile).
+    * ``max_attempts``: botocore's attempts for reads and data uploads (commit requests are never retried
+      by botocore: eosink resolves them itself).
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    path_style: bool | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    profile: str | None = None
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+    max_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.endpoint_url is not None:
+            url = self.endpoint_url.strip().rstrip("/")
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or "@" in parts.netloc:
+                raise ConfigurationError(
+                    f"endpoint_url {show_url(url)!r} is not an http:// or https:// base URL.",
+                    "Give the S3 API's base URL without a path or user info, e.g. http://127.0.0.1:9000 "
+                    "(credentials go in access_key_id and secret_access_key).",
+                )
+            object.__setattr__(self, "endpoint_url", url)
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ConfigurationError(
+                "Only one of access_key_id and secret_access_key is given.",
+                "Give both, or neither to use boto3's credential chain (environment, profile, role).",
+            )
+        if self.session_token is not None and self.access_key_id is None:
+            raise ConfigurationError("A session_token needs access_key_id and secret_access_key.", "Give all three.")
+        for name in ("connect_timeout_s", "read_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigurationError(f"{name} must be a positive number of seconds, not {value!r}.", "Use e.g. 10.")
+        if not isinstance(self.max_attempts, int) or not 1 <= self.max_attempts <= 20:
+            raise ConfigurationError(f"max_attempts must be 1..20, not {self.max_attempts!r}.", "Use e.g. 3.")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> S3Connection:
+        """The service harness's ``EOSINK_S3_*`` variables when set, else boto3's chain (``AWS_*`` variables,
+        ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` for a custom endpoint, profiles, roles)."""
+        env = os.environ if environ is None else environ
+        settings: dict[str, Any] = {}
+        endpoint = env.get("EOSINK_S3_ENDPOINT", "").strip()
+        if endpoint:
+            settings.update(
+                endpoint_url=endpoint,
+                access_key_id=env.get("EOSINK_S3_ACCESS_KEY") or None,
+                secret_access_key=env.get("EOSINK_S3_SECRET_KEY") or None,
+                region=env.get("EOSINK_S3_REGION") or "us-east-1",
+            )
+        else:
+            aws_endpoint = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").strip()
+            settings["endpoint_url"] = aws_endpoint or None
+            settings["region"] = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+        settings.update(overrides)
+        return cls(**settings)
+
+    @property
+    def uses_path_style(self) -> bool:
+        return self.path_style if self.path_style is not None else self.endpoint_url is not None
+
+    def secrets(self) -> list[str]:
+        """The secrets this connection holds (longest first), for scrubbing."""
+        found = {s for s in (self.secret_access_key, self.session_token) if s}
+        return sorted(found, key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the secret key and session token replaced by ``***``."""
+        for secret in self.secrets():
+            text = text.replace(secret, "***")
+        return text
+
+    def describe(self) -> str:
+        """Where the store is, for people (no secret)."""
+        return self.endpoint_url or f"AWS S3 ({self.region or 'default region'})"
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr and getattr(self, f.name) != f.default
+        )
+        keys = ", credentials=explicit" if self.secret_access_key else ""
+        return f"S3Connection({shown}{keys})"
+
+    __str__ = __repr__
+
+
+def s3a_options(connection: S3Connection, *, builder: bool = False) -> dict[str, str]:
+    """The ``fs.s3a.*`` settings of ``connection``: for ``spark.conf.set`` on a running session (what its
+    DataFrame reads and writes use), or with ``builder=True`` prefixed ``spark.hadoop.`` for
+    ``SparkSession.builder.config`` (what every Hadoop filesystem of the application uses, checkpoints too).
+
+    Without explicit credentials S3A's own provider chain applies (environment, ``AWS_PROFILE``, instance role).
+    """
+    out: dict[str, str] = {"fs.s3a.attempts.maximum": str(connection.max_attempts)}
+    if connection.endpoint_url is not None:
+        out["fs.s3a.endpoint"] = connection.endpoint_url
+        out["fs.s3a.connection.ssl.enabled"] = str(connection.endpoint_url.startswith("https://")).lower()
+    out["fs.s3a.path.style.access"] = str(connection.uses_path_style).lower()
+    if connection.region is not None:
+        out["fs.s3a.endpoint.region"] = connection.region
+    if connection.access_key_id is not None and connection.secret_access_key is not None:
+        out["fs.s3a.access.key"] = connection.access_key_id
+        out["fs.s3a.secret.key"] = connection.secret_access_key
+        provider = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        if connection.session_token is not None:
+            out["fs.s3a.session.token"] = connection.session_token
+            provider = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+        out["fs.s3a.aws.credentials.provider"] = provider
+    # Plain milliseconds: Hadoop 3.3 (Spark 3.5) reads these as integers, 3.4 as durations in ms.
+    out["fs.s3a.connection.establish.timeout"] = str(int(connection.connect_timeout_s * 1000))
+    out["fs.s3a.connection.timeout"] = str(int(connection.read_timeout_s * 1000))
+    return {f"spark.hadoop.{k}" if builder else k: v for k, v in out.items()}
+
+
+def show_url(url: str) -> str:
+    """A URL without user info (it may hold a password)."""
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        return url.replace(parts.netloc, "***@" + parts.netloc.rsplit("@", 1)[1])
+    return url
+
+
+def ensure_bucket(s3: Any, bucket: str) -> None:
+    """Create ``bucket`` with the boto3 client ``s3`` unless it exists already."""
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.create_bucket(Bucket=bucket)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise
+
+
+def incomplete_uploads(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
+    """The incomplete multipart uploads under ``prefix/`` (each with ``Key`` and ``UploadId``).
+
+    The whole bucket is listed and filtered here: MinIO lists only the uploads of a key equal to the
+    ``Prefix`` it is given, so a prefix filter on the request finds nothing there.
+    """
+    root = f"{prefix.strip('/')}/" if prefix else ""
+    found: list[dict[str, Any]] = []
+    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket):
+        found += [u for u in page.get("Uploads", []) if str(u["Key"]).startswith(root)]
+    return found
+
+
+def empty_prefix(s3: Any, bucket: str, prefix: str) -> None:
+    """Abort every upload and delete every object under ``prefix/``."""
+    root = f"{prefix.strip('/')}/" if prefix else ""
+    for upload in incomplete_uploads(s3, bucket, prefix):
+        s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=root):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
