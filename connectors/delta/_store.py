@@ -2,7 +2,7 @@
 the store a table lives in, made of the file sinks' shared store kit (:mod:`eosink.stores`).
 
 delta-rs writes the log; everything else is written here, with eosink's clients: boto3 through the kit's
-multipart uploader, hdfs-native through the HDFS connector's file system, ``os`` on local disk. (delta-rs's
+multipart uploader, hdfs-native through the kit's guarded file system, ``os`` on local disk. (delta-rs's
 own file handles hold the GIL while they wait on the network, which stalls every other Python thread of the
 process, fault proxies included.) Paths are relative to the table's root, ``/``-separated.
 """
@@ -271,10 +271,9 @@ class _HdfsWriter(_FileLike):
 
 class _HdfsStore:
     def __init__(self, config: DeltaConfig) -> None:
-        from eosink.connectors.hdfs._fs import Fs
-        from eosink.connectors.hdfs.config import HdfsConfig
+        from eosink.stores.hdfs import Fs, HdfsConnection
 
-        self.hdfs = HdfsConfig(config.table)
+        self.hdfs = HdfsConnection(config.table)
         self.fs = Fs(self.hdfs)
         self.root = self.hdfs.path
 

@@ -118,8 +118,9 @@ class DeltaHarness(SinkHarness):
             self._minio()
             empty_prefix(self._client(), BUCKET, ns.name)
         elif self.store == "hdfs":
-            from eosink.connectors.hdfs.testing import remove
+            from eosink.stores.hdfs import Fs, HdfsConnection
 
-            remove(f"{self._hdfs()}/eosink-tests/delta-{ns.name}")
+            target = HdfsConnection(f"{self._hdfs()}/eosink-tests/delta-{ns.name}")
+            Fs(target).delete(target.path)
         else:
             shutil.rmtree(ns.path / "table", ignore_errors=True)

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
 from eosink.connectors.hdfs import _layout as L
-from eosink.connectors.hdfs._fs import Fs
 from eosink.connectors.hdfs.config import HdfsConfig
+from eosink.stores.hdfs import Fs
 
 __all__ = ["_SinkBase"]
 

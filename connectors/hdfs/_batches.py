@@ -17,8 +17,8 @@ import threading
 from collections.abc import Iterator
 
 from eosink.connectors.hdfs import _layout as L
-from eosink.connectors.hdfs._fs import Fs
 from eosink.errors import ConfigurationError
+from eosink.stores.hdfs import Fs
 
 __all__ = ["all_batches", "detect_layout", "layout_file", "newest_batches", "newest_of_each_app", "store_layout"]
 

@@ -71,7 +71,7 @@ class _DirectWrite:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from eosink.connectors.hdfs._files import FileSet
-        from eosink.connectors.hdfs._fs import Fs
+        from eosink.stores.hdfs import Fs
 
         fs = Fs(self.config)
         name = at_least_once_name(self.batch_id)
@@ -158,9 +158,9 @@ class HdfsAdapter:
         """Rows readers of the run's own commit protocol see: for eosink, the files its batch records name
         (distinct ids when they upsert by key); otherwise every visible Parquet file under the directory."""
         from eosink.connectors.hdfs import committed_batches, read_committed
-        from eosink.connectors.hdfs._fs import Fs
         from eosink.connectors.hdfs._layout import OWN_DIR
         from eosink.connectors.hdfs._read import visible_files
+        from eosink.stores.hdfs import Fs
 
         config = self.config(ns)
         fs = Fs(config)
@@ -173,7 +173,7 @@ class HdfsAdapter:
 
     def drop(self, ns: str) -> None:
         """Delete the namespace's directory."""
-        from eosink.connectors.hdfs._fs import Fs
+        from eosink.stores.hdfs import Fs
 
         self._polls.pop(ns, None)
         config = self.config(ns)
@@ -183,7 +183,7 @@ class HdfsAdapter:
         """``raw-write``: hdfs-native writing the data set's Parquet files, one after the other."""
         if spec.name != "raw-write":
             raise ConfigurationError(f"No external run {spec.name!r} for HDFS.", "Use raw-write.")
-        from eosink.connectors.hdfs._fs import Fs
+        from eosink.stores.hdfs import Fs
 
         config = self.config(ns)
         fs = Fs(config)
@@ -245,7 +245,7 @@ class HdfsAdapter:
 
     def _list_new(self, ns: str, state: _Poll) -> bool:
         """List the target and its newest batch range; stamp what is new. True when something new was seen."""
-        from eosink.connectors.hdfs._fs import Fs
+        from eosink.stores.hdfs import Fs
 
         config = self.config(ns)
         fs = Fs(config)
@@ -286,8 +286,8 @@ class HdfsAdapter:
 
     def _read_pending(self, ns: str, state: _Poll, warm_from_us: int) -> tuple[dict[int, int], int]:
         from eosink.connectors.hdfs._files import read_table
-        from eosink.connectors.hdfs._fs import Fs
         from eosink.connectors.hdfs._read import visible_files
+        from eosink.stores.hdfs import Fs
 
         config = self.config(ns)
         fs = Fs(config)

@@ -79,9 +79,9 @@ class HdfsChaosTarget:
         """The rows a reader sees, and the batches with a record (None: the baseline's directory, read by
         listing it). The records are read first and the rows of later batches left out: one snapshot."""
         from eosink.connectors.hdfs import committed_batches, read_committed
-        from eosink.connectors.hdfs._fs import Fs
         from eosink.connectors.hdfs._layout import OWN_DIR
         from eosink.connectors.hdfs.testing import listed_rows
+        from eosink.stores.hdfs import Fs
 
         config = self._config(names.table)
         if not Fs(config).exists(f"{config.path}/{OWN_DIR}"):

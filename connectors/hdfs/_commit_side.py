@@ -42,10 +42,10 @@ from eosink.connectors.hdfs._base import _SinkBase
 from eosink.connectors.hdfs._batches import newest_batches
 from eosink.connectors.hdfs._errors import is_connection_error
 from eosink.connectors.hdfs._files import check_schema_doc
-from eosink.connectors.hdfs._fs import RenameNotDone, base
 from eosink.connectors.hdfs._record import BatchRecord
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint
 from eosink.errors import AmbiguousCommitError, CommitAbortedError, FencedError, SchemaError
+from eosink.stores.hdfs import RenameNotDone, base
 
 __all__ = ["_CommitSide"]
 

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from eosink.connectors.hdfs._fs import bounded
 from eosink.connectors.hdfs.config import MAX_COMPONENT_BYTES, HdfsConfig
 from eosink.errors import BadRecordError, SchemaError
 from eosink.keys import KEY_COLUMN
+from eosink.stores.hdfs import bounded
 
 if TYPE_CHECKING:
     from hdfs_native import FileWriter
 
-    from eosink.connectors.hdfs._fs import Fs
+    from eosink.stores.hdfs import Fs
 
 __all__ = [
     "FileSet",

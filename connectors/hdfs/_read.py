@@ -21,10 +21,10 @@ from eosink._newest import ORDER, newest_per_key, with_order
 from eosink.connectors.hdfs import _layout as L
 from eosink.connectors.hdfs._batches import all_batches
 from eosink.connectors.hdfs._files import DEFAULT_PARTITION, read_table
-from eosink.connectors.hdfs._fs import Fs
 from eosink.connectors.hdfs._record import BatchRecord
 from eosink.connectors.hdfs.config import HdfsConfig
 from eosink.errors import ConfigurationError, EosinkError
+from eosink.stores.hdfs import Fs
 
 __all__ = ["committed_batches", "read_committed", "read_rows", "visible_files"]
 

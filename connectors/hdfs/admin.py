@@ -16,11 +16,11 @@ from eosink.admin import AppStatus, InDoubtWork, SinkAdmin, SinkStatus
 from eosink.connectors.hdfs import _layout as L
 from eosink.connectors.hdfs._batches import layout_file, store_layout
 from eosink.connectors.hdfs._errors import translated
-from eosink.connectors.hdfs._fs import Fs
 from eosink.connectors.hdfs.config import HdfsConfig
 from eosink.connectors.hdfs.sink import HdfsSink
 from eosink.errors import ConfigurationError
 from eosink.participant import attempt_time
+from eosink.stores.hdfs import Fs
 
 __all__ = ["HdfsAdmin", "migrate_layout"]
 

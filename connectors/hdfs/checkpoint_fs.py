@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
-from eosink.connectors.hdfs._fs import Fs, base, bounded
 from eosink.connectors.hdfs.config import HdfsConfig
+from eosink.stores.hdfs import Fs, base, bounded
 
 __all__ = ["HdfsCheckpointFS", "open_location"]
 

@@ -11,55 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import posixpath
-import re
-import urllib.parse
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from eosink.errors import ConfigurationError
+from eosink.stores.hdfs import FAIL_FAST, MAX_COMPONENT_BYTES, MAX_PATH_CHARS, check_path, is_secret_key, split_url
 
 __all__ = ["MAX_COMPONENT_BYTES", "MAX_PATH_CHARS", "HdfsConfig"]
-
-MAX_COMPONENT_BYTES = 255
-"""HDFS's default ``dfs.namenode.fs-limits.max-component-length``."""
-MAX_PATH_CHARS = 8000
-"""HDFS's longest path (``HdfsServerConstants.MAX_PATH_LENGTH``)."""
-_OWN_DEPTH_CHARS = 400
-"""The longest path eosink adds below the target (bookkeeping dirs, batch and attempt names, partitions not
-counted): a target longer than ``MAX_PATH_CHARS`` minus this is refused at construction."""
-
-#: Fail fast: hdfs-native's defaults retry an unreachable NameNode for minutes.
-_FAIL_FAST = {
-    "dfs.client.failover.max.attempts": "2",
-    "dfs.client.failover.sleep.base.millis": "100",
-    "dfs.client.failover.sleep.max.millis": "1000",
-}
-_SECRET_KEY_PARTS = ("token", "password", "secret", "keytab", "credential", "key.")
-
-
-def _secret_key(key: str) -> bool:
-    lowered = key.lower()
-    return any(part in lowered for part in _SECRET_KEY_PARTS)
-
-
-def default_fs(conf_dir: str) -> str | None:
-    """``fs.defaultFS`` from ``core-site.xml`` in a Hadoop configuration directory, or None."""
-    path = os.path.join(conf_dir, "core-site.xml")
-    try:
-        root = ET.parse(path).getroot()
-    except FileNotFoundError:
-        return None
-    except (ET.ParseError, OSError) as exc:
-        raise ConfigurationError(
-            f"Cannot read {path}: {exc}.", "Point hadoop_conf_dir at a valid Hadoop configuration directory."
-        ) from None
-    for prop in root.iter("property"):
-        if (prop.findtext("name") or "").strip() == "fs.defaultFS":
-            return (prop.findtext("value") or "").strip() or None
-    return None
 
 
 @dataclass(frozen=True, repr=False)
@@ -122,8 +81,8 @@ class HdfsConfig:
             set_(self, "hadoop_conf_dir", os.environ["HADOOP_CONF_DIR"])
         if not isinstance(self.url, str) or not self.url.strip():
             raise ConfigurationError("HdfsConfig needs a url.", "Pass url='hdfs://namenode:8020/path/to/target'.")
-        namenode, path = self._split(self.url.strip())
-        _check_path(path)
+        namenode, path = split_url(self.url.strip(), self.hadoop_conf_dir)
+        check_path(path)
         path = path.rstrip("/") or "/"
         set_(self, "namenode", namenode)
         set_(self, "path", path)
@@ -166,41 +125,6 @@ class HdfsConfig:
             )
         set_(self, "client_config", {str(k): str(v) for k, v in dict(self.client_config).items()})
 
-    def _split(self, url: str) -> tuple[str, str]:
-        if url.lower().startswith("hdfs:///"):  # Hadoop's "the default file system"
-            url = url[len("hdfs://") :]
-        if url.startswith("/"):
-            fs = default_fs(self.hadoop_conf_dir) if self.hadoop_conf_dir else None
-            if not fs:
-                raise ConfigurationError(
-                    f"The target {url!r} names no NameNode, and no fs.defaultFS is known to resolve it.",
-                    "Give a full hdfs:// URL, or hadoop_conf_dir (or $HADOOP_CONF_DIR) with a core-site.xml that "
-                    "sets fs.defaultFS.",
-                )
-            url = fs.rstrip("/") + url
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme.lower() != "hdfs" or not parts.netloc:
-            raise ConfigurationError(
-                f"The target {self._shown(url)!r} is not an hdfs:// URL.",
-                "Use hdfs://<namenode>:<port>/<path> or hdfs://<name service>/<path>.",
-            )
-        if parts.username or parts.password:
-            raise ConfigurationError(
-                "The hdfs:// URL holds user information; HDFS takes no password in URLs.",
-                "Remove it; give user=... or Kerberos options instead.",
-            )
-        if parts.query or parts.fragment:
-            raise ConfigurationError("The hdfs:// URL has a query or fragment.", "Give a plain hdfs:// URL.")
-        path = urllib.parse.unquote(parts.path) or "/"
-        return f"hdfs://{parts.netloc}", path
-
-    @staticmethod
-    def _shown(url: str) -> str:
-        parts = urllib.parse.urlsplit(url)
-        if parts.password:
-            return url.replace(parts.password, "***")
-        return url
-
     # -- derived -----------------------------------------------------------------------------
 
     @property
@@ -210,7 +134,7 @@ class HdfsConfig:
 
     def client_kwargs(self) -> dict[str, Any]:
         """Arguments for ``hdfs_native.Client``: fail-fast retries, then the user's settings."""
-        config = {**_FAIL_FAST, **self.client_config}
+        config = {**FAIL_FAST, **self.client_config}
         return {
             "url": self.namenode,
             "config": config,
@@ -231,7 +155,7 @@ class HdfsConfig:
     # -- secrets -----------------------------------------------------------------------------
 
     def _secrets(self) -> list[str]:
-        found = {v for k, v in self.client_config.items() if _secret_key(k) and v}
+        found = {v for k, v in self.client_config.items() if is_secret_key(k) and v}
         for value in (self.kerberos_keytab, self.kerberos_cache):
             if value:
                 found.add(value)
@@ -257,7 +181,7 @@ class HdfsConfig:
             todo += [e for e in (current.__cause__, current.__context__) if e is not None]
 
     def __repr__(self) -> str:
-        shown = {k: ("***" if _secret_key(k) else v) for k, v in self.client_config.items()}
+        shown = {k: ("***" if is_secret_key(k) else v) for k, v in self.client_config.items()}
         return (
             f"HdfsConfig(url={self.target_url!r}, format={self.format!r}, partition_by={self.partition_by!r}, "
             f"mode={self.mode!r}, key_columns={self.key_columns!r}, create_dirs={self.create_dirs!r}, "
@@ -265,34 +189,3 @@ class HdfsConfig:
         )
 
     __str__ = __repr__
-
-
-def _check_path(path: str) -> None:
-    """Refuse a target path HDFS would refuse (or that escapes with ``..``) before anything is written."""
-    if not path.startswith("/"):
-        raise ConfigurationError(f"The target path {path!r} is not absolute.", "Give an absolute path.")
-    parts = path.split("/")
-    if any(p in (".", "..") for p in parts):
-        raise ConfigurationError(
-            f"The target path {path!r} contains '.' or '..'.",
-            "Give the directory's normalised absolute path (HDFS does not resolve '..').",
-        )
-    if "\x00" in path or re.search(r"[\x00-\x1f]", path):
-        raise ConfigurationError("The target path contains control characters.", "Give a printable path.")
-    for part in parts:
-        if len(part.encode()) > MAX_COMPONENT_BYTES:
-            raise ConfigurationError(
-                f"The target path has a component of {len(part.encode())} bytes ({part[:24]!r}...); HDFS allows "
-                f"{MAX_COMPONENT_BYTES}.",
-                "Use shorter directory names.",
-            )
-    if len(path) > MAX_PATH_CHARS - _OWN_DEPTH_CHARS:
-        raise ConfigurationError(
-            f"The target path is {len(path)} characters long; with eosink's own directories below it, it would pass "
-            f"HDFS's limit of {MAX_PATH_CHARS}.",
-            f"Use a target path of at most {MAX_PATH_CHARS - _OWN_DEPTH_CHARS} characters.",
-        )
-    if path == "/":
-        raise ConfigurationError("The target is the file system's root.", "Give a directory below the root.")
-    if posixpath.normpath(path) != path.rstrip("/") and path != "/":
-        raise ConfigurationError(f"The target path {path!r} is not normalised.", "Remove doubled slashes.")

@@ -48,12 +48,12 @@ from eosink.connectors.hdfs import _layout as L
 from eosink.connectors.hdfs._batches import detect_layout, newest_of_each_app, store_layout
 from eosink.connectors.hdfs._commit_side import _CommitSide
 from eosink.connectors.hdfs._errors import translated
-from eosink.connectors.hdfs._fs import Fs
 from eosink.connectors.hdfs._record import BatchRecord
 from eosink.connectors.hdfs._write_side import _Txn, _WriteSide
 from eosink.connectors.hdfs.config import HdfsConfig
 from eosink.contract import Capabilities, Sink
 from eosink.errors import ConfigurationError, EosinkError, FencedError
+from eosink.stores.hdfs import Fs
 
 __all__ = ["HdfsSink"]
 

@@ -12,11 +12,11 @@ import urllib.parse
 from typing import Any
 
 from eosink.connectors.hdfs import HdfsConfig, HdfsSink, read_committed
-from eosink.connectors.hdfs._fs import Fs
 from eosink.connectors.hdfs._layout import COMMIT_REQUEST_MARKER
 from eosink.connectors.hdfs._read import read_rows
 from eosink.contracts import Namespace, SinkHarness
 from eosink.services import get_service
+from eosink.stores.hdfs import Fs
 
 __all__ = ["COMMIT_REQUEST_MARKER", "HdfsHarness", "files_under", "listed_rows", "remove"]
 

@@ -7,9 +7,14 @@ A file sink keeps only its commit protocol in its own folder; reaching the store
   ``fs.s3a.*`` settings of the same connection for Spark;
 * :mod:`eosink.stores.s3_errors`: botocore's errors as eosink's (one translator for every S3 user);
 * :mod:`eosink.stores.s3_upload`: a write-only file whose bytes become one object by multipart
-  upload, left incomplete (durable, invisible) or completed, and the record a committable carries.
+  upload, left incomplete (durable, invisible) or completed, and the record a committable carries;
+* :mod:`eosink.stores.hdfs`: ``hdfs://`` targets (name services, ``fs.defaultFS``), one
+  ``hdfs_native`` client per process, and :class:`~eosink.stores.hdfs.Fs`, the guarded file
+  operations (checked renames, create-only files, bounded waits on stalled DataNodes);
+* :mod:`eosink.stores.parquet`: Parquet read back from bytes in memory.
 """
 
+from eosink.stores.hdfs import HdfsConnection
 from eosink.stores.s3 import S3Connection
 
-__all__ = ["S3Connection"]
+__all__ = ["HdfsConnection", "S3Connection"]

@@ -35,7 +35,6 @@ import pytest
 
 import eosink
 from eosink.connectors.hdfs import HdfsConfig, HdfsSink, committed_batches, read_committed
-from eosink.connectors.hdfs._fs import Fs
 from eosink.connectors.hdfs._read import read_rows
 from eosink.contracts._mini import (
     SCHEMA,
@@ -50,6 +49,7 @@ from eosink.contracts._mini import (
 from eosink.errors import BadRecordError, ConfigurationError, EosinkError, SchemaError, TransientError
 from eosink.services import get_service
 from eosink.services._process import free_port
+from eosink.stores.hdfs import Fs
 
 APP = "app_bad"
 TWO_PC = next(v for v in VARIANTS if v.id == "2pc")

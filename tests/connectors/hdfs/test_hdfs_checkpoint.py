@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from eosink.checkpoint import Manifest, SparkCheckpoint
-from eosink.connectors.hdfs._fs import Fs
 from eosink.connectors.hdfs.checkpoint_fs import HdfsCheckpointFS
 from eosink.connectors.hdfs.config import HdfsConfig
 from eosink.contract import BatchRef, Bundle, Fingerprint
+from eosink.stores.hdfs import Fs
 
 
 def _put(fs: Fs, path: str, data: bytes) -> None:

@@ -10,8 +10,8 @@ import pytest
 from eosink.connectors.hdfs import HdfsConfig
 from eosink.connectors.hdfs._errors import translate, translated
 from eosink.connectors.hdfs._files import _Buffered
-from eosink.connectors.hdfs._fs import bounded
 from eosink.errors import ConfigurationError, EosinkError, TransientError
+from eosink.stores.hdfs import bounded
 
 CONFIG = HdfsConfig("hdfs://127.0.0.1:1/t")
 

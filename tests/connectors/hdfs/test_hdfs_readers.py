@@ -29,11 +29,11 @@ from pyarrow.fs import FSSpecHandler, PyFileSystem
 from eosink import faults
 from eosink.connectors.hdfs import HdfsConfig, HdfsSink, read_committed
 from eosink.connectors.hdfs import _layout as L
-from eosink.connectors.hdfs._fs import Fs
 from eosink.contract import BatchRef, Committable, TaskRef
 from eosink.contracts._steps import bundle_for, prepare, rows_for
 from eosink.contracts.harness import CONTRACT_SCHEMA
 from eosink.errors import InjectedFault
+from eosink.stores.hdfs import Fs
 
 APP = "readers-app"
 SPARK_JOB = Path(__file__).with_name("spark_read_job.py")

@@ -1,4 +1,10 @@
-"""A small, guarded file-system layer over one ``hdfs_native.Client`` per process.
+"""HDFS as every file sink reaches it: target URLs, ``hdfs_native`` clients, and a small, guarded file-system
+layer over one ``hdfs_native.Client`` per process (:class:`Fs`).
+
+A target is an ``hdfs://`` URL (``hdfs://namenode:8020/data/events``, ``hdfs://nameservice/data/events``
+for an HA name service) or an absolute path resolved against ``fs.defaultFS`` of a Hadoop configuration
+directory (:func:`split_url`). :class:`Fs` works on anything that says how to reach the file system and
+how to write files there (:class:`HdfsTarget`: the HDFS sink's HdfsConfig, or :class:`HdfsConnection`).
 
 hdfs-native's ``rename`` is HDFS's ``rename2``: it raises when the destination exists and never
 moves a directory *into* an existing one, unlike the two-argument ``rename`` that answers
@@ -9,21 +15,208 @@ server with the other behaviour cannot make a batch land in the wrong place unno
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 import threading
 import time
+import urllib.parse
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from eosink.connectors.hdfs.config import HdfsConfig
 from eosink.errors import ConfigurationError, EosinkError, TransientError
 
 if TYPE_CHECKING:
     from hdfs_native import Client, FileStatus, FileWriter
 
-__all__ = ["Fs", "RenameNotDone", "bounded", "client_for"]
+__all__ = [
+    "FAIL_FAST",
+    "MAX_COMPONENT_BYTES",
+    "MAX_PATH_CHARS",
+    "Fs",
+    "HdfsConnection",
+    "HdfsTarget",
+    "RenameNotDone",
+    "base",
+    "bounded",
+    "check_path",
+    "client_for",
+    "default_fs",
+    "forget_clients",
+    "is_secret_key",
+    "split_url",
+]
 
 _T = TypeVar("_T")
+
+
+class HdfsTarget(Protocol):
+    """What :class:`Fs` needs: how to make the client, as whom, and how files are written."""
+
+    @property
+    def user(self) -> str | None: ...
+    @property
+    def replication(self) -> int | None: ...
+    @property
+    def block_size(self) -> int | None: ...
+    @property
+    def write_timeout_s(self) -> float: ...
+    def client_kwargs(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, repr=False)
+class HdfsConnection:
+    """How to reach one directory of an HDFS file system (an :class:`HdfsTarget`), for sinks that need no
+    more of HDFS than its files: ``url`` as :func:`split_url` takes it, ``hadoop_conf_dir`` (default:
+    ``$HADOOP_CONF_DIR``), extra ``client_config`` (never shown where a key looks secret), ``user``,
+    and the files' ``replication``, ``block_size`` and ``write_timeout_s``."""
+
+    url: str
+    hadoop_conf_dir: str | None = None
+    client_config: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = None
+    replication: int | None = None
+    block_size: int | None = None
+    write_timeout_s: float = 120.0
+    namenode: str = field(init=False, compare=False)
+    path: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        conf_dir = self.hadoop_conf_dir or os.environ.get("HADOOP_CONF_DIR") or None
+        object.__setattr__(self, "hadoop_conf_dir", conf_dir)
+        namenode, path = split_url(self.url.strip(), conf_dir)
+        check_path(path)
+        object.__setattr__(self, "namenode", namenode)
+        object.__setattr__(self, "path", path.rstrip("/") or "/")
+        object.__setattr__(self, "client_config", {str(k): str(v) for k, v in dict(self.client_config).items()})
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Arguments for ``hdfs_native.Client``: fail-fast retries, then the given settings."""
+        return {"url": self.namenode, "config": {**FAIL_FAST, **self.client_config}, "config_dir": self.hadoop_conf_dir}
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the values of secret-looking settings replaced by ``***``."""
+        for key, value in self.client_config.items():
+            if value and is_secret_key(key):
+                text = text.replace(value, "***")
+        return text
+
+    def __repr__(self) -> str:
+        return f"HdfsConnection(url={self.namenode + self.path!r})"
+
+    __str__ = __repr__
+
+
+MAX_COMPONENT_BYTES = 255
+"""HDFS's default ``dfs.namenode.fs-limits.max-component-length``."""
+MAX_PATH_CHARS = 8000
+"""HDFS's longest path (``HdfsServerConstants.MAX_PATH_LENGTH``)."""
+_OWN_DEPTH_CHARS = 400
+"""The longest path eosink adds below the target (bookkeeping dirs, batch and attempt names, partitions not
+counted): a target longer than ``MAX_PATH_CHARS`` minus this is refused at construction."""
+
+#: Fail fast: hdfs-native's defaults retry an unreachable NameNode for minutes.
+FAIL_FAST = {
+    "dfs.client.failover.max.attempts": "2",
+    "dfs.client.failover.sleep.base.millis": "100",
+    "dfs.client.failover.sleep.max.millis": "1000",
+}
+_SECRET_KEY_PARTS = ("token", "password", "secret", "keytab", "credential", "key.")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a client setting's name looks secret (its value is never shown)."""
+    lowered = key.lower()
+    return any(part in lowered for part in _SECRET_KEY_PARTS)
+
+
+def default_fs(conf_dir: str) -> str | None:
+    """``fs.defaultFS`` from ``core-site.xml`` in a Hadoop configuration directory, or None."""
+    path = os.path.join(conf_dir, "core-site.xml")
+    try:
+        root = ET.parse(path).getroot()
+    except FileNotFoundError:
+        return None
+    except (ET.ParseError, OSError) as exc:
+        raise ConfigurationError(
+            f"Cannot read {path}: {exc}.", "Point hadoop_conf_dir at a valid Hadoop configuration directory."
+        ) from None
+    for prop in root.iter("property"):
+        if (prop.findtext("name") or "").strip() == "fs.defaultFS":
+            return (prop.findtext("value") or "").strip() or None
+    return None
+
+
+def split_url(url: str, hadoop_conf_dir: str | None) -> tuple[str, str]:
+    """``(hdfs://authority, absolute path)`` of a target URL, or of an absolute path resolved against
+    ``fs.defaultFS`` of ``hadoop_conf_dir``."""
+    if url.lower().startswith("hdfs:///"):  # Hadoop's "the default file system"
+        url = url[len("hdfs://") :]
+    if url.startswith("/"):
+        fs = default_fs(hadoop_conf_dir) if hadoop_conf_dir else None
+        if not fs:
+            raise ConfigurationError(
+                f"The target {url!r} names no NameNode, and no fs.defaultFS is known to resolve it.",
+                "Give a full hdfs:// URL, or hadoop_conf_dir (or $HADOOP_CONF_DIR) with a core-site.xml that "
+                "sets fs.defaultFS.",
+            )
+        url = fs.rstrip("/") + url
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() != "hdfs" or not parts.netloc:
+        raise ConfigurationError(
+            f"The target {_shown(url)!r} is not an hdfs:// URL.",
+            "Use hdfs://<namenode>:<port>/<path> or hdfs://<name service>/<path>.",
+        )
+    if parts.username or parts.password:
+        raise ConfigurationError(
+            "The hdfs:// URL holds user information; HDFS takes no password in URLs.",
+            "Remove it; give user=... or Kerberos options instead.",
+        )
+    if parts.query or parts.fragment:
+        raise ConfigurationError("The hdfs:// URL has a query or fragment.", "Give a plain hdfs:// URL.")
+    path = urllib.parse.unquote(parts.path) or "/"
+    return f"hdfs://{parts.netloc}", path
+
+
+def _shown(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.password:
+        return url.replace(parts.password, "***")
+    return url
+
+
+def check_path(path: str) -> None:
+    """Refuse a target path HDFS would refuse (or that escapes with ``..``) before anything is written."""
+    if not path.startswith("/"):
+        raise ConfigurationError(f"The target path {path!r} is not absolute.", "Give an absolute path.")
+    parts = path.split("/")
+    if any(p in (".", "..") for p in parts):
+        raise ConfigurationError(
+            f"The target path {path!r} contains '.' or '..'.",
+            "Give the directory's normalised absolute path (HDFS does not resolve '..').",
+        )
+    if "\x00" in path or re.search(r"[\x00-\x1f]", path):
+        raise ConfigurationError("The target path contains control characters.", "Give a printable path.")
+    for part in parts:
+        if len(part.encode()) > MAX_COMPONENT_BYTES:
+            raise ConfigurationError(
+                f"The target path has a component of {len(part.encode())} bytes ({part[:24]!r}...); HDFS allows "
+                f"{MAX_COMPONENT_BYTES}.",
+                "Use shorter directory names.",
+            )
+    if len(path) > MAX_PATH_CHARS - _OWN_DEPTH_CHARS:
+        raise ConfigurationError(
+            f"The target path is {len(path)} characters long; with eosink's own directories below it, it would pass "
+            f"HDFS's limit of {MAX_PATH_CHARS}.",
+            f"Use a target path of at most {MAX_PATH_CHARS - _OWN_DEPTH_CHARS} characters.",
+        )
+    if path == "/":
+        raise ConfigurationError("The target is the file system's root.", "Give a directory below the root.")
+    if posixpath.normpath(path) != path.rstrip("/") and path != "/":
+        raise ConfigurationError(f"The target path {path!r} is not normalised.", "Remove doubled slashes.")
+
 
 _SHORT_READ_WAIT_S = 10.0
 _SHORT_READ_POLL_S = 0.02
@@ -33,7 +226,7 @@ _USER: dict[int, str] = {}
 """The ``user`` this process's clients were made for (per pid): hdfs-native has one user per process."""
 
 
-def client_for(config: HdfsConfig) -> Client:
+def client_for(config: HdfsTarget) -> Client:
     """This process's client for ``config``'s file system (one per process and settings; never pickled).
 
     ``config.user`` becomes ``HADOOP_USER_NAME`` for the whole process: hdfs-native takes the user
@@ -110,7 +303,7 @@ def rename_not_done(src: str, dst: str) -> RenameNotDone:
 class Fs:
     """The operations the sink needs, on paths of one file system."""
 
-    def __init__(self, config: HdfsConfig) -> None:
+    def __init__(self, config: HdfsTarget) -> None:
         self.config = config
 
     @property
