@@ -11,7 +11,6 @@ becomes an add action: its path relative to the table, size, partition values an
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 import urllib.parse
@@ -23,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eosink.connectors.delta._stats import FileStats
+from eosink.stores.naming import digest
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -37,7 +37,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 def app_key(app_id: str) -> str:
     """A short, path-safe name for an app_id (any string) in file names."""
-    return hashlib.sha256(app_id.encode()).hexdigest()[:16]
+    return digest(app_id)
 
 
 def file_prefix(app_id: str, batch_id: int, participant: int, attempt: str) -> str:

@@ -38,10 +38,11 @@ or ``.``, which Hadoop, Spark, Hive and pyarrow readers skip.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
+
+from eosink.stores.naming import digest, token
 
 __all__ = [
     "BUNDLE_FILE",
@@ -100,8 +101,7 @@ _FILE_TASK = re.compile(r"^part-p\d+-(b\d+-p\d+-e\d+-r\d+-f\d+-[A-Za-z0-9_]{1,64
 
 def app_key(app_id: str) -> str:
     """A path-safe name unique to ``app_id``: its safe characters (at most 40) and 16 hex digits of its hash."""
-    digest = hashlib.sha256(app_id.encode("utf-8")).hexdigest()[:16]
-    return f"{_SAFE.sub('_', app_id)[:40]}-{digest}"
+    return f"{_SAFE.sub('_', app_id)[:40]}-{digest(app_id)}"
 
 
 def batch_name(batch_id: int) -> str:
@@ -210,9 +210,7 @@ class TaskName:
 
 def safe_attempt(attempt: str) -> str:
     """The attempt id as it can stand in a name (a UUIDv7's hex stays as it is)."""
-    if re.fullmatch(r"[A-Za-z0-9_]{1,64}", attempt):
-        return attempt
-    return hashlib.sha256(attempt.encode("utf-8")).hexdigest()[:32]
+    return token(attempt, r"[A-Za-z0-9_]{1,64}")
 
 
 def parse_task(name: str) -> TaskName | None:

@@ -27,12 +27,12 @@ value that is a path (``/``, ``\\``, ``.``, ``..``, control characters) is refus
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 
 from eosink.connectors.s3.config import MAX_KEY_BYTES, MAX_SEGMENT_BYTES
 from eosink.errors import BadRecordError, SchemaError
+from eosink.stores.naming import digest, token
 
 __all__ = [
     "DEFAULT_PARTITION",
@@ -63,7 +63,7 @@ _OBJECT = re.compile(
 
 def app_hash(app_id: str) -> str:
     """64 bits of SHA-256 of ``app_id``, in hex: what names an app_id's objects and uploads."""
-    return hashlib.sha256(app_id.encode("utf-8")).hexdigest()[:16]
+    return digest(app_id)
 
 
 def app_dir(app_id: str) -> str:
@@ -75,9 +75,7 @@ def app_dir(app_id: str) -> str:
 def attempt_token(attempt: str) -> str:
     """A task attempt's id as it may appear in a key: itself when it is 1-64 letters and digits (eosink's
     are UUIDv7s in hex), else 32 hex digits of its hash."""
-    if re.fullmatch(r"[0-9A-Za-z]{1,64}", attempt):
-        return attempt
-    return hashlib.sha256(attempt.encode("utf-8")).hexdigest()[:32]
+    return token(attempt, r"[0-9A-Za-z]{1,64}")
 
 
 @dataclass(frozen=True)
