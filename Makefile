@@ -39,7 +39,7 @@ WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check
 	$(EOSINK) services down kafka minio; exit $$rc
 
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs test-delta spark services services-up services-check services-down \
-	services-status test test-full demo demo-kafka demo-s3 demo-hdfs bench clean chaos chaos-quick examples example-files example-kafka \
+	services-status test test-full demo demo-kafka demo-s3 demo-hdfs demo-delta bench clean chaos chaos-quick examples example-files example-kafka \
 	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs \
 	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
 
@@ -48,6 +48,7 @@ help:
 	@echo "make demo-kafka        the same into a private Kafka broker, eosink vs Spark's own Kafka sink"
 	@echo "make demo-s3           the same into a private MinIO (S3), eosink vs Spark's Parquet writer on s3a://"
 	@echo "make demo-hdfs         the same into a private HDFS (MiniDFSCluster), eosink vs Spark's Parquet writer"
+	@echo "make demo-delta        the same into Delta tables on a private MinIO, eosink vs delta-spark's writer"
 	@echo "make test       what CI runs, in timed stages (table at the end, build/test-times.json); <= 30 min"
 	@echo "make test-full  every fault point x strategy x sink, local-cluster, the PySpark matrix, chaos; <= 3 h"
 	@echo "make lint       ruff + mypy --strict"
@@ -391,6 +392,16 @@ $(DEMO_HDFS_STAMP): $(SOURCES)
 
 demo-hdfs: $(DEMO_HDFS_STAMP) java tools
 	$(EOSINK) demo --sink hdfs $(ARGS)
+
+# `make demo-delta`: the same story into Delta tables on a private MinIO (the s3a and delta-spark jars from Maven
+# Central on the first run), with delta-spark's batch writer in foreachBatch as the plain writer; needs
+# eosink[demo,delta].
+DEMO_DELTA_STAMP := $(VENV)/.eosink-demo-delta-installed
+$(DEMO_DELTA_STAMP): $(SOURCES)
+	$(call install,demo$(COMMA)delta)
+
+demo-delta: $(DEMO_DELTA_STAMP) java tools
+	$(EOSINK) demo --sink delta $(ARGS)
 
 # Throughput, streaming latency and driver RSS on the same generated data; starts what it needs.
 bench: venv java tools

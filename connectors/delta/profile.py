@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from eosink.bench.runs import BenchAdapter
     from eosink.chaos.target import ChaosTarget
     from eosink.contracts.harness import SinkHarness
+    from eosink.demo.target import DemoTarget
 
 __all__ = ["PROFILE", "DeltaProfile"]
 
@@ -61,6 +62,11 @@ class DeltaProfile(SinkProfile):
         from eosink.connectors.delta._bench import DeltaAdapter
 
         return DeltaAdapter()
+
+    def demo_target(self) -> DemoTarget:
+        from eosink.connectors.delta._demo import DeltaDemoTarget
+
+        return DeltaDemoTarget()
 
 
 PROFILE = DeltaProfile()

@@ -20,72 +20,28 @@ where a replay writes the batch again.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from eosink.demo.target import JARS_VAR, Payment, Side
+from eosink.demo.minio import BUCKET, MinioDemo
+from eosink.demo.target import Payment, Side
 
 __all__ = ["BUCKET", "PREFIXES", "S3DemoTarget"]
 
-BUCKET = "eosink-demo"
 PREFIXES: dict[Side, str] = {"eosink": "payments_eosink", "plain": "payments_plain"}
-ENDPOINT_VARS: dict[Side, str] = {"eosink": "EOSINK_DEMO_EOSINK_S3", "plain": "EOSINK_DEMO_PLAIN_S3"}
-ACCESS_VAR = "EOSINK_DEMO_S3_ACCESS_KEY"
-SECRET_VAR = "EOSINK_DEMO_S3_SECRET_KEY"
-REGION = "us-east-1"
 COLUMNS = ("id", "account", "amount")
 
 
-class S3DemoTarget:
+class S3DemoTarget(MinioDemo):
     """S3 (a private MinIO), as the demo drives it."""
 
     title = "a private MinIO (S3)"
     plain_cuts = False
     plain_title = "Spark's Parquet writer (s3a)"
 
-    def __init__(self, root: Path | None = None) -> None:
-        from eosink.chaos.target import PrivateRoot
-
-        self.dir = PrivateRoot(root, "eosink-demo-s3-")
-        self.server: Any = None
-
     def where(self, side: Side) -> str:
         return f"s3://{BUCKET}/{PREFIXES[side]}/"
-
-    # -- the runner's side ------------------------------------------------------------------------
-
-    def start(self) -> None:
-        from eosink.services.minio import MinioServer
-        from eosink.services.spark_jars import SparkJars
-
-        SparkJars().fetch("s3")  # the plain writer's s3a filesystem, fetched once into the cache
-        self.server = MinioServer(self.dir.open() / "minio")
-        self.server.start()
-        self._client().create_bucket(Bucket=BUCKET)
-
-    def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        self.dir.close()
-
-    def address(self, side: Side) -> tuple[str, int]:
-        return "127.0.0.1", int(self.server.port)
-
-    def proxy_port(self, side: Side) -> int:
-        return 0
-
-    def job_env(self, proxy_ports: dict[Side, int]) -> dict[str, str]:
-        from eosink.services.spark_jars import SparkJars
-
-        env = {ENDPOINT_VARS[side]: f"http://127.0.0.1:{port}" for side, port in proxy_ports.items()}
-        env[ACCESS_VAR] = self.server.endpoint.access_key
-        env[SECRET_VAR] = self.server.endpoint.secret_key
-        env[JARS_VAR] = SparkJars().spark_conf("s3")["spark.jars"]
-        return env
 
     def counts(self) -> dict[Side, tuple[int, int]] | None:
         try:
@@ -120,29 +76,14 @@ class S3DemoTarget:
 
     def _direct_config(self) -> Any:
         """eosink's side, reached directly (not through a fault proxy)."""
-        ep = self.server.endpoint
-        return _config(ep.endpoint_url, ep.access_key, ep.secret_key)
-
-    def _client(self) -> Any:
-        import boto3
-        from botocore.config import Config
-
-        ep = self.server.endpoint
-        return boto3.client(
-            "s3",
-            endpoint_url=ep.endpoint_url,
-            aws_access_key_id=ep.access_key,
-            aws_secret_access_key=ep.secret_key,
-            region_name=REGION,
-            config=Config(s3={"addressing_style": "path"}),
-        )
+        return _config(self.connection())
 
     # -- the job's side ------------------------------------------------------------------------------
 
     def job_sink(self, app_id: str) -> Any:
         from eosink.connectors.s3 import S3Sink
 
-        return S3Sink(_config(os.environ[ENDPOINT_VARS["eosink"]], os.environ[ACCESS_VAR], os.environ[SECRET_VAR]))
+        return S3Sink(_config(self.connection("eosink")))
 
     def job_plain_writer(self) -> Callable[[Any, int], None]:
         path = f"s3a://{BUCKET}/{PREFIXES['plain']}"
@@ -150,30 +91,25 @@ class S3DemoTarget:
 
         # As write options: Spark hands a file writer's options to its Hadoop configuration, and redacts
         # keys and secrets in plans and logs.
-        plain = _config(os.environ[ENDPOINT_VARS["plain"]], os.environ[ACCESS_VAR], os.environ[SECRET_VAR])
-        options = s3a_options(plain.connection())
+        options = s3a_options(self.connection("plain"))
 
         def write(df: Any, batch_id: int) -> None:
             df.write.mode("append").options(**options).parquet(path)
 
         return write
 
-    def scrub(self, text: str) -> str:
-        secret = os.environ.get(SECRET_VAR) or (self.server.endpoint.secret_key if self.server else "")
-        return text.replace(secret, "***") if secret else text
 
-
-def _config(endpoint_url: str, access_key: str, secret_key: str) -> Any:
+def _config(conn: Any) -> Any:
     """eosink's side: Parquet objects under ``payments_eosink/`` of the demo's bucket."""
     from eosink.connectors.s3 import S3Config
 
     return S3Config(
         BUCKET,
         PREFIXES["eosink"],
-        endpoint_url=endpoint_url,
-        region=REGION,
-        access_key_id=access_key,
-        secret_access_key=secret_key,
+        endpoint_url=conn.endpoint_url,
+        region=conn.region,
+        access_key_id=conn.access_key_id,
+        secret_access_key=conn.secret_access_key,
     )
 
 

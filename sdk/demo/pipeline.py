@@ -18,6 +18,7 @@ a killed run still reports what it did. Exit codes: 0 input exhausted; 3 an erro
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ import eosink
 from eosink._procs import error_line
 from eosink._saved_stats import keep_stats
 from eosink.demo.session import SCHEMA, job_session
-from eosink.demo.target import JARS_VAR
+from eosink.demo.target import CONF_VAR, JARS_VAR
 from eosink.faults import export_crash_scope
 from eosink.profiles import get_profile
 from eosink.strategies import STRATEGY_NAMES
@@ -65,10 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     keep_stats(writer, args.stats_out)
     plain = target.job_plain_writer()
     jars = os.environ.get(JARS_VAR, "")
-    if jars:  # the plain writer's own jars (Spark's Kafka sink, say)
+    if jars:  # the plain writer's own jars (Spark's Kafka sink, say), and its static settings
         from eosink.services.spark_jars import class_path_submit_args
 
-        os.environ["PYSPARK_SUBMIT_ARGS"] = class_path_submit_args(jars)
+        conf = json.loads(os.environ.get(CONF_VAR) or "{}")
+        os.environ["PYSPARK_SUBMIT_ARGS"] = class_path_submit_args(jars, conf)
     spark = job_session(args.master, f"eosink-demo-{args.strategy}")
     payments = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
 

@@ -11,7 +11,7 @@ and handing it out through its sink profile (:meth:`eosink.profiles.SinkProfile.
   what each side holds now (the live view) and at the end (the verdict), and what is left in doubt;
 * the job's side (in the Spark driver): the eosink sink and the plain writer's ``foreachBatch``
   function. Extra jars the plain writer needs (Spark's Kafka sink, say) go in the job's
-  environment as :data:`JARS_VAR`.
+  environment as :data:`JARS_VAR`, static settings it needs (a session extension) as :data:`CONF_VAR`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-__all__ = ["JARS_VAR", "SIDES", "DemoTarget", "Payment", "Side"]
+__all__ = ["CONF_VAR", "JARS_VAR", "SIDES", "DemoTarget", "Payment", "Side"]
 
 Payment = tuple[int, str, int]
 """One payment: (id, account, amount)."""
@@ -30,6 +30,8 @@ SIDES: tuple[Side, ...] = ("eosink", "plain")
 
 JARS_VAR = "EOSINK_DEMO_JARS"
 """The job's environment variable for extra jars (comma-separated paths) its Spark session loads."""
+CONF_VAR = "EOSINK_DEMO_SPARK_CONF"
+"""The job's environment variable for static Spark settings (JSON) the plain writer needs beside its jars."""
 
 
 class DemoTarget(Protocol):

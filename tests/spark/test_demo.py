@@ -91,3 +91,16 @@ def test_hdfs_demo_is_exact_for_eosink_and_shows_spark_parquet_writers_duplicate
     _, flat = _demo(tmp_path, "--sink", "hdfs")
     assert "EXACT: every payment landed once in hdfs:///payments_eosink/" in flat
     assert "Spark's Parquet writer (hdfs)" in flat
+
+
+@pytest.mark.full
+def test_delta_demo_is_exact_for_eosink_and_shows_delta_sparks_duplicates(tmp_path: Path) -> None:
+    """``eosink demo --sink delta`` (2PC): Delta tables on a private MinIO, delta-spark's batch writer in
+    foreachBatch as the plain writer.
+
+    Pass: as :func:`_demo`, with eosink's table payments_eosink read as any Delta reader reads it (its newest
+    snapshot) and a lost reply to the PUT of a log entry. delta-spark's writer appended the replayed batches
+    again (its S3 client retries a cut reply, so it gets a crash before Spark's commit log)."""
+    _, flat = _demo(tmp_path, "--sink", "delta")
+    assert "EXACT: every payment landed once in s3://eosink-demo/payments_eosink" in flat
+    assert "delta-spark's writer in foreachBatch" in flat
