@@ -40,7 +40,7 @@ WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check
 
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs test-delta spark services services-up services-check services-down \
 	services-status test test-full demo demo-kafka demo-s3 demo-hdfs demo-delta bench clean chaos chaos-quick examples example-files example-kafka \
-	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs \
+	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs example-files-to-delta \
 	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
@@ -64,7 +64,7 @@ help:
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
 	@echo "make examples   every example once against real PostgreSQL, Kafka and MinIO (also: make example-files, example-kafka,"
 	@echo "                example-files-to-kafka, example-kafka-to-kafka, example-files-to-s3, example-kafka-to-s3,"
-	@echo "                example-files-to-hdfs)"
+	@echo "                example-files-to-hdfs, example-files-to-delta)"
 	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S] [JOBS=J]   the end-to-end chaos harness -> results/chaos-SINK.json"
 	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy, baseline, non-deterministic)"
 	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1]   eosink vs Spark's built-in writers -> results/bench-<sink>.*"
@@ -349,6 +349,12 @@ example-files-to-s3: venv java tools
 	@rm -rf $(EXAMPLE_DIR)/f2s $(EXAMPLE_DIR)/f2s-checkpoint
 	@$(call WITH_MINIO,eval "$$($(EOSINK) services env minio)" && $(PY) examples/files_to_s3.py \
 		--input $(EXAMPLE_DIR)/f2s --checkpoint $(EXAMPLE_DIR)/f2s-checkpoint --generate 5)
+
+example-files-to-delta: venv java tools
+	@rm -rf $(EXAMPLE_DIR)/f2d $(EXAMPLE_DIR)/f2d-checkpoint
+	@$(call WITH_MINIO,eval "$$($(EOSINK) services env minio)" && $(PY) examples/files_to_delta.py \
+		--input $(EXAMPLE_DIR)/f2d --checkpoint $(EXAMPLE_DIR)/f2d-checkpoint --generate 5 \
+		--table s3://eosink-examples/payments_delta_$$(date +%s))
 
 example-files-to-hdfs: venv java tools
 	@rm -rf $(EXAMPLE_DIR)/f2h $(EXAMPLE_DIR)/f2h-checkpoint
