@@ -302,8 +302,9 @@ SEED ?= 1
 JOBS ?= 1
 CHAOS_DIR ?= $(CURDIR)/.cache/chaos-$(SINK)-$(SEED)-$(SCHEDULES)
 # Finished schedules are journaled in CHAOS_DIR: an interrupted `make chaos` goes on where it stopped.
+# Delta: Spark with delta-spark polls the table too, beside deltalake and DuckDB (docs/connectors/delta.md).
 chaos: venv java tools
-	$(EOSINK) chaos --sink $(SINK) --schedules $(SCHEDULES) --seed $(SEED) --jobs $(JOBS) --workdir $(CHAOS_DIR) --resume
+	$(if $(filter delta,$(SINK)),EOSINK_CHAOS_SPARK_READER=1) $(EOSINK) chaos --sink $(SINK) --schedules $(SCHEDULES) --seed $(SEED) --jobs $(JOBS) --workdir $(CHAOS_DIR) --resume
 
 chaos-quick: venv java tools
 	$(PYTEST) tests/chaos/test_chaos_quick.py -q -m full --durations=10
