@@ -13,13 +13,13 @@ print and judge them without knowing which sink they look at::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from eosink.contract import Sink
+from eosink.contract import Bundle, Committable, Sink
 
-__all__ = ["AppStatus", "InDoubtWork", "SinkAdmin", "SinkStatus"]
+__all__ = ["AppStatus", "InDoubtWork", "SinkAdmin", "SinkStatus", "prepared_work"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,23 @@ class AppStatus:
     last_checkpoint_id: str | None = None
     in_doubt: tuple[InDoubtWork, ...] = ()
 
+    @classmethod
+    def of(
+        cls, app_id: str, epoch: int | None, last: Bundle | None, in_doubt: tuple[InDoubtWork, ...] = ()
+    ) -> AppStatus:
+        """An app_id's status from its writer epoch (0 or None: never fenced), the bundle of its newest
+        committed batch (None: none) and its in-doubt work."""
+        return cls(
+            app_id,
+            epoch or None,
+            None if last is None else last.batch.batch_id,
+            None if last is None else last.fingerprint.rows,
+            None,
+            None if last is None else last.strategy,
+            None if last is None else last.checkpoint_id,
+            in_doubt,
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "app_id": self.app_id,
@@ -84,6 +101,19 @@ class AppStatus:
             },
             "in_doubt": [w.to_json() for w in self.in_doubt],
         }
+
+
+def prepared_work(
+    committables: list[Committable], started: Callable[[Committable], float | None], now: float
+) -> tuple[InDoubtWork, ...]:
+    """Prepared committables (a sink's ``recover``) as in-doubt work, aged from ``started(c)`` (the attempt's
+    start, epoch seconds, or None when unknown) to ``now``."""
+    work = []
+    for c in committables:
+        began = started(c)
+        age = max(0.0, now - began) if began else 0.0
+        work.append(InDoubtWork("prepared", c.id, c.batch.batch_id, c.participant, c.epoch, round(age, 3), c.rows))
+    return tuple(work)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from eosink.admin import AppStatus, InDoubtWork, SinkAdmin, SinkStatus
+from eosink.admin import AppStatus, SinkAdmin, SinkStatus, prepared_work
 from eosink.connectors.delta.config import DeltaConfig
 from eosink.connectors.delta.sink import DeltaSink
 from eosink.errors import ConfigurationError
@@ -53,24 +53,10 @@ class DeltaAdmin(SinkAdmin):
         return SinkStatus("delta", self.describe(), exists, tuple(self._app(sink, a) for a in apps))
 
     def _app(self, sink: DeltaSink, app_id: str) -> AppStatus:
-        last = sink.fetch_last_bundle(app_id)
-        epoch = sink.current_epoch(app_id)
-        now = time.time()
-        work = []
-        for c in sink.recover(app_id):
-            began = attempt_time(str(c.payload.get("attempt", "")))
-            age = max(0.0, now - began) if began else 0.0
-            work.append(InDoubtWork("prepared", c.id, c.batch.batch_id, c.participant, c.epoch, round(age, 3), c.rows))
-        return AppStatus(
-            app_id,
-            epoch or None,
-            None if last is None else last.batch.batch_id,
-            None if last is None else last.fingerprint.rows,
-            None,
-            None if last is None else last.strategy,
-            None if last is None else last.checkpoint_id,
-            tuple(work),
+        work = prepared_work(
+            sink.recover(app_id), lambda c: attempt_time(str(c.payload.get("attempt", ""))), time.time()
         )
+        return AppStatus.of(app_id, sink.current_epoch(app_id), sink.fetch_last_bundle(app_id), work)
 
     def drop_app(self, app_id: str) -> None:
         """Abort the app_id's in-doubt work and delete its bookkeeping (its committed batches and txns stay)."""

@@ -12,12 +12,13 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from eosink.admin import AppStatus, InDoubtWork, SinkAdmin, SinkStatus
+from eosink.admin import AppStatus, SinkAdmin, SinkStatus, prepared_work
 from eosink.connectors.hdfs import _layout as L
 from eosink.connectors.hdfs._batches import layout_file, store_layout
 from eosink.connectors.hdfs._errors import translated
 from eosink.connectors.hdfs.config import HdfsConfig
 from eosink.connectors.hdfs.sink import HdfsSink
+from eosink.contract import Committable
 from eosink.errors import ConfigurationError
 from eosink.participant import attempt_time
 from eosink.stores.hdfs import Fs
@@ -71,23 +72,12 @@ class HdfsAdmin(SinkAdmin):
         last = sink.fetch_last_bundle(app_id)
         with sink._errors("status"):
             epoch = sink.current_epoch(app_id)
-        work = []
-        now = time.time()
-        for c in sink.recover(app_id):
+
+        def started(c: Committable) -> float | None:
             parsed = L.parse_task(c.id)
-            began = attempt_time(parsed.attempt) if parsed else None
-            age = max(0.0, now - began) if began else 0.0
-            work.append(InDoubtWork("prepared", c.id, c.batch.batch_id, c.participant, c.epoch, round(age, 3), c.rows))
-        return AppStatus(
-            app_id,
-            epoch or None,
-            None if last is None else last.batch.batch_id,
-            None if last is None else last.fingerprint.rows,
-            None,
-            None if last is None else last.strategy,
-            None if last is None else last.checkpoint_id,
-            tuple(work),
-        )
+            return attempt_time(parsed.attempt) if parsed else None
+
+        return AppStatus.of(app_id, epoch, last, prepared_work(sink.recover(app_id), started, time.time()))
 
     def drop_app(self, app_id: str) -> None:
         """Abort the app_id's in-doubt work and delete its bookkeeping (its committed batches stay)."""
