@@ -20,11 +20,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from eosink._attempts import attempt_closed, columns_changed
 from eosink.connectors.delta._base import _SinkBase
 from eosink.connectors.delta._files import DataFiles, file_prefix
 from eosink.connectors.delta._schema import check_batch, delta_columns
 from eosink.contract import Committable, TaskRef
-from eosink.errors import CommitAbortedError, SchemaError
+from eosink.errors import SchemaError
 from eosink.keys import KEY_COLUMN
 
 __all__ = ["_Txn", "_WriteSide"]
@@ -71,10 +72,7 @@ class _WriteSide(_SinkBase):
 
     def _open(self, txn: _Txn, what: str) -> None:
         if txn.done or txn.pid != os.getpid():
-            raise CommitAbortedError(
-                f"The attempt {txn.id} is closed (failed or already prepared); it cannot {what}.",
-                "Restart the task with a new attempt.",
-            )
+            raise attempt_closed(f"The attempt {txn.id}", what)
 
     def write(self, txn: _Txn, data: pa.RecordBatch) -> None:
         """Check the batch's columns (first write), then stream its rows into the attempt's files."""
@@ -98,10 +96,7 @@ class _WriteSide(_SinkBase):
                     raise SchemaError(f"{where} lacks the partition columns {missing}.", "Select them in the query.")
                 txn.schema = data.schema
             elif data.schema.names != txn.schema.names:
-                raise SchemaError(
-                    f"The columns changed within one task ({txn.schema.names} -> {data.schema.names}).",
-                    "Give every record batch of a task the same schema.",
-                )
+                raise columns_changed(txn.schema.names, data.schema.names)
             txn.rows += data.num_rows
             with self._errors(f"write ({where})"):
                 txn.files.add(data)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from eosink._attempts import attempt_closed, columns_changed
 from eosink.connectors.hdfs import _layout as L
 from eosink.connectors.hdfs._base import _SinkBase
 from eosink.connectors.hdfs._files import (
@@ -35,7 +36,6 @@ from eosink.connectors.hdfs._files import (
     split_partitions,
 )
 from eosink.contract import Committable, TaskRef
-from eosink.errors import CommitAbortedError, SchemaError
 from eosink.keys import KEY_COLUMN
 
 __all__ = ["_Txn", "_WriteSide"]
@@ -77,10 +77,7 @@ class _WriteSide(_SinkBase):
 
     def _open(self, txn: _Txn, what: str) -> None:
         if txn.done or txn.pid != os.getpid():
-            raise CommitAbortedError(
-                f"The attempt {txn.dir} is closed (failed or already prepared); it cannot {what}.",
-                "Restart the task with a new attempt.",
-            )
+            raise attempt_closed(f"The attempt {txn.dir}", what)
 
     def write(self, txn: _Txn, data: pa.RecordBatch) -> None:
         """Check the batch, then stream its rows into the attempt's files."""
@@ -97,10 +94,7 @@ class _WriteSide(_SinkBase):
                 txn.columns = tuple(data.schema.names)
                 txn.schema = schema_doc(data.schema)
             elif tuple(data.schema.names) != txn.columns:
-                raise SchemaError(
-                    f"The columns changed within one task ({list(txn.columns)} -> {data.schema.names}).",
-                    "Give every record batch of a task the same schema.",
-                )
+                raise columns_changed(txn.columns, data.schema.names)
             check_keys(data, txn.keys, where)
             split_partitions(data, self.config.partition_by)  # hostile partition values raise here, before writing
             txn.rows += data.num_rows

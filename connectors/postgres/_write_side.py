@@ -42,6 +42,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
+from eosink._attempts import attempt_closed, columns_changed
 from eosink.connectors.postgres._base import _SinkBase
 from eosink.connectors.postgres._control import (
     OWN_STAGING,
@@ -56,7 +57,7 @@ from eosink.connectors.postgres._copy import copy_rows
 from eosink.connectors.postgres._pool import Conn
 from eosink.connectors.postgres._schema import Column, TargetTable, check_batch, create_table_sql, reflect
 from eosink.contract import Committable, TaskRef
-from eosink.errors import CommitAbortedError, ConfigurationError, SchemaError
+from eosink.errors import ConfigurationError, SchemaError
 
 __all__ = ["_Txn", "_WriteSide"]
 
@@ -163,10 +164,7 @@ class _WriteSide(_SinkBase):
 
     def _open(self, txn: _Txn, what: str) -> Conn:
         if txn.conn is None or txn.pid != os.getpid():
-            raise CommitAbortedError(
-                f"Transaction {txn.id} is closed (failed or already prepared); it cannot {what}.",
-                "Restart the task with a new attempt.",
-            )
+            raise attempt_closed(f"Transaction {txn.id}", what)
         return txn.conn
 
     def _fail(self, txn: _Txn) -> None:
@@ -186,10 +184,7 @@ class _WriteSide(_SinkBase):
                 if txn.target is None:
                     self._prepare_target(txn, data, where)
                 elif tuple(data.schema.names) != txn.columns:
-                    raise SchemaError(
-                        f"The columns changed within one task ({list(txn.columns)} -> {data.schema.names}).",
-                        "Give every record batch of a task the same schema.",
-                    )
+                    raise columns_changed(txn.columns, data.schema.names)
                 target = txn.target
                 assert target is not None
                 check_batch(target, data, txn.keys, where)

@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from eosink._attempts import attempt_closed, columns_changed
 from eosink.connectors.s3._base import _S3Base
 from eosink.connectors.s3._encode import (
     ObjectEncoder,
@@ -45,7 +46,7 @@ from eosink.connectors.s3._layout import (
     partition_text,
 )
 from eosink.contract import Committable, TaskRef
-from eosink.errors import BadRecordError, CommitAbortedError, SchemaError
+from eosink.errors import BadRecordError, SchemaError
 from eosink.stores.s3_upload import ObjectRecord, PartWriter
 
 __all__ = ["_Txn", "_WriteSide"]
@@ -94,10 +95,7 @@ class _WriteSide(_S3Base):
 
     def _open_txn(self, txn: _Txn, what: str) -> None:
         if txn.closed or txn.pid != os.getpid():
-            raise CommitAbortedError(
-                f"Participant attempt {txn.id} is closed (failed or already prepared); it cannot {what}.",
-                "Restart the task with a new attempt.",
-            )
+            raise attempt_closed(f"Participant attempt {txn.id}", what)
 
     def write(self, txn: _Txn, data: pa.RecordBatch) -> None:
         """Check the rows, split them by partition folder, encode them into the attempt's objects."""
@@ -110,10 +108,7 @@ class _WriteSide(_S3Base):
                 if txn.columns is None:
                     self._first_write(txn, data, where)
                 elif tuple(data.schema.names) != txn.columns:
-                    raise SchemaError(
-                        f"The columns changed within one task ({list(txn.columns)} -> {data.schema.names}).",
-                        "Give every record batch of a task the same schema.",
-                    )
+                    raise columns_changed(txn.columns, data.schema.names)
                 self._check_rows(txn, data, where)
                 for folder, part in self._split(txn, data, where):
                     self._encoder(txn, folder).write(part)
