@@ -468,3 +468,27 @@ def assert_random_kills_exact(p: Any, strategy: str, seed: int, read: Callable[[
     assert reader.polls > 0
     if strategy != "idempotent":
         assert not reader.partial, reader.partial[:5]
+
+
+def fault_point_cases(variants: Sequence[str], points: Sequence[str], quick: set[tuple[str, str]]) -> list[Any]:
+    """``(variant, point)`` for every variant (a strategy, or a sink's mode) at every fault point, and 2pc at F5;
+    those in ``quick`` run in make test, the others (marked ``full``) in test-full."""
+    cases = [(v, p) for v in variants for p in points] + [("2pc", "F5")]
+    return [pytest.param(v, p, marks=() if (v, p) in quick else pytest.mark.full, id=f"{v}-{p}") for v, p in cases]
+
+
+def rows_of_files(p: Pipeline, files: set[int]) -> Counter[tuple[Any, ...]]:
+    """The expected rows of the input files numbered ``files`` (a row's id is its file times 10,000 plus its line)."""
+    return Counter({row: n for row, n in p.expected().items() if row[0] // 10_000 in files})
+
+
+@pytest.fixture(scope="session")
+def minio() -> Any:
+    """The MinIO service's endpoint (an S3Endpoint); a missing server fails the test (never a skip)."""
+    from eosink.errors import ServiceError
+    from eosink.services import get_service
+
+    try:
+        return get_service("minio").endpoint()
+    except ServiceError as exc:
+        pytest.fail(str(exc), pytrace=False)

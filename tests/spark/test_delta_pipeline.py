@@ -25,8 +25,6 @@ from eosink.connectors.delta.admin import DeltaAdmin
 from eosink.connectors.delta.readers import committed_batches
 from eosink.connectors.delta.testing import read_table
 from eosink.connectors.s3.testing import BUCKET, S3Harness, empty_prefix
-from eosink.errors import ServiceError
-from eosink.services import get_service
 from eosink.services.minio import MinioServer, S3Endpoint
 
 from .conftest import (
@@ -38,8 +36,10 @@ from .conftest import (
     assert_stopped_as_lost,
     assert_store_crash_mid_batch_exact,
     assert_zombie_fenced,
+    fault_point_cases,
     kill_through_the_data_source,
     rewind_batch_1,
+    rows_of_files,
 )
 
 pytestmark = pytest.mark.spark
@@ -55,18 +55,7 @@ QUICK = {("2pc", "F5"), ("txid-check", "F6"), ("idempotent", "F4")}
 
 
 def _cases() -> list[Any]:
-    cases = [(s, p) for s in STRATEGIES for p in COMMON_POINTS] + [("2pc", "F5")]
-    return [pytest.param(s, p, marks=() if (s, p) in QUICK else pytest.mark.full, id=f"{s}-{p}") for s, p in cases]
-
-
-@pytest.fixture(scope="session")
-def minio() -> S3Endpoint:
-    """The MinIO service's endpoint; a missing server fails the test (never a skip)."""
-    try:
-        endpoint: S3Endpoint = get_service("minio").endpoint()
-    except ServiceError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    return endpoint
+    return fault_point_cases(STRATEGIES, COMMON_POINTS, QUICK)
 
 
 @dataclass
@@ -131,10 +120,6 @@ def delta_pipeline(tmp_path: Path, driver_java_opts: str, minio: S3Endpoint) -> 
     pipeline.close()
 
 
-def _rows_of_files(p: DeltaPipeline, files: set[int]) -> Counter[tuple[Any, ...]]:
-    return Counter({row: n for row, n in p.expected().items() if row[0] // 10_000 in files})
-
-
 @pytest.mark.parametrize(("strategy", "point"), _cases())
 def test_kill_at_fault_point_then_restart_is_exact(delta_pipeline: DeltaPipeline, strategy: str, point: str) -> None:
     """SIGKILL of the driver's process group at ``point`` of batch 1, then a restart from the checkpoint.
@@ -147,7 +132,7 @@ def test_kill_at_fault_point_then_restart_is_exact(delta_pipeline: DeltaPipeline
     p.strategy = strategy
     assert_killed(p.run(f"{point}@1:kill"), point)
     if point in ("F2", "F3", "F4", "F5", "F6"):
-        assert p.found() == _rows_of_files(p, {0}), "a killed batch's rows became visible"
+        assert p.found() == rows_of_files(p, {0}), "a killed batch's rows became visible"
         if point in ("F3", "F4", "F5", "F6"):
             assert p.in_doubt(), "the killed batch's prepared work is not listed as in doubt"
     assert_clean(p.run())
@@ -225,7 +210,7 @@ def test_prepared_files_deleted_stop_the_query_and_a_rewind_lands_the_batch_once
         s3.delete_object(Bucket=BUCKET, Key=key)
     stopped = p.run()
     assert_stopped_as_lost(stopped)
-    assert p.found() == _rows_of_files(p, {0}), "the query went on past the lost batch"
+    assert p.found() == rows_of_files(p, {0}), "the query went on past the lost batch"
     cli = [
         *("recover", "--sink", "delta", "--table", f"s3://{BUCKET}/{p.prefix}", "--app-id", p.app_id),
         *("--checkpoint", str(p.checkpoint), "--rewind"),

@@ -40,8 +40,10 @@ from .conftest import (
     assert_random_kills_exact,
     assert_stopped_as_lost,
     assert_zombie_fenced,
+    fault_point_cases,
     kill_through_the_data_source,
     rewind_batch_1,
+    rows_of_files,
 )
 
 pytestmark = pytest.mark.spark
@@ -60,8 +62,7 @@ ROOT = "/eosink-spark"
 
 
 def _cases() -> list[Any]:
-    cases = [(s, p) for s in STRATEGIES for p in COMMON_POINTS] + [("2pc", "F5")]
-    return [pytest.param(s, p, marks=() if (s, p) in QUICK else pytest.mark.full, id=f"{s}-{p}") for s, p in cases]
+    return fault_point_cases(STRATEGIES, COMMON_POINTS, QUICK)
 
 
 @pytest.fixture(scope="session")
@@ -141,10 +142,6 @@ def hdfs_pipeline(tmp_path: Path, driver_java_opts: str, hdfs: HdfsEndpoint) -> 
     pipeline.close()
 
 
-def _rows_of_files(p: HdfsPipeline, files: set[int]) -> Counter[tuple[Any, ...]]:
-    return Counter({row: n for row, n in p.expected().items() if row[0] // 10_000 in files})
-
-
 @pytest.mark.parametrize(("strategy", "point"), _cases())
 def test_kill_at_fault_point_then_restart_is_exact(hdfs_pipeline: HdfsPipeline, strategy: str, point: str) -> None:
     """SIGKILL of the driver's process group at ``point`` of batch 1, then a restart from the checkpoint.
@@ -158,7 +155,7 @@ def test_kill_at_fault_point_then_restart_is_exact(hdfs_pipeline: HdfsPipeline, 
     p.strategy = strategy
     assert_killed(p.run(f"{point}@1:kill"), point)
     if strategy != "idempotent" and point in ("F2", "F3", "F4", "F5", "F6"):
-        assert p.found() == p.listed() == _rows_of_files(p, {0}), "a killed batch's rows became visible"
+        assert p.found() == p.listed() == rows_of_files(p, {0}), "a killed batch's rows became visible"
         if point in ("F3", "F4", "F5", "F6"):
             assert p.in_doubt(), "the killed batch's prepared work is not listed as in doubt"
     assert_clean(p.run())
@@ -180,7 +177,7 @@ def test_a_checkpoint_on_hdfs_carries_2pc_through_a_kill_at_f5(hdfs_pipeline: Hd
     p.checkpoint_uri = f"{p.cluster.url.rstrip('/')}{p.directory}-checkpoint"
     root = f"{p.directory}-checkpoint"
     assert_killed(p.run("F5@1:kill"), "F5")
-    assert p.found() == p.listed() == _rows_of_files(p, {0}), "batch 1's rows became visible before its commit"
+    assert p.found() == p.listed() == rows_of_files(p, {0}), "batch 1's rows became visible before its commit"
     assert p.in_doubt(), "the killed batch's prepared work is not listed as in doubt"
     written = files_under(p.checkpoint_uri)
     assert f"{root}/commits/1" in written
@@ -251,7 +248,7 @@ def test_pending_work_a_cleanup_job_deleted_stops_the_query_and_a_rewind_lands_t
     for path in (sink._pending(p.app_id), sink._staging(p.app_id)):
         sink.fs.delete(path)
     assert_stopped_as_lost(p.run())
-    assert p.found() == p.listed() == _rows_of_files(p, {0}), "the query went on past the lost batch"
+    assert p.found() == p.listed() == rows_of_files(p, {0}), "the query went on past the lost batch"
     cli = [
         *("recover", "--sink", "hdfs", "--url", p.config().target_url, "--app-id", p.app_id),
         *("--checkpoint", str(p.checkpoint), "--rewind"),

@@ -40,8 +40,10 @@ from .conftest import (
     assert_killed,
     assert_stopped_as_lost,
     assert_zombie_fenced,
+    fault_point_cases,
     kill_through_the_data_source,
     rewind_batch_1,
+    rows_of_files,
     run_and_kill,
     wait_for,
 )
@@ -60,8 +62,7 @@ QUICK = {("2pc", "F5"), ("txid-check", "F6"), ("idempotent", "F2")}
 
 
 def _cases() -> list[Any]:
-    cases = [(s, p) for s in STRATEGIES for p in COMMON_POINTS] + [("2pc", "F5")]
-    return [pytest.param(s, p, marks=() if (s, p) in QUICK else pytest.mark.full, id=f"{s}-{p}") for s, p in cases]
+    return fault_point_cases(STRATEGIES, COMMON_POINTS, QUICK)
 
 
 @pytest.fixture(scope="session")
@@ -163,10 +164,6 @@ def kafka_pipeline(tmp_path: Path, driver_java_opts: str, kafka_bootstrap: str) 
     pipeline.close()
 
 
-def _rows_of_files(p: KafkaPipeline, files: set[int]) -> Counter[tuple[Any, ...]]:
-    return Counter({row: n for row, n in p.expected().items() if row[0] // 10_000 in files})
-
-
 @pytest.mark.parametrize(("strategy", "point"), _cases())
 def test_kill_at_fault_point_then_restart_is_exact(kafka_pipeline: KafkaPipeline, strategy: str, point: str) -> None:
     """SIGKILL of the driver's process group at ``point`` of batch 1, then a restart from the checkpoint.
@@ -179,7 +176,7 @@ def test_kill_at_fault_point_then_restart_is_exact(kafka_pipeline: KafkaPipeline
     p.strategy = strategy
     assert_killed(p.run(f"{point}@1:kill"), point)
     if strategy != "idempotent" and point in ("F2", "F3", "F4", "F5"):
-        assert p.found() == _rows_of_files(p, {0}), "a killed batch's records became visible before its commit"
+        assert p.found() == rows_of_files(p, {0}), "a killed batch's records became visible before its commit"
         if point in ("F3", "F4", "F5"):
             assert p.in_doubt(), "the killed batch's prepared transactions are not listed as in doubt"
     assert_clean(p.run())
@@ -228,7 +225,7 @@ def test_a_transaction_the_broker_expired_stops_the_query_and_a_rewind_lands_it_
     stopped = p.run()
     assert_stopped_as_lost(stopped)
     assert "transaction.timeout.ms" in stopped.stderr or "transaction_timeout_ms" in stopped.stderr
-    assert p.found() == _rows_of_files(p, {0}), "the query went on past the lost batch"
+    assert p.found() == rows_of_files(p, {0}), "the query went on past the lost batch"
     cli = [
         *("recover", "--sink", "kafka", "--bootstrap-servers", p.bootstrap, "--topic", p.topic),
         *("--progress-topic", p.progress_topic, "--transactional-id-prefix", p.topic),

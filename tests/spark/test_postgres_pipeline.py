@@ -47,6 +47,7 @@ from .conftest import (
     assert_killed,
     assert_stopped_as_lost,
     assert_zombie_fenced,
+    fault_point_cases,
     rewind_batch_1,
     run_script,
     wait_for,
@@ -73,8 +74,7 @@ QUICK = {("2pc", "F5"), ("idempotent", "F2")}
 
 
 def _cases() -> list[Any]:
-    cases = [(v, p) for v in VARIANTS for p in COMMON_POINTS] + [("2pc", "F5")]
-    return [pytest.param(v, p, marks=() if (v, p) in QUICK else pytest.mark.full, id=f"{v}-{p}") for v, p in cases]
+    return fault_point_cases(VARIANTS, COMMON_POINTS, QUICK)
 
 
 @pytest.fixture(scope="session")

@@ -27,8 +27,6 @@ from eosink.checkpoint import SparkCheckpoint
 from eosink.connectors.s3 import S3Config, committed_markers, read_committed
 from eosink.connectors.s3.admin import S3Admin
 from eosink.connectors.s3.testing import BUCKET, S3Harness, empty_prefix, incomplete_uploads, listed_parquet
-from eosink.errors import ServiceError
-from eosink.services import get_service
 from eosink.services.minio import MinioServer, S3Endpoint
 
 from .conftest import (
@@ -40,8 +38,10 @@ from .conftest import (
     assert_stopped_as_lost,
     assert_store_crash_mid_batch_exact,
     assert_zombie_fenced,
+    fault_point_cases,
     kill_through_the_data_source,
     rewind_batch_1,
+    rows_of_files,
 )
 
 pytestmark = pytest.mark.spark
@@ -59,18 +59,7 @@ QUICK = {("txid-check", "F6"), ("idempotent", "F2")}
 
 
 def _cases() -> list[Any]:
-    cases = [(s, p) for s in STRATEGIES for p in COMMON_POINTS] + [("2pc", "F5")]
-    return [pytest.param(s, p, marks=() if (s, p) in QUICK else pytest.mark.full, id=f"{s}-{p}") for s, p in cases]
-
-
-@pytest.fixture(scope="session")
-def minio() -> S3Endpoint:
-    """The MinIO service's endpoint; a missing server fails the test (never a skip)."""
-    try:
-        endpoint: S3Endpoint = get_service("minio").endpoint()
-    except ServiceError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    return endpoint
+    return fault_point_cases(STRATEGIES, COMMON_POINTS, QUICK)
 
 
 @dataclass
@@ -160,10 +149,6 @@ def s3_pipeline(tmp_path: Path, driver_java_opts: str, minio: S3Endpoint) -> Ite
     pipeline.close()
 
 
-def _rows_of_files(p: S3Pipeline, files: set[int]) -> Counter[tuple[Any, ...]]:
-    return Counter({row: n for row, n in p.expected().items() if row[0] // 10_000 in files})
-
-
 @pytest.mark.parametrize(("strategy", "point"), _cases())
 def test_kill_at_fault_point_then_restart_is_exact(s3_pipeline: S3Pipeline, strategy: str, point: str) -> None:
     """SIGKILL of the driver's process group at ``point`` of batch 1, then a restart from the checkpoint.
@@ -178,9 +163,9 @@ def test_kill_at_fault_point_then_restart_is_exact(s3_pipeline: S3Pipeline, stra
     p.strategy = strategy
     assert_killed(p.run(f"{point}@1:kill"), point)
     if strategy != "idempotent" and point in ("F2", "F3", "F4", "F5"):
-        assert p.found() == _rows_of_files(p, {0}), "a killed batch's rows became visible before its marker"
+        assert p.found() == rows_of_files(p, {0}), "a killed batch's rows became visible before its marker"
         if strategy == "2pc":
-            assert p.listed() == _rows_of_files(p, {0}), "a prepared object became visible before its commit"
+            assert p.listed() == rows_of_files(p, {0}), "a prepared object became visible before its commit"
         if point in ("F3", "F4", "F5"):
             assert p.in_doubt(), "the killed batch's prepared uploads are not listed as in doubt"
     assert_clean(p.run())
@@ -208,7 +193,7 @@ def test_a_checkpoint_on_s3_carries_2pc_through_a_kill_at_f5(s3_pipeline: S3Pipe
 
     try:
         assert_killed(p.run("F5@1:kill"), "F5")
-        assert p.found() == p.listed() == _rows_of_files(p, {0}), "batch 1's rows became visible before its commit"
+        assert p.found() == p.listed() == rows_of_files(p, {0}), "batch 1's rows became visible before its commit"
         assert p.in_doubt(), "the killed batch's prepared uploads are not listed as in doubt"
         assert f"{root}/commits/1" in keys() and any(k.endswith("/1.json") and "/eosink/" in k for k in keys())
         assert_clean(p.run())
@@ -285,7 +270,7 @@ def test_uploads_a_lifecycle_rule_aborted_stop_the_query_and_a_rewind_lands_the_
         s3.abort_multipart_upload(Bucket=BUCKET, Key=u["Key"], UploadId=u["UploadId"])
     stopped = p.run()
     assert_stopped_as_lost(stopped)
-    assert p.found() == p.listed() == _rows_of_files(p, {0}), "the query went on past the lost batch"
+    assert p.found() == p.listed() == rows_of_files(p, {0}), "the query went on past the lost batch"
     cli = [
         *("recover", "--sink", "s3", "--bucket", BUCKET, "--prefix", p.prefix, "--app-id", p.app_id),
         *("--checkpoint", str(p.checkpoint), "--rewind"),
