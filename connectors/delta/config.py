@@ -120,15 +120,14 @@ class DeltaConfig:
     @classmethod
     def on_endpoint(cls, table: str, endpoint: Any, **options: Any) -> DeltaConfig:
         """A table on an S3-compatible store described as the service harness describes MinIO (an object with
-        ``endpoint_url``, ``access_key``, ``secret_key`` and ``region``)."""
-        return cls(
-            table,
-            endpoint_url=endpoint.endpoint_url,
-            access_key_id=endpoint.access_key,
-            secret_access_key=endpoint.secret_key,
-            region=endpoint.region,
-            **options,
-        )
+        ``endpoint_url``, ``access_key``, ``secret_key`` and ``region``); ``options`` may override any of them."""
+        reach = {
+            "endpoint_url": endpoint.endpoint_url,
+            "access_key_id": endpoint.access_key,
+            "secret_access_key": endpoint.secret_key,
+            "region": endpoint.region,
+        }
+        return cls(table, **{**reach, **options})
 
     # -- what delta-rs gets ----------------------------------------------------------------------
 

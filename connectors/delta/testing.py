@@ -104,7 +104,7 @@ class DeltaHarness(SinkHarness):
             sink = DeltaSink(self.config(ns, hdfs_url=f"hdfs://{host}:{port}"))
         else:
             # a cut reply is noticed after the read timeout: short ones keep the proxy's cases quick
-            sink = DeltaSink(self.config(ns, endpoint_url=f"http://{host}:{port}", read_timeout_s=10.0))
+            sink = DeltaSink(self.config(ns, endpoint_url=f"http://{host}:{port}", read_timeout_s=5.0))
         sink.bind_schema(CONTRACT_SCHEMA)
         return sink
 
