@@ -110,7 +110,7 @@ def partition_dir(columns: Sequence[str], values: Sequence[Any]) -> str:
 class _Buffered:
     """A write-only file object over an hdfs-native writer: buffered, with ``tell`` (Parquet needs it).
 
-    Every call into the writer is bounded by ``timeout_s`` (:func:`~eosink.connectors.hdfs._fs.bounded`).
+    Every call into the writer is bounded by ``timeout_s`` (:func:`~eosink.stores.hdfs.bounded`).
     """
 
     def __init__(self, raw: FileWriter, timeout_s: float) -> None:

@@ -13,7 +13,7 @@ store's ingest limit for one client.
 ``eosink-at-least-once`` is eosink's data path with the exactly-once bookkeeping taken out: the
 same ``mapInArrow`` participants, the same row checks and the same Parquet encoder streaming parts
 into a multipart upload (:class:`~eosink.connectors.s3._encode.ObjectEncoder` over a
-:class:`~eosink.connectors.s3._upload.PartWriter`), but each object is completed by its task at
+:class:`~eosink.stores.s3_upload.PartWriter`), but each object is completed by its task at
 once: no epoch, commit marker, bundle or commit step. A retried task leaves its rows twice.
 
 Latency: a poll lists the app_id's commit markers (one LIST, nothing downloaded) and stamps each new

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from eosink.connectors.hdfs import HdfsConfig, _fs
+from eosink.connectors.hdfs import HdfsConfig
 from eosink.errors import TransientError
+from eosink.stores import hdfs as _fs
 
 PAYLOAD = b'{"format": "eosink-hdfs-batch/1"}'
 
