@@ -195,12 +195,13 @@ test-hdfs-full: venv java tools
 
 # Delta (tables on MinIO and local disk): the contract suite on both at make test-s3's strength, the connector's
 # tests, one Spark kill-and-restart per strategy and one chaos schedule (against a private MinIO);
-# test-delta-full: the whole suite on MinIO, local disk and HDFS, and every Delta pipeline.
+# test-delta-full: the whole suite on MinIO, local disk and HDFS (a private cluster at HDFS's default
+# num-committed-allowed, which delta-rs needs), and every Delta pipeline.
 test-delta: venv java tools
 	@$(call WITH_MINIO,$(call SINK_TESTS,delta,$(LIGHT_CONTRACT) -k 'not Hdfs'))
 
 test-delta-full: venv java tools
-	@$(call WITH_MINIO_HDFS,$(call SINK_FULL_TESTS,delta,,TestDeltaLocalContract or TestDeltaHdfsContract))
+	@$(call WITH_MINIO,$(call SINK_FULL_TESTS,delta,,TestDeltaLocalContract or TestDeltaHdfsContract))
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5

@@ -52,6 +52,10 @@ _TRANSIENT = (
 )
 
 
+#: A panic in delta-rs's Rust engine (hdfs-native's on a short read, say) stops its executor for the whole process.
+_ENGINE_DOWN = ("panicked", "has crashed")
+
+
 def _detail(config: DeltaConfig, exc: BaseException) -> str:
     text = str(exc).strip().split("\n\tat ", 1)[0]
     return config.scrub(f"{type(exc).__name__}: {text[:600]}")
@@ -67,6 +71,14 @@ def translate(config: DeltaConfig, exc: BaseException, what: str) -> EosinkError
         return ConfigurationError(
             f"{where}: the table uses Delta features this writer cannot honour: {detail}.",
             "Write to a table without those features, or upgrade eosink's deltalake package.",
+        )
+    if any(m in text for m in _ENGINE_DOWN):
+        return EosinkError(
+            f"{where} failed: delta-rs's engine stopped after an internal panic, and every later call in this "
+            f"process fails the same way: {detail}.",
+            "Restart the process: the query resumes from its checkpoint and recovers the batch. On HDFS, a NameNode "
+            "with dfs.namenode.file.close.num-committed-allowed above 0 lets delta-rs read a just-written log file "
+            "short and panic: set it to 0 (HDFS's default).",
         )
     if name == "SchemaMismatchError":
         return SchemaError(f"{where}: {detail}.", "Cast the query's columns to the table's types.")

@@ -3,8 +3,9 @@
 ``store="file"``: each namespace is a table in the namespace's own directory. ``store="s3"``: each
 namespace is a table under its own prefix in the bucket ``eosink-tests`` of the service harness's
 MinIO (``eosink services up minio``, or your own S3 through ``EOSINK_S3_*``). ``store="hdfs"``: a
-table under ``/eosink-tests/delta-<name>`` of the service harness's HDFS. A missing server is an
-error, never a skip. Readers see what any Delta reader sees: the table's current snapshot.
+table under ``/eosink-tests/delta-<name>`` of the service harness's HDFS, or of the cluster
+:meth:`DeltaHarness.use_hdfs` names. A missing server is an error, never a skip. Readers see what
+any Delta reader sees: the table's current snapshot.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class DeltaHarness(SinkHarness):
 
             self._hdfs_url = str(get_service("hdfs").endpoint().url).rstrip("/")  # ServiceError: start HDFS
         return self._hdfs_url
+
+    def use_hdfs(self, url: str) -> None:
+        """Put the tables on the HDFS at ``url`` (a private cluster) instead of the shared one."""
+        self._hdfs_url = url.rstrip("/")
 
     def _minio(self) -> Any:
         if self._s3 is None:

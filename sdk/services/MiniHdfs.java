@@ -85,9 +85,11 @@ public final class MiniHdfs {
         // block has more expected replicas than the minimum (1). With one DataNode, a client's close()
         // races the DataNode's block report, loses about half the time and waits 400-500 ms to retry.
         // Until the report, the NameNode counts that block as 0 bytes for readers: eosink's reads
-        // check the length (connectors/hdfs/_fs.py), so the tests see what such clusters do.
+        // check the length (eosink/stores/hdfs.py), so the tests see what such clusters do.
+        // -Dminihdfs.numCommittedAllowed=0 keeps HDFS's default instead: close() waits for the report, and
+        // readers that trust the NameNode's length (delta-rs's hdfs-native) never see a short file.
         conf.setInt("dfs.replication", DATANODES);
-        conf.setInt("dfs.namenode.file.close.num-committed-allowed", 1);
+        conf.setInt("dfs.namenode.file.close.num-committed-allowed", Integer.getInteger("minihdfs.numCommittedAllowed", 1));
         if (Boolean.getBoolean("minihdfs.quickDataNodeExpiry")) {
             // Heartbeats every second, checked every second: a DataNode silent for 12 s is dead (see the header).
             conf.setLong("dfs.heartbeat.interval", 1);

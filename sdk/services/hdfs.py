@@ -111,6 +111,8 @@ _MAIN = "MiniHdfs"
 _TRAINING_STOP_S = 120.0
 #: The private cluster's NameNode declares a silent DataNode dead after 12 s, not 10.5 min (see MiniHdfs.java).
 _QUICK_DATANODE_EXPIRY = "-Dminihdfs.quickDataNodeExpiry=true"
+#: HDFS's default ``num-committed-allowed`` (0) on a private cluster: see HdfsServer.close_before_report.
+_CLOSE_AFTER_REPORT = "-Dminihdfs.numCommittedAllowed=0"
 _READY = re.compile(r"^READY rpc=127\.0\.0\.1:(\d+) http=127\.0\.0\.1:(\d+)$", re.MULTILINE)
 #: Hadoop 3's default NameNode HTTP port, for deriving the WebHDFS URL of your own cluster.
 _DEFAULT_NN_HTTP_PORT = 9870
@@ -431,9 +433,12 @@ class HdfsServer(ServerProcess):
 
     what = "private HDFS"
 
-    def __init__(self, root: Path, start_timeout_s: float = 120.0) -> None:
+    def __init__(self, root: Path, start_timeout_s: float = 120.0, *, close_before_report: bool = True) -> None:
         self.root = root
         self.start_timeout_s = start_timeout_s
+        self.close_before_report = close_before_report
+        """``dfs.namenode.file.close.num-committed-allowed`` 1 (as the shared cluster) or, when false, HDFS's
+        default 0: a ``close`` waits for the DataNodes' report, so no reader ever sees a just-closed file short."""
         self.proc: Proc | None = None
         self._use_ports(free_ports(2))
         self._formatted = False
@@ -468,6 +473,8 @@ class HdfsServer(ServerProcess):
         java, _ = _jdk()
         data = self.root / "data"
         extra = [*service._cds_options(java), _QUICK_DATANODE_EXPIRY]
+        if not self.close_before_report:
+            extra.append(_CLOSE_AFTER_REPORT)
 
         def start(attempt: Attempt) -> tuple[int, int]:
             (data / "tmp").mkdir(parents=True, exist_ok=True)  # a failed try's JVM removes it as it exits

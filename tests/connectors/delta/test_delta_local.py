@@ -256,3 +256,19 @@ def test_compaction_every_n_batches_runs_once_even_when_a_crash_kept_it_from_run
     assert canon(read_table(sink.config)) == canon(rows)
     table = _log.load(sink.config.table, sink.config.delta_options())
     assert table is not None and len(table.file_uris()) < 12
+
+
+def test_a_panic_in_delta_rs_is_a_terminal_error_naming_the_restart_and_the_hdfs_setting() -> None:
+    """delta-rs's engine stops for the whole process after a panic (hdfs-native's on a short read, say): retrying
+    in the same process cannot help. Pass: the error is terminal (not a TransientError), says to restart, and
+    names the NameNode setting that causes it on HDFS; the store's secret stays out of the text."""
+    from eosink.connectors.delta._errors import translate
+    from eosink.errors import EosinkError, TransientError
+
+    config = DeltaConfig("s3://lake/t", access_key_id="writer", secret_access_key="s3cr3t-value")
+    panic = OSError("Generic DeltaTable error: task 7 panicked: TokioMultiThreadExecutor has crashed (s3cr3t-value)")
+    error = translate(config, panic, "commit of batch app#3")
+    assert type(error) is EosinkError and not isinstance(error, TransientError)
+    text = str(error)
+    assert "Restart the process" in text and "num-committed-allowed" in text
+    assert "s3cr3t-value" not in text
