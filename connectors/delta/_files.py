@@ -22,16 +22,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eosink.connectors.delta._stats import FileStats
+from eosink.stores.encoding import ParquetStream
 from eosink.stores.naming import digest
+from eosink.stores.partitions import DEFAULT_PARTITION, groups
 
 if TYPE_CHECKING:
-    import pyarrow.parquet as pq
-
     from eosink.connectors.delta._store import Store
 
 __all__ = ["AddFile", "DataFiles", "app_key", "file_prefix"]
 
-HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -85,22 +84,22 @@ class _Open:
     """One data file being written."""
 
     def __init__(self, store: Store, path: str, schema: pa.Schema, row_group_rows: int) -> None:
-        import pyarrow.parquet as pq
-
         self.path = path
         self.stream = store.writer(path)
-        self.writer: pq.ParquetWriter = pq.ParquetWriter(
-            pa.PythonFile(self.stream, mode="w"), schema, compression="snappy"
-        )
         self.stats = FileStats(schema)
-        self.row_group_rows = row_group_rows
+        self.parquet = ParquetStream(
+            pa.PythonFile(self.stream, mode="w"), schema, row_group_rows=row_group_rows, on_rows=self.stats.add
+        )
+
+    @property
+    def rows(self) -> int:
+        return self.parquet.rows
 
     def add(self, data: pa.Table) -> None:
-        self.writer.write_table(data, row_group_size=self.row_group_rows)
-        self.stats.add(data)
+        self.parquet.write(data)
 
     def close(self, partition_values: dict[str, str | None]) -> AddFile:
-        self.writer.close()
+        self.parquet.close()
         size = self.stream.tell()
         self.stream.finish()
         return AddFile(self.path, size, partition_values, int(time.time() * 1000), self.stats.to_json())
@@ -138,7 +137,7 @@ class DataFiles:
 
     def _write(self, values: tuple[str | None, ...], data: pa.Table) -> None:
         current = self.open.get(values)
-        if current is not None and current.stats.rows >= self.file_rows:
+        if current is not None and current.rows >= self.file_rows:
             self.done.append(current.close(self._partition_values(values)))
             current = None
         if current is None:
@@ -165,22 +164,12 @@ class DataFiles:
 
 
 def _escape(value: str | None) -> str:
-    return HIVE_NULL if value is None else urllib.parse.quote(value, safe="")
+    return DEFAULT_PARTITION if value is None else urllib.parse.quote(value, safe="")
 
 
 def _split(table: pa.Table, columns: tuple[str, ...]) -> list[tuple[tuple[str | None, ...], pa.Table]]:
     """The table's rows per distinct partition value (as Delta writes them: strings, None for null),
     with the partition columns left out."""
-    as_text = [pc.cast(table.column(c), pa.string()) for c in columns]
-    keys = pa.table({f"k{i}": col for i, col in enumerate(as_text)})
-    groups = (
-        keys.append_column("row", pa.array(range(table.num_rows), pa.int64()))
-        .group_by([f"k{i}" for i in range(len(columns))], use_threads=False)
-        .aggregate([("row", "list")])
-    )
+    as_text = pa.table({c: pc.cast(table.column(c), pa.string()) for c in columns})
     rest = table.drop_columns(list(columns))
-    out = []
-    for group in groups.to_pylist():
-        values = tuple(group[f"k{i}"] for i in range(len(columns)))
-        out.append((values, rest.take(pa.array(group["row_list"], pa.int64()))))
-    return out
+    return [(values, rest if rows is None else rest.take(rows)) for values, rows in groups(as_text, columns)]

@@ -2,14 +2,12 @@
 
 Everything a batch could be refused for is checked before its first byte is written: the
 schema against the target's (the first batch's, kept in ``_eosink/schema.json``), key columns and
-their nulls, partition columns' types and values. A partition value that cannot be a safe directory
-name (a path separator, ``.`` or ``..``, a control character, more than HDFS's 255 bytes) is a
-BadRecordError; other special characters are percent-escaped as Hive and Spark do.
+their nulls, partition columns' types and values. Partition directories are named by the store kit
+(:mod:`eosink.stores.partitions`), with HDFS's limit of 255 bytes per name.
 """
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +18,10 @@ import pyarrow as pa
 from eosink.connectors.hdfs.config import MAX_COMPONENT_BYTES, HdfsConfig
 from eosink.errors import BadRecordError, SchemaError
 from eosink.keys import KEY_COLUMN
+from eosink.stores.encoding import ParquetStream, json_lines
 from eosink.stores.hdfs import bounded
+from eosink.stores.parquet import parquet_table
+from eosink.stores.partitions import check_column_name, folder, groups
 
 if TYPE_CHECKING:
     from hdfs_native import FileWriter
@@ -31,13 +32,10 @@ __all__ = [
     "FileSet",
     "check_schema",
     "check_schema_doc",
-    "partition_dir",
     "read_table",
     "schema_doc",
 ]
 
-DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-_HIVE_ESCAPE = set("\"#%'*:=?{[]^") | {chr(0x7F)}
 _PARTITION_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_integer, pa.types.is_boolean)
 _BUFFER = 4 << 20
 
@@ -68,43 +66,6 @@ def check_schema_doc(stored: list[list[str]], given: list[list[str]], where: str
 
 def _shown(doc: list[list[str]]) -> str:
     return "[" + ", ".join(f"{n}: {t}" for n, t in doc) + "]"
-
-
-def _escape(value: str, column: str) -> str:
-    if value in (".", ".."):
-        raise BadRecordError(
-            f"Partition column {column!r} has the value {value!r}, which cannot be a directory name.",
-            f"Filter or map such values of {column!r} before writing.",
-        )
-    for ch in value:
-        if ch in "/\\" or ord(ch) < 0x20:
-            raise BadRecordError(
-                f"Partition column {column!r} has a value with a path separator or control character "
-                f"({value[:40]!r}); it cannot be a safe directory name.",
-                f"Clean the values of {column!r} (e.g. regexp_replace) or partition by another column.",
-            )
-    escaped = "".join(f"%{ord(ch):02X}" if ch in _HIVE_ESCAPE else ch for ch in value)
-    if len(f"{column}={escaped}".encode()) > MAX_COMPONENT_BYTES:
-        raise BadRecordError(
-            f"Partition column {column!r} has a value of {len(value.encode())} bytes ({value[:24]!r}...): its "
-            f"directory name would pass HDFS's limit of {MAX_COMPONENT_BYTES} bytes.",
-            f"Shorten or hash the values of {column!r}, or partition by another column.",
-        )
-    return escaped
-
-
-def partition_dir(columns: Sequence[str], values: Sequence[Any]) -> str:
-    """``col=value/...`` for one partition (empty without partition columns)."""
-    parts = []
-    for column, value in zip(columns, values, strict=True):
-        if value is None or value == "":
-            text = DEFAULT_PARTITION
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        else:
-            text = _escape(str(value), column)
-        parts.append(f"{column}={text}")
-    return "/".join(parts)
 
 
 class _Buffered:
@@ -165,7 +126,7 @@ class _Buffered:
 class _Open:
     path: str
     out: _Buffered
-    writer: Any = None  # a ParquetWriter, for Parquet
+    writer: ParquetStream | None = None  # for Parquet
 
 
 @dataclass
@@ -186,21 +147,22 @@ class FileSet:
     def data_schema(self, schema: pa.Schema) -> pa.Schema:
         return pa.schema([f for f in schema if f.name not in self.config.partition_by])
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        """Append ``batch``'s rows to the files of their partitions."""
+    def add(self, batch: pa.RecordBatch, where: str = "a batch") -> None:
+        """Append ``batch``'s rows to the files of their partitions (a hostile partition value raises before any
+        of them is written)."""
         if self.schema is None:
             self.schema = batch.schema
-        for pdir, part in split_partitions(batch, self.config.partition_by):
+        for pdir, part in split_partitions(batch, self.config.partition_by, where):
             handle = self.open.get(pdir)
             if handle is None:
                 rel = (pdir + "/" if pdir else "") + self.name + "." + extension(self.config.format)
                 raw = self.fs.create(f"{self.root}/{rel}", overwrite=True)
                 handle = _Open(rel, _Buffered(raw, self.config.write_timeout_s))
                 if self.config.format == "parquet":
-                    import pyarrow.parquet as pq
-
-                    handle.writer = pq.ParquetWriter(
-                        pa.PythonFile(handle.out, mode="w"), self.data_schema(batch.schema), compression="snappy"
+                    handle.writer = ParquetStream(
+                        pa.PythonFile(handle.out, mode="w"),
+                        self.data_schema(batch.schema),
+                        row_group_rows=self.config.row_group_rows,
                     )
                 self.open[pdir] = handle
             _write_rows(handle, part, self.config)
@@ -220,28 +182,28 @@ class FileSet:
 def _write_rows(handle: _Open, part: pa.RecordBatch, config: HdfsConfig) -> None:
     data = part.select([n for n in part.schema.names if n not in config.partition_by])
     if handle.writer is not None:
-        handle.writer.write_batch(data, row_group_size=config.row_group_rows)
-        return
-    out = io.StringIO()
-    for row in data.to_pylist():
-        out.write(json.dumps(row, ensure_ascii=False, default=str, separators=(",", ":")))
-        out.write("\n")
-    handle.out.write(out.getvalue().encode("utf-8"))
+        handle.writer.write(data)
+    else:
+        handle.out.write(json_lines(data))
 
 
-def split_partitions(batch: pa.RecordBatch, columns: Sequence[str]) -> list[tuple[str, pa.RecordBatch]]:
-    """``batch`` split by the values of ``columns``: (``col=value/...``, rows) pairs."""
-    if not columns:
-        return [("", batch)]
-    values = list(zip(*(batch.column(c).to_pylist() for c in columns), strict=True))
-    groups: dict[tuple[Any, ...], list[int]] = {}
-    for i, key in enumerate(values):
-        groups.setdefault(key, []).append(i)
-    return [(partition_dir(columns, key), batch.take(pa.array(idx))) for key, idx in groups.items()]
+def split_partitions(
+    batch: pa.RecordBatch, columns: Sequence[str], where: str = "a batch"
+) -> list[tuple[str, pa.RecordBatch]]:
+    """``batch`` split by the values of ``columns``: (``col=value/...``, rows) pairs; BadRecordError for a value
+    that cannot name a directory (before anything is written)."""
+    out = []
+    for values, indices in groups(batch, columns):
+        pdir = "/".join(
+            folder(c, v, where, max_bytes=MAX_COMPONENT_BYTES) for c, v in zip(columns, values, strict=True)
+        )
+        out.append((pdir, batch if indices is None else batch.take(indices)))
+    return out
 
 
 def check_partition_types(schema: pa.Schema, columns: Sequence[str], where: str) -> None:
     for column in columns:
+        check_column_name(column)
         if column not in schema.names:
             raise SchemaError(
                 f"Partition column {column!r} is not in the batch ({where}; columns: {schema.names}).",
@@ -275,10 +237,6 @@ def read_table(fs: Fs, path: str, fmt: str) -> pa.Table:
     """A data file of the sink as an Arrow table (partition columns are in its directory names, not here)."""
     data = fs.read_bytes(path) or b""
     if fmt == "parquet" or path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(pa.BufferReader(data)).read(
-            use_threads=False
-        )  # Arrow's pools could abort the process at exit
+        return parquet_table(data)
     rows = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
     return pa.Table.from_pylist(rows)

@@ -11,7 +11,6 @@ batch records name, and keeps the newest row per key where the batches upsert.
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,11 +19,12 @@ import pyarrow as pa
 from eosink._newest import ORDER, newest_per_key, with_order
 from eosink.connectors.hdfs import _layout as L
 from eosink.connectors.hdfs._batches import all_batches
-from eosink.connectors.hdfs._files import DEFAULT_PARTITION, read_table
+from eosink.connectors.hdfs._files import read_table
 from eosink.connectors.hdfs._record import BatchRecord
 from eosink.connectors.hdfs.config import HdfsConfig
 from eosink.errors import ConfigurationError, EosinkError
 from eosink.stores.hdfs import Fs
+from eosink.stores.partitions import unescape
 
 __all__ = ["committed_batches", "read_committed", "read_rows", "visible_files"]
 
@@ -45,7 +45,7 @@ def _partition_values(rel: str) -> dict[str, Any]:
     for part in rel.split("/")[:-1]:
         if "=" in part and not part.startswith((L.BATCH_PREFIX, L.RANGE_PREFIX)):
             column, _, value = part.partition("=")
-            values[column] = None if value == DEFAULT_PARTITION else urllib.parse.unquote(value)
+            values[column] = unescape(value)
     return values
 
 

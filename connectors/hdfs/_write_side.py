@@ -33,7 +33,6 @@ from eosink.connectors.hdfs._files import (
     check_partition_types,
     check_schema,
     schema_doc,
-    split_partitions,
 )
 from eosink.contract import Committable, TaskRef
 from eosink.keys import KEY_COLUMN
@@ -96,10 +95,9 @@ class _WriteSide(_SinkBase):
             elif tuple(data.schema.names) != txn.columns:
                 raise columns_changed(txn.columns, data.schema.names)
             check_keys(data, txn.keys, where)
-            split_partitions(data, self.config.partition_by)  # hostile partition values raise here, before writing
             txn.rows += data.num_rows
             with self._errors(f"write ({where})"):
-                txn.files.add(data)
+                txn.files.add(data, where)
         except BaseException:
             self._fail(txn)
             raise

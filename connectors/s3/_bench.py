@@ -61,7 +61,8 @@ class _DirectPut:
         return f"{self.config.prefix}/{at_least_once_name(self.batch_id)}.parquet"
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from eosink.connectors.s3._encode import ObjectEncoder, check_record_sizes
+        from eosink.connectors.s3._encode import ObjectEncoder
+        from eosink.stores.encoding import check_record_sizes
         from eosink.stores.s3 import client as s3_client
         from eosink.stores.s3_upload import PartWriter
 

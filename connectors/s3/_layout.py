@@ -21,8 +21,7 @@
 
 ``<app16>`` is 64 bits of SHA-256 of the app_id, so in-doubt uploads are told apart per app_id
 exactly (no prefix, case or pattern match); ``<app-dir>`` is the app_id made safe, a dash and
-``<app16>``. Partition values are escaped the way Spark escapes them (percent-encoding), and a
-value that is a path (``/``, ``\\``, ``.``, ``..``, control characters) is refused.
+``<app16>``. Partition folders are named by the store kit (:mod:`eosink.stores.partitions`).
 """
 
 from __future__ import annotations
@@ -31,29 +30,21 @@ import re
 from dataclasses import dataclass
 
 from eosink.connectors.s3.config import MAX_KEY_BYTES, MAX_SEGMENT_BYTES
-from eosink.errors import BadRecordError, SchemaError
+from eosink.errors import BadRecordError
 from eosink.stores.naming import digest, token
 
 __all__ = [
-    "DEFAULT_PARTITION",
     "TAG",
     "Layout",
     "ObjectName",
     "app_dir",
     "app_hash",
     "attempt_token",
-    "escape_partition",
     "parse_object_name",
-    "partition_text",
-    "unescape_partition",
 ]
 
 TAG = "eo1"
-DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-"""The folder value of a null (or empty) partition value, as Spark and Hive write it."""
 BATCH_DIGITS = 20  # 10**20 > 2**63: every batch id Spark can give
-# Spark's ExternalCatalogUtils.escapePathName escapes these (and control characters).
-_ESCAPED = set("\"#%'*/:=?\\\x7f{[]^")
 _SEGMENT = re.compile(rf"^(\d{{{BATCH_DIGITS}}})-(\d{{{BATCH_DIGITS}}})\.json$")
 _OBJECT = re.compile(
     rf"^{TAG}-(?P<app>[0-9a-f]{{16}})-(?P<batch>\d{{{BATCH_DIGITS}}})-p(?P<participant>\d+)-"
@@ -116,51 +107,6 @@ def parse_object_name(key: str) -> ObjectName | None:
         m.group("attempt"),
         int(m.group("seq")),
     )
-
-
-def escape_partition(column: str, value: object, what: str) -> str:
-    """``column=value/`` for a partition folder; BadRecordError for a value that is a path."""
-    text = partition_text(value)
-    if text is None or text == "":
-        text = DEFAULT_PARTITION
-    else:
-        if "/" in text or "\\" in text or text in (".", "..") or any(ord(ch) < 0x20 for ch in text):
-            raise BadRecordError(
-                f"Partition column {column!r} has the value {text[:80]!r} ({what}): a path ('/', '\\', '.', "
-                "'..' or a control character) is not a partition value.",
-                f"Clean or map column {column!r} before writing (e.g. regexp_replace(col, '[/\\\\]', '_')), or "
-                "filter such rows out.",
-            )
-    return f"{_escape(column)}={_escape(text)}/"
-
-
-def partition_text(value: object) -> str | None:
-    """A partition value as text, as Spark writes it (None for null; booleans as true/false)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    isoformat = getattr(value, "isoformat", None)
-    return str(isoformat()) if callable(isoformat) else str(value)
-
-
-def unescape_partition(text: str) -> str | None:
-    """A folder value as it was written (None for the default partition)."""
-    if text == DEFAULT_PARTITION:
-        return None
-    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), text)
-
-
-def _escape(text: str) -> str:
-    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED or ord(ch) < 0x20 else ch for ch in text)
-
-
-def check_column_name(column: str) -> None:
-    """A partition column name must be usable as a folder name."""
-    if not column or "/" in column or "\\" in column or any(ord(ch) < 0x20 for ch in column):
-        raise SchemaError(
-            f"Partition column name {column!r} cannot be a folder name.", "Rename the column (no '/', '\\', controls)."
-        )
 
 
 class Layout:

@@ -32,7 +32,6 @@ from eosink._attempts import attempt_closed, columns_changed
 from eosink.connectors.s3._base import _S3Base
 from eosink.connectors.s3._encode import (
     ObjectEncoder,
-    check_record_sizes,
     check_schema,
     extension,
     schema_json,
@@ -40,13 +39,12 @@ from eosink.connectors.s3._encode import (
 from eosink.connectors.s3._layout import (
     app_hash,
     attempt_token,
-    check_column_name,
     committable_id,
-    escape_partition,
-    partition_text,
 )
 from eosink.contract import Committable, TaskRef
 from eosink.errors import BadRecordError, SchemaError
+from eosink.stores.encoding import check_record_sizes
+from eosink.stores.partitions import check_column_name, folder, groups, partition_text
 from eosink.stores.s3_upload import ObjectRecord, PartWriter
 
 __all__ = ["_Txn", "_WriteSide"]
@@ -172,16 +170,12 @@ class _WriteSide(_S3Base):
         body = data.select(txn.data_schema.names) if cols else data
         if not cols:
             return [("", body)]
-        values = [data.column(data.schema.get_field_index(c)).to_pylist() for c in cols]
-        groups: dict[tuple[Any, ...], list[int]] = {}
-        for i, row in enumerate(zip(*values, strict=True)):
-            groups.setdefault(row, []).append(i)
         out = []
-        for row, indices in groups.items():
-            folder = "".join(escape_partition(c, v, where) for c, v in zip(cols, row, strict=True))
-            if folder not in txn.partitions:  # null and '' share the default folder: both are read back as null
-                txn.partitions[folder] = {c: partition_text(v) or None for c, v in zip(cols, row, strict=True)}
-            out.append((folder, body if len(groups) == 1 else body.take(pa.array(indices, pa.int64()))))
+        for row, indices in groups(data, cols):
+            name = "".join(folder(c, v, where) + "/" for c, v in zip(cols, row, strict=True))
+            if name not in txn.partitions:  # null and '' share the default folder: both are read back as null
+                txn.partitions[name] = {c: partition_text(v) or None for c, v in zip(cols, row, strict=True)}
+            out.append((name, body if indices is None else body.take(indices)))
         return out
 
     def _encoder(self, txn: _Txn, folder: str) -> ObjectEncoder:

@@ -156,7 +156,7 @@ def test_files_of_an_attempt_that_died_writing_go_at_the_next_fence_and_prepared
     dead_files = list(dead.files.open.values())
     dead_paths = [f.path for f in dead_files]
     for f in dead_files:  # the process died: its streams are flushed by the OS, never closed by eosink
-        f.writer.close()
+        f.parquet.close()
         f.stream.finish()
     rows = rows_for(APP, 0, 0, 3)
     made = [prepare(sink, batch, epoch, 0, rows)]

@@ -1,0 +1,102 @@
+"""The file sinks' shared kit (``eosink.stores``): partition groups and folder names, Parquet row groups,
+JSON lines. S3, HDFS and Delta all write through these, so each rule is checked once, here."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from eosink.errors import BadRecordError, SchemaError
+from eosink.stores.encoding import ParquetStream, json_lines
+from eosink.stores.partitions import DEFAULT_PARTITION, check_column_name, folder, groups, unescape
+
+
+def test_groups_are_in_order_of_first_appearance_with_null_a_group_of_its_own() -> None:
+    batch = pa.record_batch({"day": ["b", "a", None, "b", "a", None], "n": [1, 2, 3, 4, 5, 6]})
+    found = [(values, None if rows is None else rows.to_pylist()) for values, rows in groups(batch, ["day"])]
+    assert found == [(("b",), [0, 3]), (("a",), [1, 4]), ((None,), [2, 5])]
+
+
+def test_one_group_takes_no_copy_and_no_columns_is_one_group() -> None:
+    batch = pa.record_batch({"day": [dt.date(2026, 1, 2)] * 3, "ok": [True] * 3, "n": [1, 2, 3]})
+    assert groups(batch, ["day", "ok"]) == [((dt.date(2026, 1, 2), True), None)]
+    assert groups(batch, []) == [((), None)]
+    assert groups(batch.slice(0, 0), ["day"]) == []
+
+
+def test_folder_names_escape_as_spark_does_and_map_null_and_empty_to_the_default() -> None:
+    assert folder("day", dt.date(2026, 1, 2), "t") == "day=2026-01-02"
+    assert folder("ok", False, "t") == "ok=false"
+    assert folder("tag", "a=b%c d#", "t") == "tag=a%3Db%25c d%23"
+    assert folder("tag", None, "t") == folder("tag", "", "t") == f"tag={DEFAULT_PARTITION}"
+    assert unescape("a%3Db%25c d%23") == "a=b%c d#" and unescape(DEFAULT_PARTITION) is None
+
+
+@pytest.mark.parametrize("value", ["..", ".", "a/b", "a\\b", "tab\there", "/etc"])
+def test_a_value_that_is_a_path_is_a_bad_record_naming_the_column(value: str) -> None:
+    with pytest.raises(BadRecordError, match="'tag'"):
+        folder("tag", value, "batch 3")
+
+
+def test_a_folder_name_over_the_stores_limit_is_a_bad_record() -> None:
+    assert folder("tag", "x" * 251, "t", max_bytes=255) == "tag=" + "x" * 251
+    with pytest.raises(BadRecordError, match="limit of 255 bytes"):
+        folder("tag", "x" * 252, "t", max_bytes=255)
+    with pytest.raises(SchemaError, match="cannot be a folder name"):
+        check_column_name("a/b")
+
+
+def test_parquet_row_groups_gather_small_batches_up_to_the_row_and_byte_bounds() -> None:
+    """25 batches of 100 rows, 1,000 rows a group: 3 groups (1,000, 1,000, 500), each seen once by on_rows; with
+    a byte bound below one batch, a group per batch."""
+    schema = pa.schema([("n", pa.int64())])
+    batches = [pa.record_batch({"n": list(range(i * 100, i * 100 + 100))}, schema=schema) for i in range(25)]
+    out, seen = io.BytesIO(), []
+    stream = ParquetStream(out, schema, row_group_rows=1000, on_rows=lambda t: seen.append(t.num_rows))
+    for batch in batches:
+        stream.write(batch)
+    stream.close()
+    meta = pq.ParquetFile(io.BytesIO(out.getvalue())).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [1000, 1000, 500] == seen
+    assert pq.read_table(io.BytesIO(out.getvalue())).column("n").to_pylist() == list(range(2500))
+
+    small = io.BytesIO()
+    stream = ParquetStream(small, schema, row_group_bytes=1)
+    for batch in batches[:4]:
+        stream.write(batch)
+    stream.close()
+    assert pq.ParquetFile(io.BytesIO(small.getvalue())).metadata.num_row_groups == 4
+
+
+def test_json_lines_are_the_documented_bytes_for_every_type() -> None:
+    utc = dt.timezone.utc
+    batch = pa.record_batch(
+        {
+            "i": pa.array([1, None], pa.int64()),
+            "s": pa.array(["é\"", "x"], pa.string()),
+            "f": pa.array([1.5, -0.0], pa.float64()),
+            "b": pa.array([True, False]),
+            "d": pa.array([dt.date(2026, 1, 2), None], pa.date32()),
+            "ts": pa.array([dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=utc), None], pa.timestamp("us", "UTC")),
+            "dec": pa.array([decimal.Decimal("12.30"), None], pa.decimal128(6, 2)),
+            "bin": pa.array([b"\x00\xff", None], pa.binary()),
+            "l": pa.array([[1, 2], None], pa.list_(pa.int64())),
+        }
+    )
+    assert json_lines(batch) == (
+        '{"i":1,"s":"é\\"","f":1.5,"b":true,"d":"2026-01-02","ts":"2026-01-02T03:04:05.000006+00:00",'
+        '"dec":"12.30","bin":"AP8=","l":[1,2]}\n'
+        '{"i":null,"s":"x","f":-0.0,"b":false,"d":null,"ts":null,"dec":null,"bin":null,"l":null}\n'
+    ).encode("utf-8")
+
+
+def test_json_lines_refuse_nan_and_rows_over_the_limit() -> None:
+    with pytest.raises(BadRecordError, match="NaN"):
+        json_lines(pa.record_batch({"f": [1.0, float("nan")]}))
+    with pytest.raises(BadRecordError, match="max_record_bytes=10"):
+        json_lines(pa.record_batch({"s": ["short", "x" * 20]}), limit=10)
