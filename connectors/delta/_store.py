@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from eosink.stores.encoding import WriteOnlyFile
 from eosink.stores.s3 import S3Connection
 
 if TYPE_CHECKING:
@@ -64,22 +65,7 @@ def open_store(config: DeltaConfig) -> Store:
 # -- local disk ----------------------------------------------------------------------------------------
 
 
-class _FileLike:
-    """What pyarrow asks of a Python file besides ``write`` and ``tell``."""
-
-    closed = False
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def readable(self) -> bool:
-        return False
-
-
-class _LocalWriter(_FileLike):
+class _LocalWriter(WriteOnlyFile):
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.file = open(path, "wb")  # noqa: SIM115 - closed by finish
@@ -140,7 +126,7 @@ class _LocalStore:
 # -- S3 -------------------------------------------------------------------------------------------------
 
 
-class _S3Writer(_FileLike):
+class _S3Writer(WriteOnlyFile):
     def __init__(self, upload: Any) -> None:
         self.upload = upload
 
@@ -244,7 +230,7 @@ class _S3Store:
 # -- HDFS -----------------------------------------------------------------------------------------------
 
 
-class _HdfsWriter(_FileLike):
+class _HdfsWriter(WriteOnlyFile):
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.written = 0

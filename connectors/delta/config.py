@@ -17,17 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from eosink._secrets import looks_secret, scrub
 from eosink.errors import ConfigurationError
 from eosink.stores.s3 import S3Connection
 
 __all__ = ["DeltaConfig"]
-
-_SECRET_PARTS = ("secret", "token", "password", "key_id", "access_key", "sas", "credential", "keytab")
-
-
-def _secret_option(name: str) -> bool:
-    lowered = name.lower()
-    return any(part in lowered for part in _SECRET_PARTS)
 
 
 @dataclass(frozen=True, repr=False)
@@ -144,21 +138,19 @@ class DeltaConfig:
     def secrets(self) -> list[str]:
         """The secrets this configuration holds (longest first), for scrubbing."""
         found = set(self.s3.secrets()) if self.s3 is not None else set()
-        found.update(v for k, v in self.storage_options.items() if v and _secret_option(k))
+        found.update(v for k, v in self.storage_options.items() if v and looks_secret(k))
         return sorted(found, key=len, reverse=True)
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret replaced by ``***``."""
-        for secret in self.secrets():
-            text = text.replace(secret, "***")
-        return text
+        return scrub(text, self.secrets())
 
     def __repr__(self) -> str:
         shown = [f"table={self.table!r}"]
         if self.s3 is not None and self.scheme == "s3":
             shown.append(f"s3={self.s3!r}")
         if self.storage_options:
-            options = {k: ("***" if _secret_option(k) else v) for k, v in self.storage_options.items()}
+            options = {k: ("***" if looks_secret(k) else v) for k, v in self.storage_options.items()}
             shown.append(f"storage_options={options!r}")
         if self.partition_by:
             shown.append(f"partition_by={self.partition_by!r}")

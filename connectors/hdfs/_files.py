@@ -18,7 +18,7 @@ import pyarrow as pa
 from eosink.connectors.hdfs.config import MAX_COMPONENT_BYTES, HdfsConfig
 from eosink.errors import BadRecordError, SchemaError
 from eosink.keys import KEY_COLUMN
-from eosink.stores.encoding import ParquetStream, json_lines
+from eosink.stores.encoding import ParquetStream, WriteOnlyFile, json_lines
 from eosink.stores.hdfs import bounded
 from eosink.stores.parquet import parquet_table
 from eosink.stores.partitions import check_column_name, folder, groups
@@ -68,7 +68,7 @@ def _shown(doc: list[list[str]]) -> str:
     return "[" + ", ".join(f"{n}: {t}" for n, t in doc) + "]"
 
 
-class _Buffered:
+class _Buffered(WriteOnlyFile):
     """A write-only file object over an hdfs-native writer: buffered, with ``tell`` (Parquet needs it).
 
     Every call into the writer is bounded by ``timeout_s`` (:func:`~eosink.stores.hdfs.bounded`).
@@ -97,15 +97,6 @@ class _Buffered:
             chunk = bytes(self.buf)
             bounded(lambda: self.raw.write(chunk), self.timeout_s, "a write")
             self.buf.clear()
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def readable(self) -> bool:
-        return False
 
     def sync_and_close(self) -> None:
         """Flush, hsync (the data is durable on the DataNodes) and close (the NameNode completes the file)."""

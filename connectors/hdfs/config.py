@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from eosink._secrets import looks_secret, scrub
 from eosink.errors import ConfigurationError
-from eosink.stores.hdfs import FAIL_FAST, MAX_COMPONENT_BYTES, MAX_PATH_CHARS, check_path, is_secret_key, split_url
+from eosink.stores.hdfs import FAIL_FAST, MAX_COMPONENT_BYTES, MAX_PATH_CHARS, check_path, split_url
 
 __all__ = ["MAX_COMPONENT_BYTES", "MAX_PATH_CHARS", "HdfsConfig"]
 
@@ -155,7 +156,7 @@ class HdfsConfig:
     # -- secrets -----------------------------------------------------------------------------
 
     def _secrets(self) -> list[str]:
-        found = {v for k, v in self.client_config.items() if is_secret_key(k) and v}
+        found = {v for k, v in self.client_config.items() if looks_secret(k) and v}
         for value in (self.kerberos_keytab, self.kerberos_cache):
             if value:
                 found.add(value)
@@ -163,9 +164,7 @@ class HdfsConfig:
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret-looking setting (keytab and ticket cache paths, tokens) replaced by ``***``."""
-        for secret in self._secrets():
-            text = text.replace(secret, "***")
-        return text
+        return scrub(text, self._secrets())
 
     def scrub_chain(self, exc: BaseException) -> None:
         """Scrub the arguments of ``exc`` and of every exception chained to it."""
@@ -181,7 +180,7 @@ class HdfsConfig:
             todo += [e for e in (current.__cause__, current.__context__) if e is not None]
 
     def __repr__(self) -> str:
-        shown = {k: ("***" if is_secret_key(k) else v) for k, v in self.client_config.items()}
+        shown = {k: ("***" if looks_secret(k) else v) for k, v in self.client_config.items()}
         return (
             f"HdfsConfig(url={self.target_url!r}, format={self.format!r}, partition_by={self.partition_by!r}, "
             f"mode={self.mode!r}, key_columns={self.key_columns!r}, create_dirs={self.create_dirs!r}, "

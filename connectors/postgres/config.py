@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import quote
 
+from eosink._secrets import scrub
 from eosink.errors import ConfigurationError
 
 __all__ = ["PostgresConfig", "TableName", "parse_table_name"]
@@ -361,9 +362,7 @@ class PostgresConfig:
 
     def scrub(self, text: str) -> str:
         """``text`` with any password of the conninfo (plain or URL-encoded) replaced by ``***``."""
-        for secret in self._secrets():
-            text = text.replace(secret, "***")
-        return text
+        return scrub(text, self._secrets())
 
     def scrub_chain(self, exc: BaseException) -> None:
         """Scrub the arguments of ``exc`` and of every exception chained to it (suppressed ones too).

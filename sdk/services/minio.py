@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eosink._secrets import scrub
 from eosink.errors import ServiceError
 from eosink.services._layout import cache_root
 from eosink.services._process import Attempt, Proc, ServerProcess, free_ports, spawn, start_on_ports, stop, wait_until
@@ -460,10 +461,7 @@ def _status(err: Any) -> int | None:
 
 
 def _redact(text: str, endpoint: S3Endpoint) -> str:
-    for secret in (endpoint.secret_key, endpoint.access_key):
-        if secret:
-            text = text.replace(secret, "***")
-    return text
+    return scrub(text, (endpoint.secret_key, endpoint.access_key))
 
 
 def _cleanup(client: Any, bucket: str, key: str | None, bucket_exists: bool) -> None:

@@ -23,10 +23,26 @@ import pyarrow.compute as pc
 
 from eosink.errors import BadRecordError
 
-__all__ = ["DEFAULT_ROW_GROUP_BYTES", "ParquetStream", "check_record_sizes", "json_lines"]
+__all__ = ["DEFAULT_ROW_GROUP_BYTES", "ParquetStream", "WriteOnlyFile", "check_record_sizes", "json_lines"]
 
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
 """Bytes (as Arrow holds them) a row group gathers in memory at most, by default."""
+
+
+class WriteOnlyFile:
+    """What pyarrow asks of a Python file it writes into, besides ``write`` and ``tell``: a base for the
+    stores' write-only files (an S3 upload, an HDFS file, a local file)."""
+
+    closed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readable(self) -> bool:
+        return False
 
 
 class ParquetStream:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from eosink._secrets import looks_secret, scrub
 from eosink.errors import ConfigurationError, EosinkError, TransientError
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ __all__ = [
     "client_for",
     "default_fs",
     "forget_clients",
-    "is_secret_key",
     "split_url",
 ]
 
@@ -98,10 +98,7 @@ class HdfsConnection:
 
     def scrub(self, text: str) -> str:
         """``text`` with the values of secret-looking settings replaced by ``***``."""
-        for key, value in self.client_config.items():
-            if value and is_secret_key(key):
-                text = text.replace(value, "***")
-        return text
+        return scrub(text, (v for k, v in self.client_config.items() if looks_secret(k)))
 
     def __repr__(self) -> str:
         return f"HdfsConnection(url={self.namenode + self.path!r})"
@@ -123,13 +120,6 @@ FAIL_FAST = {
     "dfs.client.failover.sleep.base.millis": "100",
     "dfs.client.failover.sleep.max.millis": "1000",
 }
-_SECRET_KEY_PARTS = ("token", "password", "secret", "keytab", "credential", "key.")
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether a client setting's name looks secret (its value is never shown)."""
-    lowered = key.lower()
-    return any(part in lowered for part in _SECRET_KEY_PARTS)
 
 
 def default_fs(conf_dir: str) -> str | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
+from eosink._secrets import scrub
 from eosink.errors import ConfigurationError
 from eosink.stores._s3_client import client, forget
 
@@ -120,9 +121,7 @@ class S3Connection:
 
     def scrub(self, text: str) -> str:
         """``text`` with the secret key and session token replaced by ``***``."""
-        for secret in self.secrets():
-            text = text.replace(secret, "***")
-        return text
+        return scrub(text, self.secrets())
 
     def describe(self) -> str:
         """Where the store is, for people (no secret)."""

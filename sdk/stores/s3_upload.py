@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from eosink.errors import BadRecordError, TransientError
+from eosink.stores.encoding import WriteOnlyFile
 from eosink.stores.s3 import MAX_PARTS, S3Connection
 from eosink.stores.s3_errors import error_code, translated
 
@@ -77,7 +78,7 @@ def expected_etag(parts: list[tuple[int, str]]) -> str:
     return f'"{digest.hexdigest()}-{len(parts)}"'
 
 
-class PartWriter:
+class PartWriter(WriteOnlyFile):
     """A write-only file (``write``, ``tell``, ``flush``, ``close``) whose bytes become one object."""
 
     def __init__(self, config: UploadTarget, client: Any, key: str, *, create_client: Any = None) -> None:
@@ -117,15 +118,6 @@ class PartWriter:
     def close(self) -> None:
         """Closing the file ends writing; ``finish`` decides what becomes of the bytes."""
         self.closed = True
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def readable(self) -> bool:
-        return False
 
     @property
     def buffered(self) -> int:
