@@ -24,42 +24,29 @@ run was killed half-way.
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from _files_input import SCHEMA, generate
-from pyspark.sql import SparkSession
+from _files_input import generated, parser, payment_stream, strategy
 
 import eosink
 from eosink.connectors.delta import DeltaConfig, DeltaSink
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--input", required=True, help="directory of JSON payment files")
-    ap.add_argument("--checkpoint", required=True, help="Spark's checkpoint directory for this query")
+    ap = parser(__doc__)
     ap.add_argument("--table", default="s3://eosink-examples/payments_delta", help="the Delta table's URI")
-    ap.add_argument("--strategy", choices=["2pc", "txid-check", "idempotent"], default="2pc")
-    ap.add_argument("--generate", type=int, default=0, metavar="N", help="first write N new files of payments")
-    ap.add_argument("--rows", type=int, default=100, help="payments per generated file")
     args = ap.parse_args()
-    if args.generate:
-        generate(Path(args.input), args.generate, args.rows)
+    generated(args)
     # an s3:// table's connection: EOSINK_S3_ENDPOINT and its keys (`eosink services env minio`), else the AWS chain
     config = DeltaConfig(args.table)
     _ensure_bucket(config)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("eosink-example-files-to-delta")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    payments = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(args.input)
-    strategy: eosink.Idempotent | str = eosink.Idempotent(["id"]) if args.strategy == "idempotent" else args.strategy
+    spark, payments = payment_stream("eosink-example-files-to-delta", args.input)
     writer = eosink.foreach_batch(
-        DeltaSink(config), app_id="example-files-to-delta", strategy=strategy, checkpoint_location=args.checkpoint
+        DeltaSink(config),
+        app_id="example-files-to-delta",
+        strategy=strategy(args.strategy),
+        checkpoint_location=args.checkpoint,
     )
     # writer.start sets Spark's checkpointLocation to the writer's: the path is stated once
     writer.start(payments.writeStream.trigger(availableNow=True)).awaitTermination()

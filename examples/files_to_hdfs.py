@@ -23,46 +23,32 @@ was killed half-way. The checkpoint may live on HDFS too (``--checkpoint hdfs://
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from pathlib import Path
 
-from _files_input import SCHEMA, generate
-from pyspark.sql import SparkSession
+from _files_input import generated, parser, payment_stream, strategy
 
 import eosink
 from eosink.connectors.hdfs import HdfsConfig, HdfsSink
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--input", required=True, help="directory of JSON payment files")
-    ap.add_argument("--checkpoint", required=True, help="Spark's checkpoint location for this query (or hdfs://...)")
+    ap = parser(__doc__, checkpoint="Spark's checkpoint location for this query (or hdfs://...)")
     ap.add_argument("--directory", default="/eosink-examples/payments", help="the target directory in HDFS")
-    ap.add_argument("--strategy", choices=["2pc", "txid-check", "idempotent"], default="2pc")
-    ap.add_argument("--generate", type=int, default=0, metavar="N", help="first write N new files of payments")
-    ap.add_argument("--rows", type=int, default=100, help="payments per generated file")
     args = ap.parse_args()
-    if args.generate:
-        generate(Path(args.input), args.generate, args.rows)
+    generated(args)
     namenode = os.environ.get("EOSINK_HDFS_URL")
     if not namenode:
         print("Set EOSINK_HDFS_URL=hdfs://namenode:8020 (`eosink services env hdfs`).", file=sys.stderr)
         return 2
     config = HdfsConfig(namenode.rstrip("/") + args.directory)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("eosink-example-files-to-hdfs")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    payments = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(args.input)
-    strategy: eosink.Idempotent | str = eosink.Idempotent(["id"]) if args.strategy == "idempotent" else args.strategy
+    spark, payments = payment_stream("eosink-example-files-to-hdfs", args.input)
     app_id = f"example-f2h-{args.directory.strip('/').replace('/', '-')}"
     sink = HdfsSink(config)
-    writer = eosink.foreach_batch(sink, app_id=app_id, strategy=strategy, checkpoint_location=args.checkpoint)
+    writer = eosink.foreach_batch(
+        sink, app_id=app_id, strategy=strategy(args.strategy), checkpoint_location=args.checkpoint
+    )
     # writer.start sets Spark's checkpointLocation to the writer's: the path is stated once
     writer.start(payments.writeStream.trigger(availableNow=True)).awaitTermination()
     writer.close()  # 2pc: commits the last batch Spark committed

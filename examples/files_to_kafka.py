@@ -23,14 +23,11 @@ key, sees each payment once).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from pathlib import Path
 
-from _files_input import SCHEMA, generate
+from _files_input import generated, parser, payment_stream
 from _kafka_output import count_committed
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import eosink
@@ -38,28 +35,16 @@ from eosink.connectors.kafka import KafkaConfig, KafkaSink
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--input", required=True, help="directory of JSON payment files")
-    ap.add_argument("--checkpoint", required=True, help="Spark's checkpoint directory for this query")
+    ap = parser(__doc__)
     ap.add_argument("--topic", default="payments-out", help="the output topic (created if missing)")
-    ap.add_argument("--strategy", choices=["2pc", "txid-check", "idempotent"], default="2pc")
-    ap.add_argument("--generate", type=int, default=0, metavar="N", help="first write N new files of payments")
-    ap.add_argument("--rows", type=int, default=100, help="payments per generated file")
     args = ap.parse_args()
     bootstrap = os.environ.get("EOSINK_KAFKA_BOOTSTRAP")
     if not bootstrap:
         print('Set EOSINK_KAFKA_BOOTSTRAP (e.g. `eval "$(eosink services env kafka)"`).', file=sys.stderr)
         return 2
-    if args.generate:
-        generate(Path(args.input), args.generate, args.rows)
+    generated(args)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("eosink-example-files-to-kafka")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    payments = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(args.input)
+    spark, payments = payment_stream("eosink-example-files-to-kafka", args.input)
     if args.strategy == "idempotent":
         strategy: eosink.Idempotent | str = eosink.Idempotent(["id"])  # the record key: the payment id
         records = payments

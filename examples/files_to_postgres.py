@@ -16,48 +16,33 @@ and never writes a payment twice, even if the previous run was killed half-way.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from pathlib import Path
 
-from _files_input import SCHEMA, generate
-from pyspark.sql import SparkSession
+from _files_input import generated, parser, payment_stream, strategy
 
 import eosink
 from eosink.connectors.postgres import PostgresConfig, PostgresSink
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--input", required=True, help="directory of JSON payment files")
-    ap.add_argument("--checkpoint", required=True, help="Spark's checkpoint directory for this query")
+    ap = parser(__doc__)
     ap.add_argument("--table", default="payments")
-    ap.add_argument("--strategy", choices=["2pc", "txid-check", "idempotent"], default="2pc")
-    ap.add_argument("--generate", type=int, default=0, metavar="N", help="first write N new files of payments")
-    ap.add_argument("--rows", type=int, default=100, help="payments per generated file")
     args = ap.parse_args()
     url = os.environ.get("EOSINK_POSTGRES_URL")
     if not url:
         print('Set EOSINK_POSTGRES_URL (e.g. `eval "$(eosink services env postgres)"`).', file=sys.stderr)
         return 2
-    if args.generate:
-        generate(Path(args.input), args.generate, args.rows)
+    generated(args)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("eosink-example-files")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    spark, payments = payment_stream("eosink-example-files", args.input)
     sink = PostgresSink(PostgresConfig(url, args.table, create_table=True))
     writer = eosink.foreach_batch(
         sink,
         app_id=f"example-files-{args.table}",  # names this (query, table) pair for good
-        strategy=eosink.Idempotent(["id"]) if args.strategy == "idempotent" else args.strategy,
+        strategy=strategy(args.strategy),
         checkpoint_location=args.checkpoint,
     )
-    payments = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(args.input)
     # writer.start sets Spark's checkpointLocation to the writer's: the path is stated once
     writer.start(payments.writeStream.trigger(availableNow=True)).awaitTermination()
     writer.close()  # 2pc: commits the last batch Spark committed

@@ -23,44 +23,30 @@ idempotent`` a replay rewrites the same objects, and readers keep the newest row
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from _files_input import SCHEMA, generate
+from _files_input import generated, parser, payment_stream, strategy
 from _s3_output import count_committed, ensure_bucket
-from pyspark.sql import SparkSession
 
 import eosink
 from eosink.connectors.s3 import S3Config, S3Sink
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--input", required=True, help="directory of JSON payment files")
-    ap.add_argument("--checkpoint", required=True, help="Spark's checkpoint directory for this query")
+    ap = parser(__doc__)
     ap.add_argument("--bucket", default="eosink-examples", help="the bucket (created if missing)")
     ap.add_argument("--prefix", default="payments", help="the objects' prefix in the bucket")
-    ap.add_argument("--strategy", choices=["2pc", "txid-check", "idempotent"], default="2pc")
-    ap.add_argument("--generate", type=int, default=0, metavar="N", help="first write N new files of payments")
-    ap.add_argument("--rows", type=int, default=100, help="payments per generated file")
     args = ap.parse_args()
-    if args.generate:
-        generate(Path(args.input), args.generate, args.rows)
+    generated(args)
     # the connection: EOSINK_S3_ENDPOINT and its keys (`eosink services env minio`), else boto3's chain
     config = S3Config.from_env(args.bucket, args.prefix)
     ensure_bucket(config)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("eosink-example-files-to-s3")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    payments = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(args.input)
-    strategy: eosink.Idempotent | str = eosink.Idempotent(["id"]) if args.strategy == "idempotent" else args.strategy
+    spark, payments = payment_stream("eosink-example-files-to-s3", args.input)
     app_id = f"example-f2s-{config.prefix.replace('/', '-')}"
-    writer = eosink.foreach_batch(S3Sink(config), app_id=app_id, strategy=strategy, checkpoint_location=args.checkpoint)
+    writer = eosink.foreach_batch(
+        S3Sink(config), app_id=app_id, strategy=strategy(args.strategy), checkpoint_location=args.checkpoint
+    )
     # writer.start sets Spark's checkpointLocation to the writer's: the path is stated once
     writer.start(payments.writeStream.trigger(availableNow=True)).awaitTermination()
     writer.close()  # 2pc: commits the last batch Spark committed
