@@ -166,13 +166,22 @@ class Pipeline:
         rows = self.sink().rows(app_id or self.app_id)
         return Counter((r["id"], r["account"], r["amount"]) for r in rows)
 
+    def bundles(self) -> list[int]:
+        """The batches the sink holds a commit (bundle) of, oldest first."""
+        return [b.batch.batch_id for b in self.sink().bundles(self.app_id)]
+
+    def in_doubt(self) -> list[str]:
+        """The prepared work the sink holds that no commit has settled."""
+        return [f"in doubt #{i}" for i in range(self.sink().in_doubt_count(self.app_id))]
+
     def assert_exact(self) -> None:
+        """Every input row once, one commit per batch in Spark's commit log, nothing left in doubt."""
         expected, found = self.expected(), self.found()
         lost, duplicated = expected - found, found - expected
         assert not lost and not duplicated, f"lost={dict(lost)} duplicated={dict(duplicated)}"
-        bundles = [b.batch.batch_id for b in self.sink().bundles(self.app_id)]
-        assert bundles == self.spark_committed(), f"bundles {bundles}, Spark's commit log {self.spark_committed()}"
-        assert self.sink().in_doubt_count(self.app_id) == 0
+        bundles = self.bundles()
+        assert bundles == self.spark_committed(), f"commits of {bundles}, Spark's commit log {self.spark_committed()}"
+        assert not self.in_doubt(), f"work left in doubt: {self.in_doubt()}"
 
     def spark_committed(self) -> list[int]:
         """The batch ids in Spark's commit log: one bundle each, whatever files each batch took.

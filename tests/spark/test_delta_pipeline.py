@@ -96,13 +96,6 @@ class DeltaPipeline(Pipeline):
         apps = DeltaAdmin(self.config()).status(self.app_id).apps
         return [w.id for a in apps for w in a.in_doubt]
 
-    def assert_exact(self) -> None:
-        expected, found = self.expected(), self.found()
-        lost, duplicated = expected - found, found - expected
-        assert not lost and not duplicated, f"lost={dict(lost)} duplicated={dict(duplicated)}"
-        assert self.bundles() == self.spark_committed(), f"eosink commits of batches {self.bundles()}"
-        assert not self.in_doubt(), f"work left in doubt: {self.in_doubt()}"
-
     def close(self) -> None:
         empty_prefix(self.harness().client(), BUCKET, self.prefix)
 

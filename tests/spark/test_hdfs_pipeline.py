@@ -120,13 +120,6 @@ class HdfsPipeline(Pipeline):
         apps = HdfsAdmin(self.config()).status(self.app_id).apps
         return [w.id for a in apps for w in a.in_doubt]
 
-    def assert_exact(self) -> None:
-        expected, found = self.expected(), self.found()
-        lost, duplicated = expected - found, found - expected
-        assert not lost and not duplicated, f"lost={dict(lost)} duplicated={dict(duplicated)}"
-        assert self.bundles() == self.spark_committed(), f"batch records {self.bundles()}"
-        assert not self.in_doubt(), f"work left in doubt: {self.in_doubt()}"
-
     def close(self) -> None:
         remove(self.config().target_url)
         if self.checkpoint_uri:

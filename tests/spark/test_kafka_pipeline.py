@@ -132,13 +132,6 @@ class KafkaPipeline(Pipeline):
         apps = KafkaAdmin(self.config()).status(self.app_id).apps
         return [w.id for a in apps for w in a.in_doubt]
 
-    def assert_exact(self) -> None:
-        expected, found = self.expected(), self.found()
-        lost, duplicated = expected - found, found - expected
-        assert not lost and not duplicated, f"lost={dict(lost)} duplicated={dict(duplicated)}"
-        assert self.bundles() == self.spark_committed(), f"bundles {self.bundles()}"
-        assert not self.in_doubt(), f"transactions left open: {self.in_doubt()}"
-
     def reconnect(self) -> None:
         """Drop the test's admin client: one that lived through a broker outage may keep every node in
         backoff (kafka-python then finds no node for a metadata request), so the next read opens a new one."""

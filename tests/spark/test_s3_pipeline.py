@@ -125,11 +125,7 @@ class S3Pipeline(Pipeline):
         return [str(u["Key"]) for u in incomplete_uploads(s3, BUCKET, self.prefix)]
 
     def assert_exact(self) -> None:
-        expected, found = self.expected(), self.found()
-        lost, duplicated = expected - found, found - expected
-        assert not lost and not duplicated, f"lost={dict(lost)} duplicated={dict(duplicated)}"
-        assert self.bundles() == self.spark_committed(), f"markers {self.bundles()}"
-        assert not self.in_doubt(), f"uploads left in doubt: {self.in_doubt()}"
+        super().assert_exact()
         assert not self.uploads(), f"incomplete uploads left behind: {self.uploads()}"
 
     def close(self) -> None:
