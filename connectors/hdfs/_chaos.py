@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from eosink.chaos.oracle import Row
-from eosink.chaos.target import Names, PrivateRoot, Snapshot, oracle_rows, snapshot_of
+from eosink.chaos.target import Names, ServerSide, Snapshot, oracle_rows, snapshot_of
 
 __all__ = ["HdfsChaosTarget"]
 
@@ -32,15 +32,14 @@ DIRECT_VAR = "EOSINK_CHAOS_HDFS_DIRECT"
 COLUMNS = ("batch_id", "key", "running_sum", "concat", "n_tokens")
 
 
-class HdfsChaosTarget:
+class HdfsChaosTarget(ServerSide):
     """HDFS: a private MiniDFSCluster (restarted and crashed on purpose), :class:`~eosink.connectors.hdfs.HdfsSink`
     with Parquet files, and Spark's Parquet writer to ``hdfs://`` as the baseline."""
 
     name = "hdfs"
 
     def __init__(self, root: Path | None = None) -> None:
-        self.dir = PrivateRoot(root, "eosink-chaos-hdfs-")
-        self.server: Any = None
+        super().__init__(root, "eosink-chaos-hdfs-")
 
     # -- the runner's side -------------------------------------------------------------------
 
@@ -48,19 +47,6 @@ class HdfsChaosTarget:
         from eosink.services.hdfs import HdfsServer
 
         self.server = self.dir.serve(lambda root: HdfsServer(root / "hdfs"))
-
-    def close(self) -> None:
-        self.dir.close()  # the server too
-        self.server = None
-
-    def restart(self, *, crash: bool) -> None:
-        self.server.restart(crash=crash)
-
-    def address(self) -> tuple[str, int]:
-        return "127.0.0.1", int(self.server.port)
-
-    def proxy_port(self) -> int:
-        return 0  # any: the job is told the proxy's address
 
     def job_env(self, proxy_port: int | None) -> dict[str, str]:
         direct = str(self.server.endpoint.url)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eosink.chaos.oracle import Row
-from eosink.chaos.target import Names, PrivateRoot, Snapshot
+from eosink.chaos.target import Names, ServerSide, Snapshot
 from eosink.connectors.kafka.testing import committed_json
 
 __all__ = ["KafkaChaosTarget"]
@@ -35,15 +35,14 @@ def _progress_topic(control_schema: str) -> str:
     return f"{control_schema}_progress"
 
 
-class KafkaChaosTarget:
+class KafkaChaosTarget(ServerSide):
     """Kafka: a private :class:`~eosink.services.kafka.KafkaServer` (restarted and crashed on purpose),
     :class:`~eosink.connectors.kafka.KafkaSink` with JSON values, and Spark's Kafka sink as the baseline."""
 
     name = "kafka"
 
     def __init__(self, root: Path | None = None) -> None:
-        self.dir = PrivateRoot(root, "eosink-chaos-kafka-")
-        self.server: Any = None
+        super().__init__(root, "eosink-chaos-kafka-")
         self._admin: Any = None
 
     # -- the runner's side -------------------------------------------------------------------
@@ -54,20 +53,15 @@ class KafkaChaosTarget:
 
         SparkJars().fetch("kafka")  # the baseline's Kafka sink, fetched once into the cache
 
-        root = self.dir.open()
-        self.server = KafkaServer(root / "kafka")
-        self.server.start()
+        self.server = self.dir.serve(lambda root: KafkaServer(root / "kafka"))
 
     def close(self) -> None:
         self._close_admin()
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        self.dir.close()
+        super().close()
 
     def restart(self, *, crash: bool) -> None:
         self._close_admin()
-        self.server.restart(crash=crash)
+        super().restart(crash=crash)
 
     def address(self) -> tuple[str, int]:
         return "127.0.0.1", int(self.server.proxied_port)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from eosink.chaos.oracle import Row
-from eosink.chaos.target import Names, PrivateRoot, Snapshot
+from eosink.chaos.target import Names, ServerSide, Snapshot
 from eosink.connectors.postgres._control import gid_prefix
 
 __all__ = ["PostgresChaosTarget"]
@@ -25,7 +25,7 @@ DIRECT_URL_VAR = "EOSINK_CHAOS_PG_DIRECT_URL"
 JARS_VAR = "EOSINK_CHAOS_JARS"
 
 
-class PostgresChaosTarget:
+class PostgresChaosTarget(ServerSide):
     """PostgreSQL: a private :class:`~eosink.services.postgres.PostgresServer` (restarted and crashed on
     purpose), :class:`~eosink.connectors.postgres.PostgresSink` with ``commit_mode="atomic"``, and Spark's
     JDBC writer as the baseline."""
@@ -33,8 +33,7 @@ class PostgresChaosTarget:
     name = "postgres"
 
     def __init__(self, root: Path | None = None) -> None:
-        self.dir = PrivateRoot(root, "eosink-chaos-pg-")
-        self.server: Any = None
+        super().__init__(root, "eosink-chaos-pg-")
         self._url = os.environ.get(DIRECT_URL_VAR, "")
 
     # -- the runner's side -------------------------------------------------------------------
@@ -44,26 +43,13 @@ class PostgresChaosTarget:
         from eosink.services.spark_jars import SparkJars
 
         SparkJars().fetch("jdbc")  # the baseline's JDBC driver, fetched once into the cache
-        root = self.dir.open()
-        os.chmod(root, 0o755)  # under root the server runs as another user, who must reach its directory
-        self.server = PostgresServer(root / "pg", max_prepared=64)
-        self.server.start()
+
+        def make(root: Path) -> PostgresServer:
+            os.chmod(root, 0o755)  # under root the server runs as another user, who must reach its directory
+            return PostgresServer(root / "pg", max_prepared=64)
+
+        self.server = self.dir.serve(make)
         self._url = self.server.url
-
-    def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        self.dir.close()
-
-    def restart(self, *, crash: bool) -> None:
-        self.server.restart(crash=crash)
-
-    def address(self) -> tuple[str, int]:
-        return "127.0.0.1", int(self.server.port)
-
-    def proxy_port(self) -> int:
-        return 0  # the proxy may listen anywhere: the job connects to the URL job_env gives it
 
     def _via(self, port: int | None) -> str:
         from psycopg.conninfo import conninfo_to_dict, make_conninfo

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eosink.chaos.target import PrivateRoot
+from eosink.chaos.target import ServerSide
 
 __all__ = ["BUCKET", "CONF_VAR", "DIRECT_VAR", "ENDPOINT_VAR", "JARS_VAR", "MinioSide"]
 
@@ -25,7 +25,7 @@ JARS_VAR = "EOSINK_CHAOS_JARS"
 CONF_VAR = "EOSINK_CHAOS_SPARK_CONF"
 
 
-class MinioSide:
+class MinioSide(ServerSide):
     """The runner's side of a chaos target on a private MinIO (restarted and crashed on purpose): the server,
     its bucket, the job's environment (the store through the fault proxy), the baseline's Spark jars."""
 
@@ -34,9 +34,8 @@ class MinioSide:
     spark_conf: dict[str, str] = {}
 
     def __init__(self, root: Path | None = None, prefix: str = "eosink-chaos-s3-") -> None:
-        self.dir = PrivateRoot(root, prefix)
+        super().__init__(root, prefix)
         self.root = Path()
-        self.server: Any = None
 
     def start(self) -> None:
         from eosink.services.minio import MinioServer
@@ -46,26 +45,10 @@ class MinioSide:
             SparkJars().fetch(group)  # the baseline's jars, fetched once into the cache
 
         self.root = self.dir.open()
-        self.server = MinioServer(self.root / "minio")
-        self.server.start()
+        self.server = self.dir.serve(lambda root: MinioServer(root / "minio"))
         from eosink.stores.s3 import ensure_bucket
 
         ensure_bucket(self._client(), BUCKET)
-
-    def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        self.dir.close()
-
-    def restart(self, *, crash: bool) -> None:
-        self.server.restart(crash=crash)
-
-    def address(self) -> tuple[str, int]:
-        return "127.0.0.1", int(self.server.port)
-
-    def proxy_port(self) -> int:
-        return 0  # any: the job is told the proxy's address
 
     def job_env(self, proxy_port: int | None) -> dict[str, str]:
         from eosink.services.spark_jars import SparkJars

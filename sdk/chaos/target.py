@@ -115,6 +115,8 @@ class PrivateRoot:
     def open(self) -> Path:
         if self.root is not None:
             return self.root
+        if self._own is not None:
+            return self._own
         import tempfile
 
         self._own = Path(tempfile.mkdtemp(prefix=self.prefix))
@@ -129,6 +131,29 @@ class PrivateRoot:
 
             shutil.rmtree(self._own, ignore_errors=True)
             self._own = None
+
+
+class ServerSide:
+    """What every chaos target's runner side shares: one private server on a :class:`PrivateRoot`,
+    restarted and crashed on purpose, which the fault proxy reaches at its port (the proxy itself may
+    listen anywhere: the job is told its address). A target starts its server with ``self.dir.serve``."""
+
+    def __init__(self, root: Path | None, prefix: str) -> None:
+        self.dir = PrivateRoot(root, prefix)
+        self.server: Any = None
+
+    def close(self) -> None:
+        self.dir.close()  # the server too
+        self.server = None
+
+    def restart(self, *, crash: bool) -> None:
+        self.server.restart(crash=crash)
+
+    def address(self) -> tuple[str, int]:
+        return "127.0.0.1", int(self.server.port)
+
+    def proxy_port(self) -> int:
+        return 0
 
 
 def get_target(name: str, root: Path | None = None) -> ChaosTarget:

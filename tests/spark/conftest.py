@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -489,6 +489,19 @@ def fault_point_cases(variants: Sequence[str], points: Sequence[str], quick: set
 def rows_of_files(p: Pipeline, files: set[int]) -> Counter[tuple[Any, ...]]:
     """The expected rows of the input files numbered ``files`` (a row's id is its file times 10,000 plus its line)."""
     return Counter({row: n for row, n in p.expected().items() if row[0] // 10_000 in files})
+
+
+@pytest.fixture
+def private_minio(tmp_path: Path) -> Iterator[Any]:
+    """A MinIO of the test's own (a MinioServer, started), which the test may crash and restart."""
+    from eosink.services.minio import MinioServer
+
+    server = MinioServer(tmp_path / "minio")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture(scope="session")

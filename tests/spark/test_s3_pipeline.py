@@ -228,21 +228,16 @@ def test_a_zombie_driver_is_fenced(s3_pipeline: S3Pipeline, strategy: str, point
 @pytest.mark.full
 @pytest.mark.parametrize("strategy", ["2pc", "txid-check"])
 def test_a_store_crashed_mid_batch_then_restarted_is_exact(
-    tmp_path: Path, driver_java_opts: str, strategy: str
+    tmp_path: Path, driver_java_opts: str, private_minio: MinioServer, strategy: str
 ) -> None:
     """A private MinIO is SIGKILLed and restarted while the driver is frozen mid-write of batch 1 (F2).
 
     Pass: the thawed driver either finishes or stops with an eosink error; restarts from the
     checkpoint (at most two) end cleanly, and the prefix is exact with no upload left.
     """
-    server = MinioServer(tmp_path / "minio")
-    server.start()
-    try:
-        p = _pipeline(tmp_path / "job", driver_java_opts, server.endpoint)
-        p.strategy = strategy
-        assert_store_crash_mid_batch_exact(p, server)
-    finally:
-        server.close()
+    p = _pipeline(tmp_path / "job", driver_java_opts, private_minio.endpoint)
+    p.strategy = strategy
+    assert_store_crash_mid_batch_exact(p, private_minio)
 
 
 @pytest.mark.full
