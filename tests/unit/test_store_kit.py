@@ -92,7 +92,7 @@ def test_json_lines_are_the_documented_bytes_for_every_type() -> None:
         '{"i":1,"s":"é\\"","f":1.5,"b":true,"d":"2026-01-02","ts":"2026-01-02T03:04:05.000006+00:00",'
         '"dec":"12.30","bin":"AP8=","l":[1,2]}\n'
         '{"i":null,"s":"x","f":-0.0,"b":false,"d":null,"ts":null,"dec":null,"bin":null,"l":null}\n'
-    ).encode("utf-8")
+    ).encode()
 
 
 def test_json_lines_refuse_nan_and_rows_over_the_limit() -> None:
