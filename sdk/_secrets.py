@@ -10,7 +10,22 @@ from collections.abc import Iterable
 
 __all__ = ["looks_secret", "scrub"]
 
-_SECRET_PARTS = ("secret", "token", "password", "key_id", "access_key", "sas", "credential", "keytab", "key.")
+_SECRET_PARTS = (
+    "secret",
+    "token",
+    "password",
+    "key_id",
+    "access_key",
+    "account_key",
+    "customer_key",
+    "key_base64",
+    "private_key",
+    "service_account",
+    "sas",
+    "credential",
+    "keytab",
+    "key.",
+)
 
 
 def looks_secret(name: str) -> bool:

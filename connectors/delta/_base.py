@@ -31,6 +31,9 @@ class _SinkBase:
     def _check_epoch(self, table: DeltaTable | None, app_id: str, epoch: int, what: str) -> None:
         raise NotImplementedError
 
+    def _raced(self, table: DeltaTable, exc: Exception, what: str) -> None:
+        raise NotImplementedError
+
     def _columns(self, table: DeltaTable) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -41,6 +44,9 @@ class _SinkBase:
         raise NotImplementedError
 
     def _manifests(self, app_id: str, batch_id: int | None = None) -> str:
+        raise NotImplementedError
+
+    def _app_dir(self, app_id: str) -> str:
         raise NotImplementedError
 
     def _writing(self, app_id: str, batch_id: int | None = None, attempt: str | None = None) -> str:

@@ -6,8 +6,9 @@ A batch's commit, step by step (each can be repeated after a crash)::
        compared with the batch: there already -> the same committables: done (a lost reply, a
        roll-forward); another's: CommitAbortedError
     2. every committable's files looked up: one missing -> CommitAbortedError (lost work)
-    3. the batch's columns checked against the table's (SchemaError); new columns widen the
-       table's schema in the same commit when ``schema_evolution="add_columns"``
+    3. the batch's columns checked against the table's (SchemaError); with
+       ``schema_evolution="add_columns"``, new columns join the table's schema (nullable) in a commit
+       of their own, then back to 1
     4. one Delta commit at the snapshot's version + 1: the add actions, txn("eosink:<app>", batch),
        the bundle in the commit info. Another writer's commit at that version: back to 1 on the
        newer snapshot. No answer from the store: AmbiguousCommitError (commit_status reads the log)
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 __all__ = ["_CommitSide"]
 
 log = logging.getLogger("eosink.delta")
+
+_BEYOND_HISTORY = object()
+"""A batch the app's txn holds as committed whose commit (and bundle) the log's retained history has dropped."""
 
 
 def _adds(committables: Sequence[Committable]) -> list[AddFile]:
@@ -78,8 +82,10 @@ class _CommitSide(_SinkBase):
                         "Restore the table (or point the sink at it), then restart the query.",
                     )
                 self._check_epoch(table, app, bundle.epoch, "commit")
-                found = _log.bundle_of(table, app, batch_id)
-                if found is not None:
+                found = self._committed(table, app, batch_id)
+                if found is _BEYOND_HISTORY:
+                    break  # committed long ago: never again (whose attempt it was, the log no longer says)
+                if isinstance(found, Bundle):
                     self._same_bundle(batch, found, bundle)
                     break
                 last = _log.last_batch(table, app)
@@ -91,15 +97,17 @@ class _CommitSide(_SinkBase):
                     continue
                 schema = table.schema()
                 meta = {_log.META_KEY: {"app_id": app, "batch": batch_id, "bundle": bundle.to_json()}}
+                keys = _keys(committables)
+                source = self._source(table, adds, keys) if keys and adds else None
                 faults.hit(faults.FaultPoint.F6, batch_id)  # the files checked, the log entry not written yet
             txns = {_log.batch_txn(app): max(batch_id, -1 if last is None else last)}
-            keys = _keys(committables)
             try:
-                if keys and adds:
-                    _log.merge_at(table, self._source(adds), keys, txns, meta)
+                if source is not None:
+                    _log.merge_at(table, source, keys, txns, meta)
                 else:
                     _log.commit_at(table, [a.action() for a in adds], schema, txns, meta, self._partition_by(table))
-            except _log.Conflict:
+            except _log.Conflict as exc:
+                self._raced(table, exc, f"the commit of batch {batch}")
                 continue  # another writer's commit (or our own, whose reply was lost): look again
             except EosinkError:
                 raise
@@ -116,25 +124,80 @@ class _CommitSide(_SinkBase):
                 f"{self.config.table}.",
                 "Retry; if it persists, fewer writers should share the table (or raise commit_attempts).",
             )
+        self._remember(app, bundle)
         self._tidy(app, batch_id, bundle.committables)
         if _keys(committables):  # merged: the log names the rewritten files, never the prepared ones
-            for add in _adds(committables):
-                self._delete(add.path)
+            self._quietly("removing a merged batch's prepared files", [a.path for a in _adds(committables)])
         self._compact_if_due(app, batch_id)
 
-    def _source(self, adds: list[AddFile]) -> pa.RecordBatchReader:
-        """The batch's prepared files as one stream of record batches (read a file at a time, in this process)."""
+    def _quietly(self, what: str, paths: Sequence[str]) -> None:
+        """Delete ``paths``, best effort (the batch is committed whatever happens here; leftovers are unnamed by
+        the log, so invisible, and a vacuum removes them)."""
+        for path in paths:
+            try:
+                self._delete(path)
+            except Exception as exc:
+                log.warning("eosink: %s: could not delete %s: %s", what, path, self.config.scrub(str(exc)))
+
+    # -- what the log's history no longer holds ---------------------------------------------------
+
+    def _committed(self, table: DeltaTable, app_id: str, batch_id: int) -> Bundle | object | None:
+        """The bundle of ``app_id``'s batch ``batch_id`` if committed; :data:`_BEYOND_HISTORY` when the app's txn
+        says it is committed but its commit has left the log's retained history (and the app's last bundle,
+        kept under ``_eosink/``, is another batch's); None when it is not committed."""
+        found = _log.bundle_of(table, app_id, batch_id)
+        if found is not None:
+            return found
+        last = _log.last_batch(table, app_id)
+        if last is None or batch_id > last:
+            return None
+        kept = self._kept_bundle(app_id)
+        if kept is not None and kept.batch.batch_id == batch_id:
+            return kept
+        if not self._storage().missing([f"_delta_log/{0:020d}.json"]):
+            return None  # the whole log was read: not committed (the txn's version is a later batch's)
+        # The log was cleaned up to its retention. The coordinator commits an app's batches in order, so a
+        # batch at or below the txn's version whose commit is not in the retained history was committed.
+        return _BEYOND_HISTORY
+
+    def _remember(self, app_id: str, bundle: Bundle) -> None:
+        """Keep the app's newest bundle under ``_eosink/`` too (best effort), for when the log's history has
+        dropped its commit (an app idle longer than ``delta.logRetentionDuration``)."""
+        try:
+            self._write_json(f"{self._app_dir(app_id)}/last-bundle.json", bundle.to_json())
+        except Exception as exc:
+            log.warning("eosink: could not keep the last bundle of %r: %s", app_id, self.config.scrub(str(exc)))
+
+    def _kept_bundle(self, app_id: str) -> Bundle | None:
+        try:
+            doc = self._read_json(f"{self._app_dir(app_id)}/last-bundle.json")
+        except ValueError:  # a torn write: as if absent
+            return None
+        return None if doc is None else Bundle.from_json(doc)
+
+    def _source(self, table: DeltaTable, adds: list[AddFile], keys: Sequence[str]) -> pa.RecordBatchReader:
+        """The batch's rows for the MERGE: its prepared files read back (into this process's memory), each with
+        its partition columns restored from its add action, and one row per key (the later participant's, then
+        the later row: a MERGE refuses two source rows for one target row)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from eosink._newest import newest_per_key, with_order
+
+        types = {f.name: f.type for f in pa.schema(table.schema().to_arrow())}
         store = self._storage()
         tables = []
         for add in adds:
             data = store.read(add.path)
             if data is None:
                 raise CommitAbortedError(f"A prepared file of the batch is gone: {add.path}.", "Recovery aborts it.")
-            tables.append(pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False))
+            part = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+            for column, value in add.partition_values.items():
+                kind = types.get(column, pa.string())
+                part = part.append_column(column, pa.array([value] * part.num_rows, pa.string()).cast(kind))
+            tables.append(part)
         whole = pa.concat_tables(tables, promote_options="default")
+        whole = newest_per_key(with_order(whole, 0), keys)
         return pa.RecordBatchReader.from_batches(whole.schema, whole.to_batches())
 
     @staticmethod
@@ -161,7 +224,7 @@ class _CommitSide(_SinkBase):
         """Check the batch's columns against the table's (SchemaError); with ``schema_evolution="add_columns"``,
         add the batch's new columns to the table (nullable, in a commit of their own, just before the batch's:
         a reader may see them, empty, a moment early). True when the table changed: read it again."""
-        from deltalake import Schema
+        from deltalake import Field, Schema
 
         current = table_columns(table)
         evolve = self.config.schema_evolution == "add_columns"
@@ -174,7 +237,7 @@ class _CommitSide(_SinkBase):
         for schema in schemas:
             for f in Schema.from_arrow(schema).fields:
                 if f.name not in current and f.name not in new:
-                    new[f.name] = f
+                    new[f.name] = Field(f.name, f.type, nullable=True)  # older rows hold no value
         if not new:
             return False
         table.alter.add_columns(list(new.values()))
@@ -249,24 +312,27 @@ class _CommitSide(_SinkBase):
                         f"Cannot abort committed work {c.id}: its rows are visible.",
                         "Do not abort a batch whose commit succeeded; check commit_status first.",
                     )
+            active = _log.active_files(table) if table is not None else set()
             for c in committables:
                 for add in _adds([c]):
-                    self._delete(add.path)
+                    if add.path not in active:  # a file the log names is never deleted, whoever named it
+                        self._delete(add.path)
                 self._delete(f"{self._manifests(c.batch.app_id, c.batch.batch_id)}/{c.id}.json")
                 self._delete(self._writing(c.batch.app_id, c.batch.batch_id, c.id))
 
-    @staticmethod
-    def _committed_with(table: DeltaTable, batch: BatchRef, committable: Committable) -> bool:
-        found = _log.bundle_of(table, batch.app_id, batch.batch_id)
-        return found is not None and committable.id in found.committables
+    def _committed_with(self, table: DeltaTable, batch: BatchRef, committable: Committable) -> bool:
+        found = self._committed(table, batch.app_id, batch.batch_id)
+        return isinstance(found, Bundle) and committable.id in found.committables
 
     def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
         """COMMITTED when the log holds the batch with these committables (another attempt's: ABORTED, as
         ``commit`` answers); PREPARED while every committable's file is there; else ABORTED."""
         with self._errors(f"status of batch {batch}"):
             table = self._table()
-            found = None if table is None else _log.bundle_of(table, batch.app_id, batch.batch_id)
-            if found is not None:  # another attempt's commit of the batch: ABORTED, as commit answers
+            found = None if table is None else self._committed(table, batch.app_id, batch.batch_id)
+            if found is _BEYOND_HISTORY:  # committed: never to be committed (nor its files deleted) again
+                return CommitStatus.COMMITTED
+            if isinstance(found, Bundle):  # another attempt's commit of the batch: ABORTED, as commit answers
                 mine = {c.id for c in committables}
                 return CommitStatus.COMMITTED if mine <= set(found.committables) else CommitStatus.ABORTED
             adds = _adds(committables)
@@ -288,8 +354,8 @@ class _CommitSide(_SinkBase):
                 if committable.batch.app_id != app_id:
                     continue
                 if last is not None and committable.batch.batch_id <= last and table is not None:
-                    done = _log.bundle_of(table, app_id, committable.batch.batch_id)
-                    if done is not None and committable.id in done.committables:
+                    done = self._committed(table, app_id, committable.batch.batch_id)
+                    if done is _BEYOND_HISTORY or (isinstance(done, Bundle) and committable.id in done.committables):
                         self._tidy(app_id, committable.batch.batch_id, [committable.id])
                         continue
                 found.append(committable)
@@ -304,11 +370,13 @@ class _CommitSide(_SinkBase):
             last = _log.last_batch(table, app_id)
             if last is None:
                 return None
-            found = _log.bundle_of(table, app_id, last)
-            if found is None:
+            found = self._committed(table, app_id, last)
+            if not isinstance(found, Bundle):
                 raise EosinkError(
                     f"The log of {self.config.table} holds batch {last} of {app_id!r}, but its commit (and bundle) "
-                    "is older than the log's retained history.",
-                    "Raise the table's delta.logRetentionDuration; to go on, rewind with eosink recover --rewind.",
+                    f"is older than the log's retained history, and {self._app_dir(app_id)}/last-bundle.json "
+                    "is missing or another batch's.",
+                    "Restore that file from a backup, or go on under a new app_id (and a new checkpoint); raise "
+                    "the table's delta.logRetentionDuration above the longest time the query may stop.",
                 )
             return found

@@ -11,6 +11,7 @@ an unreachable store a TransientError. Secrets never reach the text (:meth:`Delt
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -22,14 +23,12 @@ __all__ = ["translate", "translated"]
 _DENIED = (
     "AccessDenied",
     "Forbidden",
-    "403",
     "PermissionDenied",
     "Permission denied",
     "InvalidAccessKeyId",
     "SignatureDoesNotMatch",
     "AccessControlException",
     "Unauthorized",
-    "401",
 )
 _TRANSIENT = (
     "connection",
@@ -43,14 +42,15 @@ _TRANSIENT = (
     "refused",
     "SafeModeException",
     "StandbyException",
-    "503",
-    "500",
     "SlowDown",
     "Generic S3 error",
     "Generic HDFS error",
     "hdfs error",
 )
 
+
+#: An HTTP status in an error's text (a bare number could be a file name: ``_delta_log/...403.json``).
+_STATUS = re.compile(r"\b(?:status(?:\s+code)?|HTTP(?:/\d(?:\.\d)?)?)\W{0,3}(\d{3})\b", re.IGNORECASE)
 
 #: A panic in delta-rs's Rust engine (hdfs-native's on a short read, say) stops its executor for the whole process.
 _ENGINE_DOWN = ("panicked", "has crashed")
@@ -82,14 +82,19 @@ def translate(config: DeltaConfig, exc: BaseException, what: str) -> EosinkError
         )
     if name == "SchemaMismatchError":
         return SchemaError(f"{where}: {detail}.", "Cast the query's columns to the table's types.")
-    if any(m in text for m in _DENIED) or isinstance(exc, PermissionError):
+    status = {int(code) for code in _STATUS.findall(text)}
+    if any(m in text for m in _DENIED) or status & {401, 403} or isinstance(exc, PermissionError):
         return ConfigurationError(
             f"{where} was refused: {detail}.",
             "Give the writer read, write, list and delete rights on the table's location (see the connector's "
             "docs for the exact list), check its credentials, then restart the query.",
         )
     lowered = text.lower()
-    if isinstance(exc, ConnectionError | TimeoutError) or any(m.lower() in lowered for m in _TRANSIENT):
+    if (
+        isinstance(exc, ConnectionError | TimeoutError)
+        or any(m.lower() in lowered for m in _TRANSIENT)
+        or any(code >= 500 for code in status)
+    ):
         return TransientError(f"{where} failed: {detail}.", "Retry; check that the store is up and reachable.")
     if isinstance(exc, OSError):
         return TransientError(f"{where} failed: {detail}.", "Retry; if it persists, check the store's health.")

@@ -31,6 +31,7 @@ __all__ = [
     "EPOCH_TXN_PREFIX",
     "META_KEY",
     "Conflict",
+    "active_files",
     "batch_txn",
     "commit_at",
     "eosink_commits",
@@ -134,6 +135,16 @@ def bundle_of(table: DeltaTable, app_id: str, batch_id: int) -> Bundle | None:
         if int(meta.get("batch", -1)) == batch_id:
             return Bundle.from_json(meta["bundle"])
     return None
+
+
+def active_files(table: DeltaTable) -> set[str]:
+    """The paths (relative to the table, as add actions give them) of the files the snapshot reads."""
+    import urllib.parse
+
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=True))  # the log's paths are URI-encoded
+    return {urllib.parse.unquote(str(p)) for p in actions.column("path").to_pylist()}
 
 
 def commit_at(

@@ -10,6 +10,7 @@ process, fault proxies included.) Paths are relative to the table's root, ``/``-
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -100,9 +101,13 @@ class _LocalStore:
         return _LocalWriter(self.root / path)
 
     def put(self, path: str, data: bytes) -> None:
-        out = _LocalWriter(self.root / path)
+        """Write the whole file or nothing: a crash mid-write leaves the old one (or none), never a torn one."""
+        final = self.root / path
+        temporary = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
+        out = _LocalWriter(temporary)
         out.write(data)
         out.finish()
+        os.replace(temporary, final)
 
     def read(self, path: str) -> bytes | None:
         try:
@@ -193,6 +198,23 @@ class _S3Store:
 
     def put(self, path: str, data: bytes) -> None:
         self.client().put_object(Bucket=self.config.bucket, Key=self.key(path), Body=data)
+
+    def honours_create_only(self, path: str) -> bool:
+        """PUT a probe with ``If-None-Match: *`` twice: whether the store refused the second (412), as the log's
+        create-only entries need. The probe is deleted either way."""
+        from eosink.stores.s3_errors import is_precondition_failed
+
+        s3, key = self.client(), self.key(path)
+        s3.put_object(Bucket=self.config.bucket, Key=key, Body=b"1", IfNoneMatch="*")
+        try:
+            s3.put_object(Bucket=self.config.bucket, Key=key, Body=b"2", IfNoneMatch="*")
+        except Exception as exc:
+            if is_precondition_failed(exc):
+                return True
+            raise
+        finally:
+            s3.delete_object(Bucket=self.config.bucket, Key=key)
+        return False
 
     def read(self, path: str) -> bytes | None:
         try:

@@ -55,13 +55,14 @@ class _WriteSide(_SinkBase):
             table = self._table()
             self._check_epoch(table, app, task.epoch, "begin")
             columns = self._columns(table) if table is not None else None
+            store = self._storage()
         prefix = file_prefix(app, task.batch.batch_id, task.participant, task.attempt)
 
         def opened(paths: list[str]) -> None:  # before a file is created: what a sweep removes if we die
             self._write_json(self._writing(app, task.batch.batch_id, prefix), {"epoch": task.epoch, "files": paths})
 
         files = DataFiles(
-            self._storage(),
+            store,
             prefix,
             self._partition_by(table),
             self.config.row_group_rows,

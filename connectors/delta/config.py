@@ -39,13 +39,15 @@ class DeltaConfig:
       :meth:`DeltaSink.bind_schema`); with False a missing table is a ConfigurationError.
     * ``partition_by``: partition columns of a table eosink creates (an existing table keeps its own).
     * ``schema_evolution``: ``"none"`` (default: a batch whose columns differ from the table's is a
-      SchemaError) or ``"add_columns"`` (a batch may bring new nullable columns; the commit adds them
-      to the table's schema).
+      SchemaError) or ``"add_columns"`` (a batch may bring new columns: a commit of their own, just
+      before the batch's, adds them to the table's schema, nullable).
     * ``compact_every``: compact the table's small files every N committed batches of an app_id
       (None: never). Compaction rewrites files without changing what a reader sees.
     * ``row_group_rows`` and ``file_rows``: rows per Parquet row group, and per data file (a
       participant starts a new file beyond it).
     * ``commit_attempts``: how many times a commit is retried after another writer committed first.
+    * ``check_conditional_writes``: on S3, check at setup that the store refuses a second create-only PUT
+      (``If-None-Match: *``), which Delta's log entries rely on (default True).
     """
 
     table: str
@@ -66,6 +68,7 @@ class DeltaConfig:
     row_group_rows: int = 1 << 20
     file_rows: int = 8 << 20
     commit_attempts: int = 100
+    check_conditional_writes: bool = True
     scheme: Literal["s3", "hdfs", "file"] = field(init=False, compare=False)
     """Where the table lives."""
     s3: S3Connection | None = field(init=False, compare=False)
@@ -110,6 +113,15 @@ class DeltaConfig:
             if not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name}={value!r} must be a positive integer.", "Give e.g. 1_000_000.")
         set_(self, "storage_options", {str(k): str(v) for k, v in dict(self.storage_options).items()})
+        if scheme == "s3":
+            taken = sorted(k for k in self.storage_options if k.lower().removeprefix("aws_") in _CONNECTION_OPTIONS)
+            if taken:
+                raise ConfigurationError(
+                    f"storage_options sets {taken}, which say how to reach the store: delta-rs would write the log "
+                    "through them while eosink writes the data files through the sink's own S3 connection.",
+                    "Give them as DeltaConfig's own fields (endpoint_url, region, path_style, access_key_id, "
+                    "secret_access_key, session_token), which both use.",
+                )
 
     @classmethod
     def on_endpoint(cls, table: str, endpoint: Any, **options: Any) -> DeltaConfig:
@@ -186,6 +198,23 @@ def _normalised(uri: str) -> tuple[str, Literal["s3", "hdfs", "file"]]:
         f"DeltaSink cannot write tables at {parts.scheme}:// URIs.",
         "Use s3://bucket/path, hdfs://namenode:port/path or a local directory.",
     )
+
+
+#: delta-rs's S3 storage options (without ``aws_``, lower case) that DeltaConfig's own fields set.
+_CONNECTION_OPTIONS = frozenset(
+    {
+        "endpoint",
+        "endpoint_url",
+        "region",
+        "default_region",
+        "access_key_id",
+        "secret_access_key",
+        "session_token",
+        "token",
+        "virtual_hosted_style_request",
+        "allow_http",
+    }
+)
 
 
 def _s3_options(s3: S3Connection) -> dict[str, str]:

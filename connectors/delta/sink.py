@@ -5,7 +5,7 @@ described in :mod:`eosink.connectors.delta._log`)::
 
     fence(app_id)          one commit carrying txn("eosink-epoch:<app>", epoch + 1), made at the
                            snapshot's version plus one: of two writers racing for an epoch, one wins
-                           (the table is created here, from the configured or the stream's schema,
+                           (the table is created here, from the stream's schema,
                            if it does not exist yet)
     begin, write,          participants (executors) write Parquet files of their own names straight
     pre_commit             into T, from Arrow, with Delta statistics; nothing names them in the log,
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -41,11 +42,11 @@ from eosink.connectors.delta._commit_side import _CommitSide
 from eosink.connectors.delta._errors import translated
 from eosink.connectors.delta._files import app_key
 from eosink.connectors.delta._schema import table_columns
-from eosink.connectors.delta._store import Store, open_store
+from eosink.connectors.delta._store import Store, _S3Store, open_store
 from eosink.connectors.delta._write_side import _Txn, _WriteSide
 from eosink.connectors.delta.config import DeltaConfig
 from eosink.contract import Capabilities, Committable, Sink
-from eosink.errors import ConfigurationError, FencedError, TransientError
+from eosink.errors import ConfigurationError, EosinkError, FencedError, TransientError
 from eosink.keys import KEY_COLUMN
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ __all__ = ["DeltaSink"]
 log = logging.getLogger("eosink.delta")
 
 OWN_DIR = "_eosink"
+_PROBED: set[tuple[str, str]] = set()
+"""(store, bucket) pairs whose conditional writes this process has checked."""
 
 
 class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
@@ -173,9 +176,12 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
     # -- setup, fencing ------------------------------------------------------------------------
 
     def setup(self, app_id: str) -> None:
-        """Check that the table can be reached (and, if it exists, that its columns fit the stream's)."""
+        """Check that the table can be reached (and, if it exists, that its columns fit the stream's); on S3, that
+        the store refuses a second create-only PUT (once per process and store)."""
         with self._errors("opening the table"):
             table = self._table()
+        if self.config.scheme == "s3" and self.config.check_conditional_writes:
+            self._probe_create_only()
         if table is not None and self._stream_schema is not None:
             from eosink.connectors.delta._schema import check_batch, delta_columns
 
@@ -187,6 +193,25 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
                 "the query's output",
                 (KEY_COLUMN,),
             )
+
+    def _probe_create_only(self) -> None:
+        assert self.config.s3 is not None
+        where = (self.config.s3.describe(), self.config.table.split("/")[2])
+        if where in _PROBED:
+            return
+        store = self._storage()
+        assert isinstance(store, _S3Store)
+        with self._errors("probing conditional writes"):
+            honoured = store.honours_create_only(f"{OWN_DIR}/probe-{uuid.uuid4().hex}")
+        if not honoured:
+            raise ConfigurationError(
+                f"The S3 store at {where[0]} accepted a second PUT with If-None-Match: * that must be refused with "
+                "412 Precondition Failed. Delta's log entries would not be create-only there, and two commits "
+                "could take one version: writes would not be exactly-once.",
+                "Use a store with conditional writes (AWS S3 since 2024, MinIO since RELEASE.2024-05). "
+                "check_conditional_writes=False skips this check; only for a store you know to have them.",
+            )
+        _PROBED.add(where)
 
     def fence(self, app_id: str) -> int:
         """A new writer epoch, one higher than the log's, committed into the log (see the module docstring)."""
@@ -204,7 +229,8 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
                     _log.commit_at(
                         table, [], table.schema(), {_log.epoch_txn(app_id): epoch}, meta, self._partition_by(table)
                     )
-                except _log.Conflict:
+                except _log.Conflict as exc:
+                    self._raced(table, exc, f"the fence of app_id {app_id!r}")
                     continue
                 log.info("eosink: fenced app_id %r on %s: epoch %d", app_id, self.config.table, epoch)
                 self._name_app(app_id)
@@ -221,6 +247,19 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
         with self._errors("reading the writer epoch"):
             table = self._table()
             return 0 if table is None else _log.writer_epoch(table, app_id)
+
+    def _raced(self, table: DeltaTable, exc: Exception, what: str) -> None:
+        """Return when a commit delta-rs refused lost a race (the log entry after ``table``'s snapshot exists:
+        read the log again and retry); else raise: it was refused for good, and nothing was written."""
+        with self._errors("reading the log after a refused commit"):
+            if not self._storage().missing([f"_delta_log/{table.version() + 1:020d}.json"]):
+                return
+        raise EosinkError(
+            f"delta-rs refused {what} into {self.config.table}, and nothing was written: "
+            f"{self.config.scrub(str(exc))[:400]}.",
+            "See delta-rs's message (a table feature this writer lacks, say); nothing of it is visible. Fix it, "
+            "then restart the query.",
+        )
 
     def _check_epoch(self, table: DeltaTable | None, app_id: str, epoch: int, what: str) -> None:
         current = 0 if table is None else _log.writer_epoch(table, app_id)
@@ -293,17 +332,26 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
         store = self._storage()
         base = self._writing(app_id)
         removed = 0
+        active: set[str] | None = None
         for path in store.files(base):
-            doc = self._read_json(path) if path.endswith(".json") else None
+            try:
+                doc = self._read_json(path) if path.endswith(".json") else None
+            except ValueError:  # torn by a crash mid-write (local disk): its files are left for a vacuum
+                log.warning("eosink: ignoring the unreadable list of files %s in %s", path, self.config.table)
+                continue
             if doc is None or int(doc.get("epoch", 0)) >= epoch:
                 continue
             rel = path[len(base) + 1 :]  # <batch>/<attempt>.json
             if not store.missing([f"{self._manifests(app_id)}/{rel}"]):
                 store.delete(path)  # it prepared and died before removing this list: recovery decides its files
                 continue
+            if active is None:
+                table = self._table()
+                active = _log.active_files(table) if table is not None else set()
             for file in doc.get("files", ()):
-                store.delete(str(file))
-                removed += 1
+                if str(file) not in active:  # a file the log names is never deleted, whoever named it
+                    store.delete(str(file))
+                    removed += 1
             store.delete(path)
         if removed:
             log.info(

@@ -18,7 +18,14 @@ from eosink.connectors.delta.testing import read_table
 from eosink.contract import BatchRef, CommitStatus, TaskRef
 from eosink.contracts._steps import bundle_for, canon, prepare, rows_for
 from eosink.contracts.harness import CONTRACT_SCHEMA
-from eosink.errors import AmbiguousCommitError, FencedError, SchemaError
+from eosink.errors import (
+    AmbiguousCommitError,
+    CommitAbortedError,
+    ConfigurationError,
+    EosinkError,
+    FencedError,
+    SchemaError,
+)
 
 APP = "delta-app"
 
@@ -272,3 +279,120 @@ def test_a_panic_in_delta_rs_is_a_terminal_error_naming_the_restart_and_the_hdfs
     text = str(error)
     assert "Restart the process" in text and "num-committed-allowed" in text
     assert "s3cr3t-value" not in text
+
+
+def test_an_upsert_into_a_partitioned_table_keeps_partition_values_and_one_row_per_key(tmp_path: Path) -> None:
+    """Idempotent by ``id`` into a table partitioned by ``tag``: batch 0 lands ids 0-5; batch 1 updates id 1 and
+    brings id 50 twice (two participants), the later participant's row winning.
+
+    Pass: every row keeps its own ``tag`` (a MERGE source without the partition columns would put new rows in
+    the null partition); each id is there once; id 1 and id 50 hold batch 1's later values."""
+    sink = sink_at(tmp_path, partition_by=("tag",))
+    epoch = sink.fence(APP)
+    keys = ("id",)
+    first = [{"id": i, "name": f"n{i}", "amount": float(i), "tag": f"t{i % 2}"} for i in range(6)]
+    batch = BatchRef(APP, 0)
+    made = [prepare(sink, batch, epoch, 0, first, upsert_keys=keys)]
+    sink.commit(batch, made, bundle_for(batch, epoch, made, "idempotent"))
+    early = [
+        {"id": 50, "name": "early", "amount": 1.0, "tag": "t0"},
+        {"id": 1, "name": "new", "amount": 9.0, "tag": "t1"},
+    ]
+    late = [{"id": 50, "name": "late", "amount": 2.0, "tag": "t0"}]
+    batch = BatchRef(APP, 1)
+    made = [prepare(sink, batch, epoch, p, rows, upsert_keys=keys) for p, rows in enumerate([early, late])]
+    sink.commit(batch, made, bundle_for(batch, epoch, made, "idempotent"))
+    rows = {r["id"]: r for r in read_table(sink.config)}
+    assert sorted(rows) == [0, 1, 2, 3, 4, 5, 50]
+    assert all(rows[i]["tag"] == f"t{i % 2}" for i in range(6)), rows
+    assert (rows[1]["name"], rows[1]["amount"]) == ("new", 9.0)
+    assert (rows[50]["name"], rows[50]["tag"]) == ("late", "t0")
+
+
+def test_a_batch_whose_commit_left_the_logs_history_is_committed_for_good(tmp_path: Path) -> None:
+    """Batch 0 committed; then the log's history no longer holds its commit (as after delta.logRetentionDuration:
+    the log starts after version 0) while the app's txn still says batch 0, and its manifest is still there (the
+    tidy after the commit failed).
+
+    Pass: recovery does not hand the manifest back as in doubt and deletes none of the batch's files; a second
+    commit of the batch is a no-op; commit_status answers COMMITTED; the rows are there once. fetch_last_bundle
+    comes from ``last-bundle.json``, and without it is an error naming that file."""
+    sink = sink_at(tmp_path)
+    epoch = sink.fence(APP)
+    batch = BatchRef(APP, 0)
+    rows = rows_for(APP, 0, 0, 4)
+    made = [prepare(sink, batch, epoch, 0, rows)]
+    bundle = bundle_for(batch, epoch, made)
+    sink.commit(batch, made, bundle)
+    sink._write_manifest(made[0])  # as if the tidy after the commit had failed
+    table = _log.load(sink.config.table, sink.config.delta_options())
+    assert table is not None
+    table.create_checkpoint()  # what a log cleanup keeps: a checkpoint, and the entries after it
+    first_entry = tmp_path / "table" / "_delta_log" / f"{0:020d}.json"
+    first_entry.rename(first_entry.with_suffix(".kept"))  # a log cleaned up to its retention starts later
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_log, "bundle_of", lambda *a: None)  # the commit info has left the retained history
+        again = sink_at(tmp_path)
+        assert again.fetch_last_bundle(APP) == bundle
+        assert again.recover(APP) == []
+        again.commit(batch, made, bundle)
+        assert again.commit_status(batch, made) is CommitStatus.COMMITTED
+        with pytest.raises(CommitAbortedError):  # the kept bundle names it: committed work is never aborted
+            again.abort(made)
+        (tmp_path / "table" / again._app_dir(APP) / "last-bundle.json").unlink()
+        with pytest.raises(EosinkError, match=r"last-bundle\.json"):
+            again.fetch_last_bundle(APP)
+        again._write_manifest(made[0])
+        assert again.recover(APP) == []  # committed by the txn: tidied, not in doubt
+        again.abort(made)  # whose work it was, nothing says now: a file the log names is never deleted
+        assert canon(read_table(again.config)) == canon(rows)
+
+
+def test_a_new_column_joins_as_nullable_even_from_a_non_nullable_field(tmp_path: Path) -> None:
+    """With add_columns, batch 1 brings ``extra`` declared NOT NULL by Spark. Pass: the table's new column is
+    nullable (batch 0's rows hold no value for it) and both batches read back."""
+    sink = sink_at(tmp_path, schema_evolution="add_columns")
+    epoch = sink.fence(APP)
+    batch = BatchRef(APP, 0)
+    made = [prepare(sink, batch, epoch, 0, rows_for(APP, 0, 0, 2))]
+    sink.commit(batch, made, bundle_for(batch, epoch, made))
+    wider = pa.schema([*CONTRACT_SCHEMA, pa.field("extra", pa.int64(), nullable=False)])
+    txn = sink.begin(TaskRef(BatchRef(APP, 1), epoch, 0, "attempt-extra"))
+    rows = [{**r, "extra": 7} for r in rows_for(APP, 1, 0, 2)]
+    sink.write(txn, pa.RecordBatch.from_pylist(rows, schema=wider))
+    made = [sink.pre_commit(txn)]
+    sink.commit(BatchRef(APP, 1), made, bundle_for(BatchRef(APP, 1), epoch, made))
+    table = _log.load(sink.config.table, sink.config.delta_options())
+    assert table is not None
+    assert pa.schema(table.schema().to_arrow()).field("extra").nullable
+    assert sorted(r["extra"] is None for r in read_table(sink.config)) == [False, False, True, True]
+
+
+def test_a_refused_commit_that_lost_no_race_is_an_error_not_a_hundred_retries(tmp_path: Path) -> None:
+    """delta-rs refuses a commit (CommitFailedError) while no other writer took the next version. Pass: one
+    EosinkError saying nothing was written, after one try; nothing visible."""
+    sink = sink_at(tmp_path)
+    epoch = sink.fence(APP)
+    batch = BatchRef(APP, 0)
+    made = [prepare(sink, batch, epoch, 0, rows_for(APP, 0, 0, 2))]
+    calls = []
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        raise _log.Conflict("Transaction failed: unsupported writer feature")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_log, "commit_at", refused)
+        with pytest.raises(EosinkError, match="nothing was written"):
+            sink.commit(batch, made, bundle_for(batch, epoch, made))
+    assert calls == [1]
+    assert read_table(sink.config) == []
+
+
+def test_storage_options_that_say_how_to_reach_s3_are_refused_and_sse_c_keys_are_hidden() -> None:
+    with pytest.raises(ConfigurationError, match="AWS_ENDPOINT_URL"):
+        DeltaConfig("s3://lake/t", access_key_id="a", secret_access_key="b", storage_options={"AWS_ENDPOINT_URL": "x"})
+    config = DeltaConfig(
+        "s3://lake/t", access_key_id="a", secret_access_key="b", storage_options={"aws_sse_customer_key_base64": "K3Y"}
+    )
+    assert "K3Y" not in repr(config) and config.scrub("key K3Y") == "key ***"
