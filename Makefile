@@ -201,7 +201,7 @@ test-delta: venv java tools
 	@$(call WITH_MINIO,$(call SINK_TESTS,delta,$(LIGHT_CONTRACT) -k 'not Hdfs'))
 
 test-delta-full: venv java tools
-	@$(call WITH_MINIO,$(call SINK_FULL_TESTS,delta,,TestDeltaLocalContract or TestDeltaHdfsContract))
+	@$(call WITH_MINIO,$(call SINK_FULL_TESTS,delta,tests/bench/test_quick_delta.py,TestDeltaLocalContract or TestDeltaHdfsContract))
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5

@@ -4,10 +4,9 @@ Every run writes the data set's rows into a table of its own (``s3://eosink-benc
 removed after the run; the store, its bucket and credentials are the S3 adapter's
 (:class:`~eosink.bench.object_store.ObjectStoreBench`, which this extends).
 
-* ``spark-delta-sink``: Spark with delta-spark writing each micro-batch with ``txnAppId`` /
-  ``txnVersion``, the commit Delta's streaming sink (``writeStream.format("delta")``) makes: the batch's
-  files and a ``txn`` action in one log entry, exactly-once for every Delta reader. It runs from
-  foreachBatch, as every other run does, so that it pays the same streaming overhead.
+* ``spark-delta-sink``: Delta's own streaming sink, ``writeStream.format("delta")`` with delta-spark's jars:
+  each micro-batch's files and a ``txn`` action (the query's id, the batch) in one log entry,
+  exactly-once for every Delta reader.
 * ``eosink-at-least-once``: eosink's data path with the exactly-once bookkeeping taken out: the same
   ``mapInArrow`` participants writing Parquet files with Delta statistics (the sink's own
   ``DataFiles``), then one plain Delta commit of their add actions by the driver: no epoch, manifest,
@@ -32,7 +31,7 @@ import pyarrow.compute as pc
 from eosink.bench.datasets import Dataset
 from eosink.bench.file_sinks import at_least_once_name, latency_buckets
 from eosink.bench.object_store import BUCKET, ObjectStoreBench, app_id, object_prefix
-from eosink.bench.runs import Baseline, BatchFunction, BenchGoals, RunSpec, generic_runs
+from eosink.bench.runs import Baseline, BatchFunction, BenchGoals, DataSourceWrite, RunSpec, generic_runs
 from eosink.errors import ConfigurationError
 
 __all__ = ["DeltaAdapter"]
@@ -94,17 +93,6 @@ class _AtLeastOnce:
 
             table = DeltaTable.create(self.config.table, schema, storage_options=self.config.delta_options())
         table.create_write_transaction(adds, "append", schema)
-
-
-class _SparkDeltaSink:
-    """foreachBatch of spark-delta-sink: delta-spark's idempotent batch write (``txnAppId``, ``txnVersion``)."""
-
-    def __init__(self, path: str, app: str) -> None:
-        self.path, self.app = path, app
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        writer = df.write.format("delta").mode("append")
-        writer.option("txnAppId", self.app).option("txnVersion", batch_id).save(self.path)
 
 
 class DeltaAdapter(ObjectStoreBench):
@@ -171,8 +159,8 @@ class DeltaAdapter(ObjectStoreBench):
             return eosink_function(sink, spec.strategy, app_id(ns), checkpoint, participants)
         if spec.kind == "at-least-once":
             return _AtLeastOnce(self.delta_config(ns), participants)
-        if spec.kind == "spark":
-            return _SparkDeltaSink(f"s3a://{BUCKET}/{object_prefix(ns)}", app_id(ns))
+        if spec.kind == "spark":  # Delta's own streaming sink: its commit log keeps the batches (txn: query, batch)
+            return DataSourceWrite({"path": f"s3a://{BUCKET}/{object_prefix(ns)}"}, format="delta")
         if spec.kind == "floor":
             from eosink.bench.runner import floor_function
 

@@ -47,10 +47,12 @@ EO_STRATEGIES = STRATEGY_NAMES
 
 @dataclass(frozen=True)
 class DataSourceWrite:
-    """A run that writes through ``writeStream.format("eosink")`` with these string options, instead of
-    calling a foreachBatch function (what :meth:`BenchAdapter.batch_function` returns for it)."""
+    """A run that writes through ``writeStream.format(format)`` with these string options, instead of
+    calling a foreachBatch function (what :meth:`BenchAdapter.batch_function` returns for it): eosink's
+    data source (in the run's participants), or a sink of Spark's own (``delta``, with ``path``)."""
 
     options: dict[str, str]
+    format: str = "eosink"
 
 
 BatchFunction = Callable[[Any, int], None] | DataSourceWrite

@@ -172,13 +172,15 @@ def datasource_write(
 
 
 def start_query(df: Any, fn: BatchFunction, checkpoint: str, participants: int, trigger: dict[str, Any]) -> Any:
-    """Start the run's streaming query: ``foreachBatch(fn)``, or a data source write in ``participants``
-    tasks (what foreach_batch gives its participants)."""
-    if isinstance(fn, DataSourceWrite):
+    """Start the run's streaming query: ``foreachBatch(fn)``, eosink's data source in ``participants`` tasks
+    (what foreach_batch gives its participants), or another streaming sink of Spark's."""
+    if isinstance(fn, DataSourceWrite) and fn.format == "eosink":
         import eosink.spark
 
         eosink.spark.register(df.sparkSession)
         writer = df.coalesce(participants).writeStream.format("eosink").options(**fn.options)
+    elif isinstance(fn, DataSourceWrite):
+        writer = df.writeStream.format(fn.format).options(**fn.options)
     else:
         writer = df.writeStream.foreachBatch(fn)
     return writer.option("checkpointLocation", checkpoint).trigger(**trigger).start()

@@ -1,3 +1,3 @@
-"""The quick real benchmark run needs the PostgreSQL service (``make services-up``)."""
+"""The quick real benchmark runs need the PostgreSQL service, and MinIO for Delta (``make services-up``)."""
 
 from eosink.services.fixtures import *  # noqa: F403
