@@ -103,6 +103,14 @@ class FaultProxy:
             self._call(self._shutdown())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            # Connections still open past the shutdown's grace: end them here, on the stopped loop, so that no
+            # handler is left to run its cleanup on a closed loop when it is garbage-collected.
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         self._loop.close()
 
     def __enter__(self) -> FaultProxy:
