@@ -38,7 +38,7 @@ WITH_MINIO_HDFS = $(EOSINK) services up minio hdfs && $(EOSINK) services check m
 WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check kafka minio && $(1); rc=$$?; \
 	$(EOSINK) services down kafka minio; exit $$rc
 
-.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs test-delta spark services services-up services-check services-down \
+.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs test-delta test-secured spark services services-up services-check services-down \
 	services-status test test-full demo demo-kafka demo-s3 demo-hdfs demo-delta bench clean chaos chaos-quick examples example-files example-kafka \
 	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs example-files-to-delta \
 	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
@@ -59,6 +59,8 @@ help:
 	@echo "make test-SINK  one sink: contract suite, connector tests, a kill-and-restart per strategy, a chaos schedule"
 	@echo "                (SINK: $(SINKS))"
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
+	@echo "                (SECURE=1: their secured variants: TLS, authentication, least-privileged writers)"
+	@echo "make test-secured   every sink on its secured server as the least-privileged writer (grants, TLS, credentials)"
 	@echo "make services   the service harness's own tests against the real servers (starts and stops them)"
 	@echo "make spark-matrix   the quick Spark tests on PySpark $(MATRIX) (part of test-full)"
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
@@ -215,14 +217,25 @@ postgres15: venv
 	@export EOSINK_CACHE=$(CURDIR)/.cache/pg15 EOSINK_POSTGRES_BINDIR=$(PG15_BINDIR); \
 	$(EOSINK) services up postgres && $(PYTEST) tests/connectors/postgres -q $(LIGHT_CONTRACT); rc=$$?; $(EOSINK) services down postgres; exit $$rc
 
+# SECURE=1: the secured variants instead (TLS, authentication, a least-privileged writer).
+SECURE_FLAG = $(if $(SECURE),--secure)
 services-up: venv tools
-	$(EOSINK) services up
+	$(EOSINK) services up $(SECURE_FLAG)
 
 services-check: venv
-	$(EOSINK) services check
+	$(EOSINK) services check $(SECURE_FLAG)
 
 services-down: venv
-	$(EOSINK) services down
+	$(EOSINK) services down $(SECURE_FLAG)
+
+# Every sink on its secured server, as the least-privileged writer (tests/secured): the contract suite's cases
+# that need no fault proxy, each documented grant taken away in turn, bad credentials and TLS, status and
+# recover as the writer.
+SECURE_SERVICES = postgres-secure
+test-secured: venv java tools
+	@$(EOSINK) services up $(SECURE_SERVICES) && $(EOSINK) services check $(SECURE_SERVICES) && \
+	$(PYTEST) tests/secured -q -m "not full" $(LIGHT_CONTRACT) --durations=10; rc=$$?; \
+	$(EOSINK) services down $(SECURE_SERVICES); exit $$rc
 
 services-status: venv
 	$(EOSINK) services status

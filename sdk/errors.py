@@ -5,7 +5,10 @@ strategies how to react::
 
     EosinkError
      ├── ConfigurationError            terminal: fix the configuration, then restart
-     │    └── CheckpointMismatchError  a new checkpoint met an app_id with committed batches
+     │    ├── CheckpointMismatchError  a new checkpoint met an app_id with committed batches
+     │    ├── AuthenticationError      the sink refused the credentials (user, password, SASL)
+     │    ├── TlsError                 no trusted TLS session: untrusted certificate, host name, TLS off
+     │    └── PermissionDeniedError    the credentials lack a grant (``.permission`` names it)
      ├── SchemaError                   terminal: the data does not fit the sink; nothing became visible
      ├── BadRecordError                terminal: one record cannot be written (null key, too large, ...)
      ├── TransientError                safe to retry (bounded backoff); the outcome may be either
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 __all__ = [
     "AmbiguousCommitError",
+    "AuthenticationError",
     "BadRecordError",
     "CheckpointMismatchError",
     "CommitAbortedError",
@@ -35,9 +39,11 @@ __all__ = [
     "FencedError",
     "InjectedFault",
     "NonDeterministicReplayError",
+    "PermissionDeniedError",
     "PreparedWorkLostError",
     "SchemaError",
     "ServiceError",
+    "TlsError",
     "TransientError",
 ]
 
@@ -61,6 +67,31 @@ class ConfigurationError(EosinkError):
 
 class CheckpointMismatchError(ConfigurationError):
     """The sink holds batches of this app_id that the current Spark checkpoint does not know."""
+
+
+class AuthenticationError(ConfigurationError):
+    """The sink refused who we are: a wrong user or password, an unknown SASL user, a bad key pair.
+
+    The message names the account and the server, never the secret.
+    """
+
+
+class TlsError(ConfigurationError):
+    """No trusted TLS session: the server's certificate is not signed by a trusted CA, names another
+    host, or one side requires TLS the other does not speak."""
+
+
+class PermissionDeniedError(ConfigurationError):
+    """The credentials were accepted but lack a permission the sink needs.
+
+    ``permission`` names it as the server's administrator would grant it (a ``GRANT`` statement,
+    a Kafka ACL, an S3 policy action, an HDFS permission); the fix says how. Raised before
+    anything of the batch becomes visible.
+    """
+
+    def __init__(self, problem: str, fix: str | None = None, *, permission: str | None = None) -> None:
+        super().__init__(problem, fix)
+        self.permission = permission
 
 
 class SchemaError(EosinkError):

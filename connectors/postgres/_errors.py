@@ -10,17 +10,36 @@ psycopg error the eosink error keeps as its context.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psycopg
-from psycopg import sql
 
 from eosink.connectors.postgres._control import gid_prefix
 from eosink.connectors.postgres.config import PostgresConfig
-from eosink.errors import BadRecordError, ConfigurationError, EosinkError, SchemaError, TransientError
+from eosink.connectors.postgres.grants import Grant, writer_grants
+from eosink.errors import (
+    AuthenticationError,
+    BadRecordError,
+    ConfigurationError,
+    EosinkError,
+    PermissionDeniedError,
+    SchemaError,
+    TlsError,
+    TransientError,
+)
 
-__all__ = ["LOGIN_FIX", "grants_fix", "pgbouncer_problem", "prepared_disabled", "translate", "translated"]
+__all__ = [
+    "LOGIN_FIX",
+    "grants_fix",
+    "permission_denied",
+    "pgbouncer_problem",
+    "prepared_disabled",
+    "translate",
+    "translated",
+    "writer_grants_of",
+]
 
 
 @contextmanager
@@ -40,7 +59,7 @@ def translate(config: PostgresConfig, exc: psycopg.Error, what: str) -> EosinkEr
     detail = config.scrub(f"{type(exc).__name__}: {str(exc).strip()}")
     where = f"{what} on PostgreSQL ({config.target[1]!r})"
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-        return ConfigurationError(f"{where} was refused: {detail}.", grants_fix(config))
+        return permission_denied(config, where, detail)
     if isinstance(exc, psycopg.errors.ObjectNotInPrerequisiteState) and "prepared" in str(exc):
         return prepared_disabled(where)
     if exc.sqlstate == "53200" and "prepared transactions" in str(exc):
@@ -56,37 +75,53 @@ def translate(config: PostgresConfig, exc: psycopg.Error, what: str) -> EosinkEr
         return BadRecordError(f"{where}: a row was refused: {detail}.", "Fix or filter the offending rows.")
     if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
         return SchemaError(f"{where}: {detail}.", "Check the target table; it changed while the query ran.")
+    if "permission denied for database" in str(exc):  # CONNECT refused: at login, so no sqlstate
+        return permission_denied(config, where, detail)
+    tls = _tls_problem(str(exc))
+    if tls is not None:
+        return TlsError(f"{where}: {tls[0]} ({detail}).", tls[1])
     refused = _login_problem(exc)
     if refused is not None:
-        return ConfigurationError(f"{where}: {refused} ({detail}).", LOGIN_FIX)
+        return AuthenticationError(f"{where}: {refused} ({detail}).", LOGIN_FIX)
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         return TransientError(f"{where} failed: {detail}.", "Retry; check that the server is up and reachable.")
     return EosinkError(f"{where} failed: {detail}.", "See the PostgreSQL error above.")
 
 
-def grants_fix(config: PostgresConfig) -> str:
-    """The least-privilege grants, as SQL for an administrator (names quoted by psycopg)."""
+def grants_fix(config: PostgresConfig, grants: list[Grant] | None = None) -> str:
+    """What an administrator runs to give the writer ``grants`` (default: all it needs), as quoted SQL."""
+    grants = writer_grants_of(config) if grants is None else grants
+    statements = "; ".join(g.sql_text() for g in grants)
+    return (
+        f"As an administrator, grant the writer what it needs: {statements} "
+        "(the connector's docs list each grant and why; then restart the query)."
+    )
+
+
+def writer_grants_of(config: PostgresConfig) -> list[Grant]:
+    """:func:`writer_grants` for the user and database the conninfo names."""
     from psycopg.conninfo import conninfo_to_dict
 
-    user = sql.Identifier(str(conninfo_to_dict(config.conninfo).get("user") or "the_writer"))
-    schema, table = config.target
-    target = sql.Identifier(table) if schema is None else sql.Identifier(schema, table)
-    rights = sql.SQL("SELECT, INSERT, UPDATE" if config.mode == "upsert" else "SELECT, INSERT")
-    grants = sql.SQL(
-        "CREATE SCHEMA {ctl} AUTHORIZATION {user}; GRANT {rights} ON {target} TO {user}; "
-        "GRANT USAGE{create} ON SCHEMA {tschema} TO {user}"
-    ).format(
-        ctl=sql.Identifier(config.control_schema),
-        user=user,
-        rights=rights,
-        target=target,
-        create=sql.SQL(", CREATE" if config.create_table else ""),
-        tschema=sql.Identifier(schema or "public"),
-    )
-    return (
-        f"As an administrator, grant the writer what it needs: {grants.as_string(None)} "
-        "(UPDATE only for upserts, CREATE only with create_table=True; see the connector's docs on grants)."
-    )
+    params = conninfo_to_dict(config.conninfo)
+    user = str(params.get("user") or "the_writer")
+    return writer_grants(config, user, str(params.get("dbname") or user))
+
+
+def permission_denied(config: PostgresConfig, where: str, detail: str) -> PermissionDeniedError:
+    """The error for a refused privilege: the grants on the object the server named, and their SQL."""
+    grants = writer_grants_of(config)
+    named = _DENIED.search(detail)
+    if named is not None:
+        kind = "table" if named.group(1) in ("relation", "sequence") else named.group(1)
+        on_it = [g for g in grants if g.on == (kind, named.group(2).strip('".'))]
+        if kind == "database" and "CONNECT privilege" not in detail:  # CREATE SCHEMA, not the login
+            on_it = [g for g in grants if g.name == "control-schema"]
+        grants = on_it or grants
+    permission = " or ".join(g.permission for g in grants)
+    return PermissionDeniedError(f"{where} was refused: {detail}.", grants_fix(config, grants), permission=permission)
+
+
+_DENIED = re.compile(r"permission denied for (table|schema|database|relation|sequence) (\S+)")
 
 
 _PGBOUNCER = (
@@ -146,4 +181,41 @@ def _login_problem(exc: psycopg.Error) -> str | None:
         for marker in _LOGIN_MARKERS:
             if marker in text:
                 return "the server refused the login"
+    return None
+
+
+_TLS = (
+    (
+        "certificate verify failed",
+        "the server's certificate is not signed by a CA this client trusts",
+        "Point sslrootcert at the CA that signed the server's certificate (keep sslmode=verify-full).",
+    ),
+    (
+        "does not match host name",
+        "the server's certificate names another host than the one connected to",
+        "Connect by a host name the certificate carries (or have the server's certificate reissued for it).",
+    ),
+    (
+        "no encryption",
+        "the server accepts only TLS connections and this one was not encrypted",
+        "Set sslmode=verify-full (with sslrootcert) in the conninfo.",
+    ),
+    (
+        "server does not support SSL",
+        "the conninfo requires TLS but the server does not offer it",
+        "Enable ssl on the server, or connect to the server that does.",
+    ),
+    (
+        "root certificate file",
+        "the CA file named by sslrootcert cannot be read",
+        "Point sslrootcert at a readable PEM file on every driver and executor host.",
+    ),
+)
+
+
+def _tls_problem(message: str) -> tuple[str, str] | None:
+    """(problem, fix) when ``message`` is a failed TLS handshake or a TLS requirement not met, else None."""
+    for marker, problem, fix in _TLS:
+        if marker in message:
+            return problem, fix
     return None

@@ -53,13 +53,14 @@ from psycopg import sql
 from eosink.connectors.postgres._cleanup import CleanupReport, claim_cleanup, run_cleanup
 from eosink.connectors.postgres._commit_side import _CommitSide
 from eosink.connectors.postgres._control import ensure_control_schema, gid_prefix
-from eosink.connectors.postgres._errors import prepared_disabled, translated
+from eosink.connectors.postgres._errors import grants_fix, prepared_disabled, translated
 from eosink.connectors.postgres._pool import Conn, Connections
 from eosink.connectors.postgres._write_side import _Txn, _WriteSide
 from eosink.connectors.postgres.config import PostgresConfig
+from eosink.connectors.postgres.grants import missing_grants, writer_grants
 from eosink.connectors.postgres.metrics import MetricsSnapshot, PostgresMetrics
 from eosink.contract import Capabilities, Sink
-from eosink.errors import ConfigurationError, EosinkError, FencedError
+from eosink.errors import ConfigurationError, EosinkError, FencedError, PermissionDeniedError
 
 __all__ = ["PostgresSink"]
 
@@ -147,6 +148,7 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
     def setup(self, app_id: str) -> None:
         """Check the server and create (or upgrade) the control schema; clean up if it is due."""
         with self._errors("setup"):
+            self._check_grants()
             conn = self._ctl()
             version = conn.info.server_version
             if version < 130000:
@@ -159,6 +161,20 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
             if off is not None:
                 log.warning("eosink: %s", off.problem)
         self._maybe_cleanup(force=True)
+
+    def _check_grants(self) -> None:
+        """Stop before anything is written when the writer lacks a grant it needs, naming each one."""
+        conn, _ = self._conns.control()
+        grants = writer_grants(self.config, conn.info.user, conn.info.dbname)
+        missing = missing_grants(conn, grants)
+        if missing:
+            raise PermissionDeniedError(
+                f"The PostgreSQL user {conn.info.user!r} lacks what the sink needs on {self.config.target[1]!r}: "
+                + "; ".join(f"{g.permission} ({g.why})" for g in missing)
+                + ".",
+                grants_fix(self.config, missing),
+                permission=" and ".join(g.permission for g in missing),
+            )
 
     def _prepared_off(self, conn: Conn) -> ConfigurationError | None:
         """The error for a server with max_prepared_transactions = 0, else None: setup warns of it,

@@ -1,7 +1,9 @@
-"""The PostgreSQL sink's harness for the contract suite and the connector's own tests.
+"""The PostgreSQL sink's harnesses for the contract suite and the connector's own tests.
 
-It writes against the service harness's PostgreSQL (``eosink services up postgres``, or your own
-server through ``EOSINK_POSTGRES_URL``); a missing server is an error, never a skip.
+:class:`PostgresHarness` writes against the service harness's PostgreSQL (``eosink services up
+postgres``, or your own server through ``EOSINK_POSTGRES_URL``); :class:`SecurePostgresHarness`
+against the secured one (``postgres-secure``) as its least-privileged writer. A missing server is
+an error, never a skip.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from psycopg.rows import dict_row
 
 from eosink.connectors.postgres import PostgresConfig, PostgresSink
 from eosink.connectors.postgres._control import gid_prefix
+from eosink.connectors.postgres.grants import writer_grants
 from eosink.contracts import Namespace, SinkHarness
 from eosink.services import get_service
 from eosink.services.postgres import PostgresEndpoint
@@ -50,7 +53,7 @@ class PostgresHarness(SinkHarness):
     def make_sink(self, ns: Namespace) -> PostgresSink:
         return PostgresSink(self.config(ns))
 
-    def fault_endpoint(self) -> tuple[str, int]:
+    def fault_endpoint(self) -> tuple[str, int] | None:
         endpoint = self.endpoint()
         return endpoint.host, endpoint.port
 
@@ -98,3 +101,37 @@ class PostgresHarness(SinkHarness):
             for table in tables:
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(table))
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(control_schema)))
+
+
+class SecurePostgresHarness(PostgresHarness):
+    """The suite as the secured server's ``writer``: TLS with ``sslmode=verify-full``, scram-sha-256, and
+    exactly the documented grants for each namespace (:func:`~eosink.connectors.postgres.grants.writer_grants`).
+
+    No fault proxy: it would have to terminate TLS, so the network-fault cases run on the plain server.
+    """
+
+    def endpoint(self) -> PostgresEndpoint:
+        if self._endpoint is None:
+            self._endpoint = get_service("postgres-secure").endpoint()
+        return self._endpoint
+
+    def config(self, ns: Namespace, **options: Any) -> PostgresConfig:
+        from eosink.services.postgres_secure import SecurePostgresEndpoint
+
+        endpoint = self.endpoint()
+        assert isinstance(endpoint, SecurePostgresEndpoint)
+        options = {"create_table": True, **self.options, **options}
+        config = PostgresConfig(endpoint.writer_url(), table=ns.name, control_schema=f"{ns.name}_ctl", **options)
+        self.grant(config, endpoint.writer)
+        return config
+
+    def grant(self, config: PostgresConfig, role: str, *, leave_out: str | None = None) -> None:
+        """Run ``config``'s documented grants for ``role`` as the administrator (all but ``leave_out``)."""
+        with self._lock:
+            admin = self.admin()
+            for grant in writer_grants(config, role, self.endpoint().dbname):
+                if grant.name != leave_out:
+                    admin.execute(grant.statement)
+
+    def fault_endpoint(self) -> tuple[str, int] | None:
+        return None

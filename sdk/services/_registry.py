@@ -8,17 +8,21 @@ from typing import Any
 from eosink.errors import ServiceError
 from eosink.services.base import Service
 
-__all__ = ["SERVICE_NAMES", "get_service"]
+__all__ = ["PLAIN_SERVICE_NAMES", "SECURE_VARIANTS", "SERVICE_NAMES", "get_service"]
 
 _CLASSES = {
     "postgres": "eosink.services.postgres:PostgresService",
     "kafka": "eosink.services.kafka:KafkaService",
     "hdfs": "eosink.services.hdfs:HdfsService",
     "minio": "eosink.services.minio:MinioService",
+    "postgres-secure": "eosink.services.postgres_secure:SecurePostgresService",
 }
 
-#: Every service name, in the order ``up`` starts them.
+#: Every secured variant (TLS, authentication, a least-privileged writer), by the plain service's name.
+SECURE_VARIANTS: dict[str, str] = {"postgres": "postgres-secure"}
+#: Every service name, in the order ``up`` starts them; ``up`` with no names starts the plain ones.
 SERVICE_NAMES: tuple[str, ...] = tuple(_CLASSES)
+PLAIN_SERVICE_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in SECURE_VARIANTS.values())
 
 
 def get_service(name: str) -> Service[Any]:

@@ -157,10 +157,10 @@ class Service(ABC, Generic[E]):
         running = self._running()
         if running is None:
             names = " or ".join(self.override_vars)
+            yours = f", or point the tests at your own server with {names}" if names else ""
             raise ServiceError(
                 f"The {self.name} service is not running.",
-                f"start it with `make services-up` (or `eosink services up {self.name}`), "
-                f"or point the tests at your own server with {names}.",
+                f"start it with `make services-up` (or `eosink services up {self.name}`){yours}.",
             )
         return running[1]
 

@@ -1,9 +1,11 @@
 """``eosink services up|check|down|status|env [NAME ...]``: the harness from the command line.
 
-Names are the servers (postgres, kafka, hdfs, minio) and ``spark-jars`` (provision and check
-only); none means all. ``up`` provisions in two lanes at once — MinIO's Go build beside the
-Maven downloads — then starts the servers one by one. Exit status 1 means something failed;
-the message says what to do.
+Names are the servers (postgres, kafka, hdfs, minio), their secured variants (``postgres-secure``,
+...: TLS, authentication and a least-privileged writer) and ``spark-jars`` (provision and check
+only); none means the plain servers and the jars. ``--secure`` picks the secured variant of each
+named server (of every server with a variant, when none is named). ``up`` provisions in two
+lanes at once — MinIO's Go build beside the Maven downloads — then starts the servers one by
+one. Exit status 1 means something failed; the message says what to do.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from eosink.errors import ServiceError
-from eosink.services._registry import SERVICE_NAMES, get_service
+from eosink.services._registry import PLAIN_SERVICE_NAMES, SECURE_VARIANTS, SERVICE_NAMES, get_service
 from eosink.services.base import Service
 from eosink.services.spark_jars import SparkJars
 
@@ -27,19 +29,25 @@ __all__ = ["main"]
 log = logging.getLogger("eosink.services")
 JARS = "spark-jars"
 ALL = (*SERVICE_NAMES, JARS)
+DEFAULT = (*PLAIN_SERVICE_NAMES, JARS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one harness command; returns the exit status."""
     parser = argparse.ArgumentParser(prog="eosink services", description="Real servers for tests, without Docker.")
     parser.add_argument("action", choices=["up", "check", "down", "status", "env"])
-    parser.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(ALL)} (default: all)")
-    args = parser.parse_args(argv)
+    default = " ".join(DEFAULT)
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(ALL)} (default: {default})")
+    parser.add_argument("--secure", action="store_true", help="the secured variant of each named server")
+    args = parser.parse_intermixed_args(argv)
     _log_progress()
     unknown = [n for n in args.names if n not in ALL]
     if unknown:
         parser.error(f"unknown service {', '.join(unknown)}; choose from {', '.join(ALL)}")
-    names: list[str] = [n for n in ALL if n in args.names] if args.names else list(ALL)
+    names: list[str] = [n for n in ALL if n in args.names] if args.names else list(DEFAULT)
+    if args.secure:
+        plain = names if args.names else list(SECURE_VARIANTS)
+        names = [SECURE_VARIANTS.get(n, n) for n in plain if n in SECURE_VARIANTS or n in SECURE_VARIANTS.values()]
     action: Callable[[list[str]], int] = {"up": up, "check": check, "down": down, "status": status, "env": env}[
         args.action
     ]
@@ -69,9 +77,9 @@ def up(names: list[str]) -> int:
     started = time.monotonic()
     servers = _servers(names)
     to_provision = [s for s in servers if s.external() is None and s.pid() is None]
-    go_lane = [s.provision for s in to_provision if s.name == "minio"]
+    go_lane = [s.provision for s in to_provision if s.name.startswith("minio")]
     maven_lane = ([SparkJars().provision] if JARS in names else []) + [
-        s.provision for s in to_provision if s.name != "minio"
+        s.provision for s in to_provision if not s.name.startswith("minio")
     ]
     with ThreadPoolExecutor(max_workers=2) as pool:
         lanes = [pool.submit(_run_all, lane) for lane in (maven_lane, go_lane)]
@@ -125,7 +133,7 @@ def status(names: list[str]) -> int:
             where = f"running, pid {pid}: {server.endpoint()!r}; log {server.log_path}"
         else:
             where = "stopped"
-        print(f"{server.name:<9} {where}")
+        print(f"{server.name:<15} {where}")
     return 0
 
 

@@ -166,24 +166,32 @@ class PostgresService(Service[PostgresEndpoint]):
         return PostgresEndpoint.from_url(url) if url else None
 
     def provision(self) -> None:
-        postgres_bindir()  # the binaries come with the wheel: nothing to download
+        self.bindir()  # the binaries come with a package: nothing to download
+
+    def bindir(self) -> Path:
+        """The PostgreSQL binaries this service runs (a hook)."""
+        return postgres_bindir()
 
     def launch(self) -> tuple[Proc, PostgresEndpoint]:
-        bindir = postgres_bindir()
+        bindir = self.bindir()
         user = service_user()
         data = self.data / "pgdata"
         if user is not None:
             bindir = runnable_bindir(user, bindir)
-            data = user.private_dir(data, "postgres")
+            data = user.private_dir(data, self.name)
         password = secrets.token_urlsafe(18)
         _initdb(bindir, data, password, user)
-        settings = {"max_prepared_transactions": str(MAX_PREPARED_TRANSACTIONS), "max_connections": "200"}
+        settings = {
+            "max_prepared_transactions": str(MAX_PREPARED_TRANSACTIONS),
+            "max_connections": "200",
+            **self.configure(data, user),
+        }
 
         def start(attempt: Attempt) -> tuple[Proc, PostgresEndpoint]:
             (port,) = attempt.ports
             argv = _server_argv(bindir, data, port, settings)
             proc = spawn(argv, self.log_path, user=user.ids if user else None, env=_server_env())
-            endpoint = PostgresEndpoint(url=_url(password, port), port=port)
+            endpoint = self.make_endpoint(password, port)
             try:
                 wait_until(
                     lambda: _accepts(endpoint),
@@ -191,9 +199,10 @@ class PostgresService(Service[PostgresEndpoint]):
                     proc=proc,
                     log_path=self.log_path,
                     timeout_s=self.start_timeout_s,
-                    fix="see the server log above; `eosink services down postgres` then `up` starts it afresh.",
+                    fix=f"see the server log above; `eosink services down {self.name}` then `up` starts it afresh.",
                     attempt=attempt,
                 )
+                self.started(endpoint)
             except BaseException:
                 stop(proc, what="PostgreSQL", sig=signal.SIGINT)  # no state is recorded: nothing else would
                 raise
@@ -201,10 +210,21 @@ class PostgresService(Service[PostgresEndpoint]):
 
         return start_on_ports(start, free_ports(1), log_path=self.log_path, what="PostgreSQL", may_move=True)
 
+    def configure(self, data: Path, user: ServiceUser | None) -> dict[str, str]:
+        """Settings beyond the harness's, and files placed in the fresh cluster ``data`` (a hook)."""
+        return {}
+
+    def make_endpoint(self, password: str, port: int) -> PostgresEndpoint:
+        """The endpoint of a server started with superuser ``password`` on ``port`` (a hook)."""
+        return PostgresEndpoint(url=_url(password, port), port=port)
+
+    def started(self, endpoint: PostgresEndpoint) -> None:
+        """Runs once the new server accepts connections, before its state is recorded (a hook)."""
+
     def after_stop(self) -> None:
         user = service_user()
         if user is not None:
-            user.discard(self.data / "pgdata", "postgres")
+            user.discard(self.data / "pgdata", self.name)
 
     def check(self, endpoint: PostgresEndpoint) -> str:
         """PREPARE TRANSACTION, see it invisible and listed, COMMIT PREPARED, see it visible."""

@@ -269,13 +269,17 @@ ERROR_CLASSES = [getattr(errors, name) for name in errors.__all__]
 
 
 def test_error_tree_shape() -> None:
-    """Every exported error is an EosinkError; CheckpointMismatchError is a ConfigurationError.
+    """Every exported error is an EosinkError; the mismatch, credentials, TLS and permission errors are
+    ConfigurationErrors (terminal: fix, then restart).
 
-    Pass: the subclass relations hold, and the module exports all twelve classes.
+    Pass: the subclass relations hold, and the module exports all sixteen classes.
     """
-    assert len(ERROR_CLASSES) == 13
+    assert len(ERROR_CLASSES) == 16
     assert all(issubclass(cls, EosinkError) for cls in ERROR_CLASSES)
-    assert issubclass(CheckpointMismatchError, ConfigurationError)
+    for cls in (CheckpointMismatchError, errors.AuthenticationError, errors.TlsError, errors.PermissionDeniedError):
+        assert issubclass(cls, ConfigurationError)
+    denied = pickle.loads(pickle.dumps(errors.PermissionDeniedError("No.", "Grant it.", permission="INSERT on t")))
+    assert denied.permission == "INSERT on t"
     assert issubclass(EosinkError, Exception)
 
 

@@ -17,6 +17,7 @@ from eosink.connectors.postgres import PostgresConfig, PostgresSink
 from eosink.connectors.postgres import sink as sink_module
 from eosink.connectors.postgres._control import SCHEMA_VERSION, TXN_COLUMN, ensure_control_schema
 from eosink.connectors.postgres._errors import pgbouncer_problem
+from eosink.connectors.postgres.grants import writer_grants
 from eosink.connectors.postgres.testing import PostgresHarness
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, TaskRef
 from eosink.contracts._mini import wait_until
@@ -295,24 +296,25 @@ def test_pgbouncer_refusals_are_explained() -> None:
 def test_the_documented_least_privilege_grants_are_enough(
     postgres_endpoint: PostgresEndpoint, names: dict[str, str], mode: str
 ) -> None:
-    """A writer role with only the grants docs/connectors/postgres.md lists (its own control schema; SELECT and
-    INSERT on the target, plus UPDATE for upserts) runs every strategy end to end."""
+    """A writer role with only the grants docs/connectors/postgres.md lists (``writer_grants``: its own control
+    schema, INSERT on the target, plus UPDATE and SELECT for upserts) runs every strategy end to end on the plain
+    server too (the secured tests take each grant away)."""
     from psycopg.conninfo import make_conninfo
 
     role, password = f"eo_writer_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     admin = HARNESS.admin()
-    table, ctl = sql.Identifier(names["table"]), sql.Identifier(names["ctl"])
+    table = sql.Identifier(names["table"])
     admin.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
     try:
         admin.execute(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, name text)").format(table))
-        admin.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(ctl, sql.Identifier(role)))
-        privileges = "SELECT, INSERT, UPDATE" if mode == "upsert" else "SELECT, INSERT"
-        admin.execute(sql.SQL(f"GRANT {privileges} ON {{}} TO {{}}").format(table, sql.Identifier(role)))
         conninfo = make_conninfo(postgres_endpoint.url, user=role, password=password)
         options: dict[str, Any] = {"mode": "upsert", "key_columns": ("id",)} if mode == "upsert" else {}
-        sink = PostgresSink(
-            PostgresConfig(conninfo, table=names["table"], control_schema=names["ctl"], create_table=False, **options)
+        config = PostgresConfig(
+            conninfo, table=names["table"], control_schema=names["ctl"], create_table=False, **options
         )
+        for grant in writer_grants(config, role, postgres_endpoint.dbname):
+            admin.execute(grant.statement)
+        sink = PostgresSink(config)
         epoch = sink.fence(APP)
         for b, strategy in enumerate(["2pc", "txid-check"]):
             _commit(sink, b, epoch, [_write(sink, b, epoch, _batch(10 * b), strategy)])
@@ -327,6 +329,7 @@ def test_the_documented_least_privilege_grants_are_enough(
     finally:
         admin.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
         HARNESS.drop(names["ctl"], [])
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))  # its grants
         admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 

@@ -1,0 +1,21 @@
+"""Each connector page's grants table is the connector's own list of grants (one place, read by docs and tests)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from eosink.connectors.postgres.grants import documented_grants, grants_table
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "connectors"
+TABLES = {"postgres": lambda: grants_table(documented_grants())}
+
+
+@pytest.mark.parametrize("sink", list(TABLES))
+def test_the_grants_table_in_the_docs_is_the_connectors_list(sink: str) -> None:
+    text = (DOCS / f"{sink}.md").read_text()
+    found = re.search(rf"<!-- grants:{sink} -->\n(.*?)\n<!-- /grants:{sink} -->", text, re.DOTALL)
+    assert found, f"docs/connectors/{sink}.md has no <!-- grants:{sink} --> table"
+    assert found.group(1) == TABLES[sink](), f"regenerate the table in docs/connectors/{sink}.md from its grants"
