@@ -153,6 +153,8 @@ QUICK_SPARK = $(call TOGETHER_K,$(1) -m pytest -p no:cacheprovider tests/spark -
 # Parquet): they run at make test's strength (8 random schedules, crash walks at every 4th step) in a
 # process of their own, while the main class runs whole (60 schedules, a crash at every step).
 LIGHT_CONTRACT = --eosink-contract-examples=8 --eosink-crash-stride=4
+# Kafka's lighter still: every step of the suite is a broker round trip.
+KAFKA_CONTRACT = --eosink-contract-examples=4 --eosink-crash-stride=8
 SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --durations=10 $(if $(3),-k 'not ($(3))')" \
 	$(if $(3),"$(PYTEST) tests/connectors/$(1) -q --durations=5 -k '$(3)' $(LIGHT_CONTRACT)") \
 	$(foreach k,0 1,"$(PYTEST) tests/spark/test_$(1)_pipeline.py -q --durations=10 --shard=$(k)/2")
@@ -170,7 +172,7 @@ test-postgres-full: venv java
 # walks at every 8th step; test-kafka-full runs the whole suite (60 schedules, every step) and every
 # fault point x strategy under Spark. The chaos schedule runs against a private broker of its own.
 test-kafka: venv java
-	@$(call WITH_KAFKA,$(call SINK_TESTS,kafka,--eosink-contract-examples=4 --eosink-crash-stride=8))
+	@$(call WITH_KAFKA,$(call SINK_TESTS,kafka,$(KAFKA_CONTRACT)))
 
 test-kafka-full: venv java
 	@$(call WITH_KAFKA,$(call SINK_FULL_TESTS,kafka,))
@@ -231,10 +233,12 @@ services-down: venv
 # Every sink on its secured server, as the least-privileged writer (tests/secured): the contract suite's cases
 # that need no fault proxy, each documented grant taken away in turn, bad credentials and TLS, status and
 # recover as the writer.
-SECURE_SERVICES = postgres-secure
+# Two processes side by side, as the sinks' stages do; Kafka's suite at make test-kafka's strength.
+SECURE_SERVICES = postgres-secure kafka-secure
 test-secured: venv java tools
 	@$(EOSINK) services up $(SECURE_SERVICES) && $(EOSINK) services check $(SECURE_SERVICES) && \
-	$(PYTEST) tests/secured -q -m "not full" $(LIGHT_CONTRACT) --durations=10; rc=$$?; \
+	$(TOGETHER) "$(PYTEST) tests/secured/test_postgres_secured.py -q -m 'not full' $(LIGHT_CONTRACT) --durations=5" \
+		"$(PYTEST) tests/secured/test_kafka_secured.py -q -m 'not full' $(KAFKA_CONTRACT) --durations=5"; rc=$$?; \
 	$(EOSINK) services down $(SECURE_SERVICES); exit $$rc
 
 services-status: venv

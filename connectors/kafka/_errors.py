@@ -12,9 +12,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from eosink.connectors.kafka.config import KafkaConfig
-from eosink.errors import BadRecordError, ConfigurationError, EosinkError, FencedError, TransientError
+from eosink.connectors.kafka.grants import Acl, writer_acls
+from eosink.errors import (
+    AuthenticationError,
+    BadRecordError,
+    ConfigurationError,
+    EosinkError,
+    FencedError,
+    PermissionDeniedError,
+    TransientError,
+)
 
-__all__ = ["translate", "translated"]
+__all__ = ["permission_denied", "principal", "translate", "translated"]
 
 
 @contextmanager
@@ -43,22 +52,12 @@ def translate(config: KafkaConfig, exc: BaseException, what: str) -> EosinkError
             "Stop this older writer: a newer driver (or task attempt) owns its work now.",
         )
     if isinstance(exc, e.SaslAuthenticationFailedError):
-        return ConfigurationError(
-            f"{where}: the broker refused the credentials ({detail}).",
+        return AuthenticationError(
+            f"{where}: the broker refused the credentials of {principal(config)} ({detail}).",
             "Check sasl_mechanism, sasl_plain_username and sasl_plain_password in producer_options.",
         )
-    if isinstance(exc, e.TransactionalIdAuthorizationFailedError):
-        return ConfigurationError(
-            f"{where}: writing transactions was refused ({detail}).",
-            f"Grant the principal WRITE and DESCRIBE on transactional ids with the prefix "
-            f"{config.transactional_id_prefix!r}.",
-        )
     if isinstance(exc, e.AuthorizationError):
-        return ConfigurationError(
-            f"{where} was refused ({detail}).",
-            f"Grant the principal WRITE and DESCRIBE on the sink's topics and on {config.progress_topic!r}, "
-            "and DESCRIBE on the cluster (to list transactions).",
-        )
+        return permission_denied(config, where, detail, exc)
     if isinstance(exc, e.InvalidTransactionTimeoutError):
         return ConfigurationError(
             f"{where}: transaction_timeout_ms={config.transaction_timeout_ms} is above the broker's "
@@ -80,6 +79,13 @@ def translate(config: KafkaConfig, exc: BaseException, what: str) -> EosinkError
         )
     if isinstance(exc, e.KafkaConfigurationError | e.IncompatibleBrokerVersion | e.UnsupportedVersionError):
         return ConfigurationError(f"{where}: {detail}.", "Check producer_options and the broker's version (3.0+).")
+    if isinstance(exc, e.KafkaTimeoutError) and "bootstrap" in str(exc).lower():
+        from eosink.connectors.kafka._probe import diagnose
+
+        servers = config.bootstrap_servers
+        found = diagnose(servers if isinstance(servers, str) else ",".join(servers), config.producer_options)
+        if found is not None:  # not an outage: TLS or credentials (kafka-python answers both with a timeout)
+            return type(found)(f"{what}: {found.problem}", found.fix)
     if isinstance(exc, e.KafkaTimeoutError | e.KafkaConnectionError | e.NodeNotReadyError | OSError) or getattr(
         exc, "retriable", False
     ):
@@ -88,3 +94,39 @@ def translate(config: KafkaConfig, exc: BaseException, what: str) -> EosinkError
             f"Check that Kafka at {config.bootstrap_servers} is up and reachable; eosink retries.",
         )
     return TransientError(f"{where} failed: {detail}.", "Retry; if it persists, read the broker's log.")
+
+
+def principal(config: KafkaConfig) -> str:
+    """The writer's principal as ACLs name it (``User:<sasl user>``), or a placeholder."""
+    user = config.producer_options.get("sasl_plain_username")
+    return f"User:{user}" if user else "the writer's principal"
+
+
+def permission_denied(
+    config: KafkaConfig, where: str, detail: str, exc: BaseException | None = None, *, topic: str | None = None
+) -> PermissionDeniedError:
+    """The error for a refused request: the ACLs on what the broker refused, as ``kafka-acls.sh`` arguments."""
+    import kafka.errors as e
+
+    acls = writer_acls(config)
+    chosen: list[Acl] = []
+    if isinstance(exc, e.TransactionalIdAuthorizationFailedError):
+        chosen = [a for a in acls if a.resource == "TransactionalId"]
+    elif isinstance(exc, e.TopicAuthorizationFailedError) or topic is not None:
+        operation = "Read" if "Fetch" in detail else "Create" if "CreateTopics" in detail else "Write"
+        chosen = [
+            a
+            for a in acls
+            if a.resource == "Topic"
+            and (a.resource_name == topic or repr(a.resource_name) in detail or f"{a.resource_name}/" in detail)
+            and a.operation == operation
+        ]
+    chosen = chosen or acls
+    who = principal(config)
+    grants = "; ".join(f"kafka-acls.sh --bootstrap-server ... {a.command(who)}" for a in chosen)
+    return PermissionDeniedError(
+        f"{where} was refused: {who} lacks {' and '.join(a.permission for a in chosen)} ({detail}).",
+        f"As the cluster's administrator, allow it: {grants} (the connector's docs list every ACL and why; then "
+        "restart the query).",
+        permission=" and ".join(a.permission for a in chosen),
+    )

@@ -22,7 +22,6 @@ transactions are read where they are.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -51,15 +50,19 @@ TOPIC_CONFIG = {
 
 def ensure_progress_topic(admin: Any, topic: str) -> None:
     """Create the progress topic (2 partitions, compacted) if missing; refuse one of another shape."""
-    from kafka.errors import TopicAlreadyExistsError
+    from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 
     found = _partitions(admin, topic)
     if found is None:
-        with contextlib.suppress(TopicAlreadyExistsError):
+        try:
             admin.create_topics(
                 {topic: {"num_partitions": 2, "replication_factor": -1, "configs": TOPIC_CONFIG}},
                 wait_for_metadata=True,
             )
+        except TopicAlreadyExistsError:
+            pass
+        except TopicAuthorizationFailedError:
+            raise TopicAuthorizationFailedError(f"CreateTopics of {topic!r} was refused") from None
         found = _partitions(admin, topic, created=True)
     if found is None or found < 2:
         raise ConfigurationError(
@@ -75,7 +78,7 @@ def _partitions(admin: Any, topic: str, created: bool = False, settle_s: float =
     A topic being created answers "leader not available" (or, once ``created``, "unknown") for a
     moment: ask again for a while.
     """
-    from kafka.errors import UnknownTopicOrPartitionError, for_code
+    from kafka.errors import TopicAuthorizationFailedError, UnknownTopicOrPartitionError, for_code
 
     deadline = time.monotonic() + settle_s
     while True:
@@ -85,6 +88,8 @@ def _partitions(admin: Any, topic: str, created: bool = False, settle_s: float =
             described = []
         mine = [t for t in described if t.get("name") == topic]
         code = int(mine[0].get("error_code") or 0) if mine else UnknownTopicOrPartitionError.errno
+        if code == TopicAuthorizationFailedError.errno:
+            raise TopicAuthorizationFailedError(f"Describe of {topic!r} was refused")
         if code == 0:
             return len(mine[0].get("partitions") or [])
         if (code == UnknownTopicOrPartitionError.errno and not created) or not for_code(code).retriable:

@@ -19,6 +19,28 @@ if TYPE_CHECKING:
 __all__ = ["PROFILE", "KafkaProfile"]
 
 
+def _security_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The TLS and SASL settings of the command line as kafka-python options (the password from its variable)."""
+    import os
+
+    options: dict[str, Any] = {}
+    for arg, option in (
+        ("security_protocol", "security_protocol"),
+        ("sasl_mechanism", "sasl_mechanism"),
+        ("sasl_username", "sasl_plain_username"),
+        ("ssl_cafile", "ssl_cafile"),
+        ("ssl_certfile", "ssl_certfile"),
+        ("ssl_keyfile", "ssl_keyfile"),
+    ):
+        value = getattr(args, arg, None)
+        if value:
+            options[option] = value
+    password = os.environ.get(getattr(args, "sasl_password_env", None) or "EOSINK_KAFKA_SASL_PASSWORD")
+    if password and options.get("sasl_plain_username"):
+        options["sasl_plain_password"] = password
+    return options
+
+
 class KafkaProfile(SinkProfile):
     """Kafka: transactions resumed by producer id and epoch, ListTransactions, keyed records."""
 
@@ -42,6 +64,19 @@ class KafkaProfile(SinkProfile):
         parser.add_argument(
             "--transactional-id-prefix", default="eosink", help="KafkaConfig.transactional_id_prefix (default: eosink)"
         )
+        secured = parser.add_argument_group("TLS and SASL (as in KafkaConfig.producer_options)")
+        secured.add_argument("--security-protocol", choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+        secured.add_argument("--sasl-mechanism", help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+        secured.add_argument("--sasl-username", help="the SASL user (sasl_plain_username)")
+        secured.add_argument(
+            "--sasl-password-env",
+            metavar="VAR",
+            default="EOSINK_KAFKA_SASL_PASSWORD",
+            help="the environment variable holding the SASL password (default: EOSINK_KAFKA_SASL_PASSWORD)",
+        )
+        secured.add_argument("--ssl-cafile", help="the CA certificate(s) that signed the brokers' (PEM)")
+        secured.add_argument("--ssl-certfile", help="this client's certificate, for mutual TLS (PEM)")
+        secured.add_argument("--ssl-keyfile", help="this client's private key, for mutual TLS (PEM)")
 
     def admin(self, args: argparse.Namespace) -> SinkAdmin:
         from eosink.connectors.kafka.admin import KafkaAdmin
@@ -53,13 +88,14 @@ class KafkaProfile(SinkProfile):
                 topic=args.topic,
                 progress_topic=args.progress_topic,
                 transactional_id_prefix=args.transactional_id_prefix,
+                producer_options=_security_options(args),
             )
         )
 
     def secrets_note(self) -> str:
         return (
-            "SASL and TLS settings are not command-line options here: set them in a KafkaConfig(producer_options=...) "
-            "and call KafkaAdmin(config).status() from Python. They are never printed."
+            "The SASL password never goes on the command line: it is read from the variable --sasl-password-env "
+            "names (EOSINK_KAFKA_SASL_PASSWORD by default). It is never printed."
         )
 
     def contract_harness(self, **options: Any) -> SinkHarness:

@@ -42,7 +42,7 @@ from typing import Any
 from eosink.connectors.kafka import _wire
 from eosink.connectors.kafka._clients import drop_admin, shared_admin
 from eosink.connectors.kafka._commit_side import _CommitSide
-from eosink.connectors.kafka._errors import translated
+from eosink.connectors.kafka._errors import permission_denied, translated
 from eosink.connectors.kafka._names import BUNDLE_CLIENT_ID, bundle_key, bundle_txid, fence_txid, parse_txid
 from eosink.connectors.kafka._producer import mark_committed, producer_ids
 from eosink.connectors.kafka._progress import BUNDLES, WINDOW, ProgressView, bundle_record, ensure_progress_topic
@@ -147,14 +147,17 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
                 )
 
     def _ensure_topic(self, admin: Any, topic: str) -> None:
-        from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+        from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 
         try:
-            described = admin.describe_topics([topic])
-            exists = any(t.get("name") == topic and not t.get("error_code") for t in described)
+            described = [t for t in admin.describe_topics([topic]) if t.get("name") == topic]
         except UnknownTopicOrPartitionError:
-            exists = False
-        if exists:
+            described = []
+        codes = {int(t.get("error_code") or 0) for t in described}
+        if TopicAuthorizationFailedError.errno in codes:  # not allowed to see it: it may well exist
+            where = f"setup on Kafka at {self.config.bootstrap_servers}"
+            raise permission_denied(self.config, where, f"describing topic {topic!r} was refused", topic=topic)
+        if 0 in codes:
             return
         if not self.config.create_topic:
             raise ConfigurationError(

@@ -19,6 +19,7 @@ import json
 import threading
 from typing import Any
 
+from eosink._waiting import wait_until
 from eosink.connectors.kafka import KafkaConfig, KafkaSink, _wire
 from eosink.connectors.kafka._names import COMMIT_REQUEST
 from eosink.contracts import Namespace, SinkHarness
@@ -179,3 +180,94 @@ class KafkaHarness(SinkHarness):
             self._made.discard(ns.name)
             with contextlib.suppress(Exception):
                 self.admin().delete_topics([self.topic(ns), f"eo_{ns.name}_progress"])
+
+
+class SecureKafkaHarness(KafkaHarness):
+    """The suite as the secured broker's ``writer``: SASL_SSL (SCRAM-SHA-512, the CA checked), and exactly the
+    documented ACLs on each namespace's topics and transactional-id prefix
+    (:func:`~eosink.connectors.kafka.grants.writer_acls`). Topics are made by the ``admin`` user.
+
+    No fault proxy: it would have to terminate TLS, so the network-fault cases run on the plain broker.
+    """
+
+    def endpoint(self) -> Any:
+        if self._endpoint is None:
+            from eosink.services import get_service
+
+            self._endpoint = get_service("kafka-secure").endpoint()
+        return self._endpoint
+
+    def admin(self) -> Any:
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+
+            self._admin = KafkaAdminClient(
+                bootstrap_servers=self.bootstrap(), client_id="eosink-test", **self.endpoint().admin_options()
+            )
+        return self._admin
+
+    def config(self, ns: Namespace, bootstrap: str | None = None, **options: Any) -> KafkaConfig:
+        producer = {**self.endpoint().writer_options(), **options.pop("producer_options", {})}
+        config = super().config(ns, bootstrap, producer_options=producer, **options)
+        self.grant(config)
+        return config
+
+    def grant(self, config: KafkaConfig, *, leave_out: str | None = None, principal: str | None = None) -> None:
+        """Create ``config``'s documented ACLs for the writer (all but ``leave_out``) as the administrator."""
+        from eosink.connectors.kafka.grants import writer_acls
+
+        who = principal or f"User:{self.endpoint().writer}"
+        self.allow([a.acl(who) for a in writer_acls(config) if a.name != leave_out], who)
+
+    def allow(self, acls: list[Any], who: str) -> None:
+        """Create kafka-python ``acls`` (all for principal ``who``) and wait until the broker applies them."""
+        with self._lock:
+            self.admin().create_acls(acls)
+            # The broker applies new ACLs from the metadata log a moment later: wait until it lists them all.
+            wanted = {str(a) for a in acls}
+            if not wait_until(lambda: wanted <= {str(a) for a in self._acls(who)}, 30.0):
+                raise AssertionError(f"the broker did not list the ACLs created for {who} within 30 s")
+
+    def _acls(self, principal: str) -> list[Any]:
+        from kafka.admin import (
+            ACLFilter,
+            ACLOperation,
+            ACLPermissionType,
+            ACLResourcePatternType,
+            ResourcePatternFilter,
+            ResourceType,
+        )
+
+        pattern = ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY)
+        found = self.admin().describe_acls(ACLFilter(principal, "*", ACLOperation.ANY, ACLPermissionType.ANY, pattern))
+        return list(found[0])
+
+    def cleanup(self, ns: Namespace) -> None:
+        """The namespace's topics, and every ACL on them and on its transactional-id prefix."""
+        from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ResourcePatternFilter
+
+        super().cleanup(ns)
+        names = {self.topic(ns), f"eo_{ns.name}_progress", f"eo-{ns.name}"}
+        with self._lock, contextlib.suppress(Exception):
+            mine = [
+                a for a in self._acls(f"User:{self.endpoint().writer}") if a.resource_pattern.resource_name in names
+            ]
+            filters = [
+                ACLFilter(
+                    a.principal,
+                    "*",
+                    ACLOperation.ANY,
+                    ACLPermissionType.ANY,
+                    ResourcePatternFilter(
+                        a.resource_pattern.resource_type,
+                        a.resource_pattern.resource_name,
+                        a.resource_pattern.pattern_type,
+                    ),
+                )
+                for a in mine
+            ]
+            if filters:
+                self.admin().delete_acls(filters)
+
+    def fault_endpoint(self) -> tuple[str, int] | None:
+        return None

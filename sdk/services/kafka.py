@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from eosink.errors import ServiceError
 from eosink.services import _jdk
@@ -121,7 +121,7 @@ class KafkaService(Service[KafkaEndpoint]):
 
     name = "kafka"
     endpoint_type = KafkaEndpoint
-    override_vars = ("EOSINK_KAFKA_BOOTSTRAP",)
+    override_vars: ClassVar[tuple[str, ...]] = ("EOSINK_KAFKA_BOOTSTRAP",)
 
     @property
     def jars(self) -> Path:
@@ -158,7 +158,7 @@ class KafkaService(Service[KafkaEndpoint]):
         """Format a new cluster and start its broker on free ports; on fresh ports (and a new cluster) again if one
         was taken before the broker bound it."""
         config = self.run / "server.properties"
-        java = _java(self.jars, self.home)
+        java = java_command(self.jars, self.home)
 
         def start(attempt: Attempt) -> tuple[Proc, KafkaEndpoint]:
             broker_port, controller_port, proxied_port, proxy_port = attempt.ports
@@ -166,13 +166,17 @@ class KafkaService(Service[KafkaEndpoint]):
             config.write_text(
                 server_properties(broker_port, controller_port, log_dir, proxied=(proxied_port, proxy_port))
             )
-            _fresh_storage(java, config, self.jars, log_dir)
+            fresh_storage(java, config, self.jars, log_dir)
             endpoint = KafkaEndpoint(f"127.0.0.1:{broker_port}", proxied_port, proxy_port)
             proc = start_broker(java, config, self.jars, self.log_path, endpoint, self.start_timeout_s, attempt)
             return proc, endpoint
 
         # broker, controller, the proxied listener, the proxy in front of it
         return start_on_ports(start, free_ports(4), log_path=self.log_path, what="Kafka", may_move=True)
+
+    def client_options(self, endpoint: KafkaEndpoint) -> dict[str, Any]:
+        """kafka-python settings that reach ``endpoint`` as its administrator (a hook: TLS and SASL)."""
+        return {}
 
     def check(self, endpoint: KafkaEndpoint) -> str:
         from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -182,6 +186,7 @@ class KafkaService(Service[KafkaEndpoint]):
         tag = uuid.uuid4().hex[:12]
         topic, txn_id = f"eosink-check-{tag}", f"eosink-check-{tag}"
         common: dict[str, Any] = {"bootstrap_servers": bootstrap, "bootstrap_timeout_ms": 10_000}
+        common.update(self.client_options(endpoint))
         common["request_timeout_ms"] = 10_000
         where = "your broker's log" if self.external() is not None else f"the log: {self.log_path}"
         fix = f"check that Kafka at {bootstrap} runs and allows transactions ({where})."
@@ -253,7 +258,7 @@ class KafkaService(Service[KafkaEndpoint]):
         )
 
 
-def _java(jars: Path, home: Path) -> list[str]:
+def java_command(jars: Path, home: Path) -> list[str]:
     java = [_jdk.java("Kafka"), *JVM_OPTS, f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}"]
     return [*java, "-cp", f"{jars}{os.sep}*"]
 
@@ -262,12 +267,13 @@ def _fix(config: Path, jars: Path) -> str:
     return f"check {config} and that {jars} holds Kafka {KAFKA_VERSION} (delete it to fetch it again)."
 
 
-def format_storage(java: list[str], config: Path, jars: Path) -> None:
-    """Format the log directory of ``config`` with Kafka's storage tool (a new cluster ID)."""
+def format_storage(java: list[str], config: Path, jars: Path, extra: Sequence[str] = ()) -> None:
+    """Format the log directory of ``config`` with Kafka's storage tool (a new cluster ID); ``extra``: more of the
+    tool's arguments (SCRAM credentials)."""
     started = time.monotonic()
     try:
         fmt = subprocess.run(
-            [*java, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(config)],
+            [*java, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(config), *extra],
             capture_output=True,
             text=True,
             timeout=120,
@@ -285,11 +291,11 @@ def format_storage(java: list[str], config: Path, jars: Path) -> None:
     log.info("[kafka] storage formatted in %.1f s", time.monotonic() - started)
 
 
-def _fresh_storage(java: list[str], config: Path, jars: Path, log_dir: Path) -> None:
+def fresh_storage(java: list[str], config: Path, jars: Path, log_dir: Path, extra: Sequence[str] = ()) -> None:
     """Empty ``log_dir`` and format it for ``config``: a first start, also one retried on other ports after a
     failed one, begins with a new cluster."""
     shutil.rmtree(log_dir, ignore_errors=True)
-    format_storage(java, config, jars)
+    format_storage(java, config, jars, extra)
 
 
 def start_broker(
@@ -300,14 +306,16 @@ def start_broker(
     endpoint: KafkaEndpoint,
     timeout_s: float,
     attempt: Attempt | None = None,
+    client: Mapping[str, Any] | None = None,
 ) -> Proc:
     """Start the broker of ``config`` (its storage formatted) and wait until it serves ``endpoint``; stop it if it
-    does not. ``attempt``: the ports it was given (see :func:`~eosink.services._process.start_on_ports`)."""
+    does not. ``attempt``: the ports it was given (see :func:`~eosink.services._process.start_on_ports`);
+    ``client``: the client settings that reach it (TLS, SASL)."""
     log.info("[kafka] starting broker on %s", endpoint.bootstrap_servers)
     proc = spawn([*java, "kafka.Kafka", str(config)], log_path, cwd=config.parent)
     try:
         wait_until(
-            lambda: _serves(endpoint.bootstrap_servers),
+            lambda: _serves(endpoint.bootstrap_servers, client),
             what=f"Kafka {KAFKA_VERSION}",
             proc=proc,
             log_path=log_path,
@@ -359,7 +367,7 @@ class KafkaServer:
         service.provisioned()  # the jars, fetched once into the service's cache
         self.root.mkdir(parents=True, exist_ok=True)
         config = self.root / "server.properties"
-        java = _java(service.jars, service.home)
+        java = java_command(service.jars, service.home)
 
         def start(attempt: Attempt) -> None:
             self._use_ports(attempt.ports)
@@ -374,7 +382,7 @@ class KafkaServer:
                 )
             )
             if not self._started:
-                _fresh_storage(java, config, service.jars, log_dir)
+                fresh_storage(java, config, service.jars, log_dir)
             self.proc = start_broker(
                 java, config, service.jars, self.log_path, self.endpoint, self.start_timeout_s, attempt
             )
@@ -462,12 +470,14 @@ def _cluster_id() -> str:
             return cluster_id
 
 
-def _serves(bootstrap: str) -> bool:
+def _serves(bootstrap: str, client: Mapping[str, Any] | None = None) -> bool:
     """Whether the broker answers a metadata request and lists itself (it is registered and unfenced)."""
     from kafka import KafkaAdminClient
 
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, bootstrap_timeout_ms=3000, request_timeout_ms=3000)
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap, bootstrap_timeout_ms=3000, request_timeout_ms=3000, **(client or {})
+        )
     except Exception:
         return False
     try:

@@ -65,11 +65,20 @@ class _Conn:
 
 
 class FaultProxy:
-    """A proxy on ``127.0.0.1:port`` in front of ``target_host:target_port``."""
+    """A proxy on ``127.0.0.1:port`` in front of ``target_host:target_port``.
 
-    def __init__(self, target_host: str, target_port: int, *, listen_port: int = 0) -> None:
+    ``listen_host`` may be another loopback address (``127.0.0.2``): a client that reaches a TLS server
+    through it checks the server's certificate against a name the certificate does not carry.
+    """
+
+    def __init__(
+        self, target_host: str, target_port: int, *, listen_port: int = 0, listen_host: str = "127.0.0.1"
+    ) -> None:
+        if not listen_host.startswith("127."):
+            raise ValueError(f"a fault proxy listens on loopback only, not {listen_host!r}")
         self.target = (target_host, target_port)
         self._listen_port = listen_port
+        self.listen_host = listen_host
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="eosink-fault-proxy", daemon=True)
         self._server: asyncio.Server | None = None
@@ -86,7 +95,7 @@ class FaultProxy:
         self.stats = ProxyStats()
 
     def __repr__(self) -> str:
-        return f"FaultProxy(127.0.0.1:{self._listen_port} -> {self.target[0]}:{self.target[1]})"
+        return f"FaultProxy({self.listen_host}:{self._listen_port} -> {self.target[0]}:{self.target[1]})"
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -177,7 +186,7 @@ class FaultProxy:
 
     async def _listen(self) -> int:
         if self._server is None:
-            self._server = await asyncio.start_server(self._handle, "127.0.0.1", self._listen_port)
+            self._server = await asyncio.start_server(self._handle, self.listen_host, self._listen_port)
             self._listen_port = self._server.sockets[0].getsockname()[1]
         return 0
 

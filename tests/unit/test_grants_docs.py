@@ -7,10 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from eosink.connectors.kafka.grants import acls_table, documented_acls
 from eosink.connectors.postgres.grants import documented_grants, grants_table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "connectors"
-TABLES = {"postgres": lambda: grants_table(documented_grants())}
+TABLES = {
+    "postgres": lambda: grants_table(documented_grants()),
+    "kafka": lambda: acls_table(documented_acls()),
+}
 
 
 @pytest.mark.parametrize("sink", list(TABLES))
