@@ -38,7 +38,7 @@ WITH_MINIO_HDFS = $(EOSINK) services up minio hdfs && $(EOSINK) services check m
 WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check kafka minio && $(1); rc=$$?; \
 	$(EOSINK) services down kafka minio; exit $$rc
 
-.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs test-delta test-secured spark services services-up services-check services-down \
+.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs test-delta test-secured test-secured-full spark services services-up services-check services-down \
 	services-status test test-full demo demo-kafka demo-s3 demo-hdfs demo-delta bench clean chaos chaos-quick examples example-files example-kafka \
 	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs example-files-to-delta \
 	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
@@ -134,7 +134,8 @@ TOGETHER_K = $(TOGETHER) "$(1) -k '$(2)($(3))'" "$(1) -k '$(2)not ($(3))'"
 SINK_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --durations=10" \
 	"$(PYTEST) tests/spark/test_$(1)_pipeline.py tests/chaos/test_chaos_quick.py -q -m 'not full' -k 'not chaos or $(1)' \
 	--durations=10"
-SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py)
+# The secured servers' Spark tests run in test-secured(-full), which starts those servers.
+SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py) tests/spark/test_secured_pipelines.py
 # The quick Spark tests (tests/spark -m "not full", $(2) passed on) with Python $(1), in two pytest
 # processes run together: local-cluster and the PySpark matrix. Of the sinks' pipelines only the 2pc kill
 # (its checkpoint on S3 and HDFS): what the Spark version and the executors' layout touch is the executors'
@@ -143,7 +144,7 @@ SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py)
 # file (the demo and the reference sink's kills in one, the data source and the sinks' pipelines in the
 # other), not by --shard: a dozen tests of unlike lengths dealt every second one left one process waiting
 # on the other for 1-3 minutes.
-QUICK_K := not (_pipeline and (txid or idempotent))
+QUICK_K := not (_pipeline and (txid or idempotent)) and not test_secured_pipelines
 QUICK_SPLIT := test_demo or test_kill_restart
 QUICK_SPARK = $(call TOGETHER_K,$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full' --durations=5 $(2),\
 	($(QUICK_K)) and ,$(QUICK_SPLIT))
@@ -232,13 +233,22 @@ services-down: venv
 
 # Every sink on its secured server, as the least-privileged writer (tests/secured): the contract suite's cases
 # that need no fault proxy, each documented grant taken away in turn, bad credentials and TLS, status and
-# recover as the writer.
+# recover as the writer; a Spark kill-and-restart under 2pc per sink (tests/spark/test_secured_pipelines.py,
+# the other strategies in test-full).
 # Two processes side by side, as the sinks' stages do; Kafka's suite at make test-kafka's strength.
+# test-secured-full: every case at full strength, every strategy's Spark kill.
 SECURE_SERVICES = postgres-secure kafka-secure
 test-secured: venv java tools
 	@$(EOSINK) services up $(SECURE_SERVICES) && $(EOSINK) services check $(SECURE_SERVICES) && \
-	$(TOGETHER) "$(PYTEST) tests/secured/test_postgres_secured.py -q -m 'not full' $(LIGHT_CONTRACT) --durations=5" \
+	$(TOGETHER) "$(PYTEST) tests/secured/test_postgres_secured.py tests/spark/test_secured_pipelines.py -q \
+			-m 'not full' $(LIGHT_CONTRACT) --durations=5" \
 		"$(PYTEST) tests/secured/test_kafka_secured.py -q -m 'not full' $(KAFKA_CONTRACT) --durations=5"; rc=$$?; \
+	$(EOSINK) services down $(SECURE_SERVICES); exit $$rc
+
+test-secured-full: venv java tools
+	@$(EOSINK) services up $(SECURE_SERVICES) && $(EOSINK) services check $(SECURE_SERVICES) && \
+	$(TOGETHER) "$(PYTEST) tests/secured/test_postgres_secured.py tests/spark/test_secured_pipelines.py -q --durations=5" \
+		"$(PYTEST) tests/secured/test_kafka_secured.py -q --durations=5"; rc=$$?; \
 	$(EOSINK) services down $(SECURE_SERVICES); exit $$rc
 
 services-status: venv
@@ -255,7 +265,7 @@ services-full: venv tools
 # total, also in build/test-times.json. The budgets are for a quiet, warm 2-core machine (docs/testing.md).
 STAGES = $(PYTHON) scripts/stages.py
 TEST_STAGES := lint:75 unit:90 package:75 docs:30 contracts:120 services:90 spark:240 \
-	$(foreach s,$(SINKS),test-$(s):240) examples:180
+	$(foreach s,$(SINKS),test-$(s):240) test-secured:240 examples:180
 test: venv java tools
 	@$(STAGES) --title "make test" --budget 1800 --out build/test-times.json $(TEST_STAGES)
 
@@ -263,7 +273,7 @@ test: venv java tools
 FULL_CHAOS_SCHEDULES ?= 2
 FULL_CHAOS_DIR := $(CURDIR)/.cache/chaos-full
 FULL_STAGES := lint unit package docs contracts postgres15 services-full spark-full \
-	$(foreach s,$(SINKS),test-$(s)-full) examples-full local-cluster chaos-full spark-matrix
+	$(foreach s,$(SINKS),test-$(s)-full) test-secured-full examples-full local-cluster chaos-full spark-matrix
 test-full: venv java tools
 	@$(STAGES) --title "make test-full" --budget 10800 --out build/test-full-times.json $(FULL_STAGES)
 

@@ -127,6 +127,8 @@ def _sink(args: argparse.Namespace) -> Any:
                 progress_topic=f"{args.namespace}_progress",
                 transactional_id_prefix=args.namespace,
                 transaction_timeout_ms=args.txn_timeout_ms,
+                # TLS and SASL settings (with the password) come through the environment, never argv
+                producer_options=json.loads(os.environ.get("EOSINK_TEST_KAFKA_OPTIONS") or "{}"),
             )
         )
     from eosink.connectors.postgres import PostgresConfig, PostgresSink

@@ -1,0 +1,159 @@
+"""Real Spark queries into the secured servers, as the least-privileged writer, SIGKILLed and restarted.
+
+The writer holds exactly the documented grants (``eosink.connectors.<sink>.grants``) over TLS; one
+kill-and-restart per strategy; no secret anywhere in what the driver, its executors and their
+Python workers printed. Needs ``eosink services up --secure`` (``make test-secured`` starts them).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg import sql
+
+from eosink.connectors.kafka import KafkaConfig
+from eosink.connectors.kafka.grants import writer_acls
+from eosink.connectors.kafka.testing import SecureKafkaHarness
+from eosink.connectors.postgres import PostgresConfig
+from eosink.connectors.postgres.grants import writer_grants
+from eosink.connectors.postgres.testing import SecurePostgresHarness
+from eosink.contracts.secrets import assert_secret_free
+from eosink.services import get_service
+from eosink.services.kafka_secure import SecureKafkaEndpoint
+from eosink.services.postgres_secure import SecurePostgresEndpoint
+
+from .conftest import Run, assert_clean, assert_killed
+from .test_kafka_pipeline import KafkaPipeline
+from .test_postgres_pipeline import PgPipeline
+
+pytestmark = pytest.mark.spark
+
+PG = SecurePostgresHarness()
+KAFKA = SecureKafkaHarness()
+
+
+@dataclass
+class SecurePgPipeline(PgPipeline):
+    """The driver connects as the writer (``sslmode=verify-full``); the test reads back as the administrator."""
+
+    writer_url: str = field(default="", repr=False)
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), "EOSINK_TEST_PG_URL": self.writer_url}
+
+
+@pytest.fixture
+def secure_pg(tmp_path: Path, driver_java_opts: str) -> Iterator[tuple[SecurePgPipeline, SecurePostgresEndpoint]]:
+    endpoint = get_service("postgres-secure").endpoint()
+    assert isinstance(endpoint, SecurePostgresEndpoint)
+    tag = uuid.uuid4().hex[:10]
+    pipeline = SecurePgPipeline(
+        tmp_path,
+        java_opts=driver_java_opts,
+        url=endpoint.url,
+        writer_url=endpoint.writer_url(),
+        table=f"secpg_{tag}",
+        control_schema=f"secpg_{tag}_ctl",
+    )
+    config = PostgresConfig(
+        pipeline.writer_url, pipeline.table, control_schema=pipeline.control_schema, create_table=True
+    )
+    for grant in writer_grants(config, endpoint.writer, endpoint.dbname):
+        PG.admin().execute(grant.statement)
+    yield pipeline, endpoint
+    pipeline.close()
+    PG.drop(pipeline.control_schema, [sql.Identifier(pipeline.table)])
+
+
+# (strategy, fault point): one kill each; make test runs the 2pc one (test-secured), test-full the others.
+KILLS = [("2pc", "F5"), pytest.param("txid-check", "F4", marks=pytest.mark.full)]
+KILLS.append(pytest.param("idempotent", "F2", marks=pytest.mark.full))
+KAFKA_KILLS = [("2pc", "F5"), pytest.param("txid-check", "F6", marks=pytest.mark.full)]
+KAFKA_KILLS.append(pytest.param("idempotent", "F2", marks=pytest.mark.full))
+
+
+@pytest.mark.parametrize(("variant", "point"), KILLS)
+def test_postgres_kill_and_restart_as_the_least_privileged_writer(
+    secure_pg: tuple[SecurePgPipeline, SecurePostgresEndpoint], variant: str, point: str
+) -> None:
+    p, endpoint = secure_pg
+    p.variant = variant
+    runs: list[Run] = [p.run(f"{point}@1:kill")]
+    assert_killed(runs[0], point)
+    runs.append(p.run())
+    assert_clean(runs[-1])
+    p.assert_exact()
+    for run in runs:
+        assert_secret_free(run.stderr, [endpoint.writer_password])
+
+
+@dataclass
+class SecureKafkaPipeline(KafkaPipeline):
+    """The driver produces as the writer over SASL_SSL; the test reads back as the administrator."""
+
+    secured: SecureKafkaEndpoint | None = field(default=None, repr=False)
+
+    def environment(self) -> dict[str, str]:
+        assert self.secured is not None
+        options = json.dumps(self.secured.writer_options())
+        return {**super().environment(), "EOSINK_TEST_KAFKA_OPTIONS": options}  # never in argv: a password
+
+    def config(self) -> KafkaConfig:
+        assert self.secured is not None
+        plain = super().config()
+        return KafkaConfig(
+            plain.bootstrap_servers,
+            topic=plain.topic,
+            progress_topic=plain.progress_topic,
+            transactional_id_prefix=plain.transactional_id_prefix,
+            producer_options=self.secured.admin_options(),
+        )
+
+    def admin(self) -> Any:
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+
+            assert self.secured is not None
+            self._admin = KafkaAdminClient(
+                bootstrap_servers=self.bootstrap, client_id="eosink-spark-test", **self.secured.admin_options()
+            )
+        return self._admin
+
+
+@pytest.fixture
+def secure_kafka(tmp_path: Path, driver_java_opts: str) -> Iterator[tuple[SecureKafkaPipeline, SecureKafkaEndpoint]]:
+    endpoint = get_service("kafka-secure").endpoint()
+    assert isinstance(endpoint, SecureKafkaEndpoint)
+    pipeline = SecureKafkaPipeline(
+        tmp_path / "job",
+        java_opts=driver_java_opts,
+        bootstrap=endpoint.bootstrap_servers,
+        topic=f"sec_{uuid.uuid4().hex[:8]}",
+        secured=endpoint,
+    )
+    pipeline.create_topic()
+    writer = f"User:{endpoint.writer}"
+    KAFKA.allow([a.acl(writer) for a in writer_acls(pipeline.config())], writer)
+    yield pipeline, endpoint
+    pipeline.close()
+
+
+@pytest.mark.parametrize(("strategy", "point"), KAFKA_KILLS)
+def test_kafka_kill_and_restart_as_the_least_privileged_writer(
+    secure_kafka: tuple[SecureKafkaPipeline, SecureKafkaEndpoint], strategy: str, point: str
+) -> None:
+    p, endpoint = secure_kafka
+    p.strategy = strategy
+    runs: list[Run] = [p.run(f"{point}@1:kill")]
+    assert_killed(runs[0], point)
+    runs.append(p.run())
+    assert_clean(runs[-1])
+    p.assert_exact()
+    for run in runs:
+        assert_secret_free(run.stderr, [endpoint.writer_password])
