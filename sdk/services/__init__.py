@@ -14,7 +14,7 @@ it runs (or where your own server is, when its ``EOSINK_*`` variables are set). 
 :class:`FaultProxy` sits in front of any of them and cuts, delays or refuses connections.
 """
 
-from eosink.services._registry import SERVICE_NAMES, get_service
+from eosink.services._registry import PLAIN_SERVICE_NAMES, SECURE_VARIANTS, SERVICE_NAMES, get_service
 from eosink.services.base import Endpoint, Service
 
-__all__ = ["SERVICE_NAMES", "Endpoint", "Service", "get_service"]
+__all__ = ["PLAIN_SERVICE_NAMES", "SECURE_VARIANTS", "SERVICE_NAMES", "Endpoint", "Service", "get_service"]

@@ -221,9 +221,9 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
             monkeypatch.setattr(service, "provision", lambda self: None)
     monkeypatch.setattr(hdfs, "_jdk", lambda: (str(standin), str(standin)))
     monkeypatch.setattr(hdfs.HdfsService, "_cds_options", lambda self, java: [])
-    monkeypatch.setattr(kafka, "_java", lambda jars, home: [str(standin)])
-    monkeypatch.setattr(kafka, "format_storage", lambda java, config, jars: None)
-    monkeypatch.setattr(kafka, "_serves", lambda bootstrap: _answers(int(bootstrap.rsplit(":", 1)[1])))
+    monkeypatch.setattr(kafka, "java_command", lambda jars, home: [str(standin)])
+    monkeypatch.setattr(kafka, "format_storage", lambda java, config, jars, extra=(): None)
+    monkeypatch.setattr(kafka, "_serves", lambda bootstrap, client=None: _answers(int(bootstrap.rsplit(":", 1)[1])))
     monkeypatch.setattr(minio.MinioService, "binary", property(lambda self: standin))
     monkeypatch.setattr(minio, "_http_ok", lambda url: _answers(urllib.parse.urlsplit(url).port))
     monkeypatch.setattr(postgres, "service_user", lambda: None)  # under root: no server user for a stand-in
