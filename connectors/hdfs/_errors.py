@@ -14,11 +14,14 @@ Secret-looking settings never reach the text (:meth:`HdfsConfig.scrub`).
 
 from __future__ import annotations
 
+import getpass
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from eosink.connectors.hdfs.config import HdfsConfig
-from eosink.errors import ConfigurationError, EosinkError, TransientError
+from eosink.connectors.hdfs.grants import refused
+from eosink.errors import ConfigurationError, EosinkError, PermissionDeniedError, TransientError
 
 __all__ = ["is_connection_error", "translate", "translated"]
 
@@ -67,11 +70,18 @@ def translate(config: HdfsConfig, exc: BaseException, what: str) -> EosinkError:
     where = f"{what} on HDFS ({config.target_url})"
     text = str(exc)
     if isinstance(exc, PermissionError) or "AccessControlException" in text or "Permission denied" in text:
-        return ConfigurationError(
-            f"{where} was refused: {detail}.",
-            f"Grant the writing user ({config.user or 'the process user / HADOOP_USER_NAME'}) write and execute "
-            f"permission on {config.path} and its parent (hdfs dfs -chown / -chmod / -setfacl), or write elsewhere; "
+        user = config.user or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        what, needed = refused(config, user, text)
+        give = (
+            f"as HDFS's superuser: {needed.command}"
+            if needed is not None
+            else f"make {user} the owner of {config.path} and let it reach it (hdfs dfs -chown / -chmod / -setfacl)"
+        )
+        return PermissionDeniedError(
+            f"{where} was refused: HDFS user {user!r} may not {what} ({detail}).",
+            f"Give {user} {needed.permission if needed else 'the target directory'}, {give}, or write elsewhere; "
             "then restart the query.",
+            permission=needed.permission if needed is not None else what,
         )
     if any(q in text for q in _QUOTA):
         return ConfigurationError(

@@ -8,7 +8,11 @@ target directory ``/eosink-tests/<name>``.
 from __future__ import annotations
 
 import contextlib
+import getpass
+import json
+import os
 import urllib.parse
+import urllib.request
 from typing import Any
 
 from eosink.connectors.hdfs import HdfsConfig, HdfsSink, read_committed
@@ -18,7 +22,15 @@ from eosink.contracts import Namespace, SinkHarness
 from eosink.services import get_service
 from eosink.stores.hdfs import Fs
 
-__all__ = ["COMMIT_REQUEST_MARKER", "HdfsHarness", "files_under", "listed_rows", "remove"]
+__all__ = [
+    "COMMIT_REQUEST_MARKER",
+    "HdfsHarness",
+    "SecureHdfsHarness",
+    "as_superuser",
+    "files_under",
+    "listed_rows",
+    "remove",
+]
 
 TEST_ROOT = "/eosink-tests"
 
@@ -77,3 +89,38 @@ def remove(url: str) -> None:
     """Delete an ``hdfs://`` URL's directory (or file) and everything below it; no error when missing."""
     config = HdfsConfig(url)
     Fs(config).delete(config.path)
+
+
+def as_superuser(path: str, op: str, method: str = "PUT", **params: str) -> Any:
+    """A WebHDFS call as HDFS's superuser (the login that runs the harness's cluster), whatever user this
+    process's HDFS clients are: ownership, modes and directories an administrator makes."""
+    endpoint = get_service("hdfs").endpoint()
+    query = urllib.parse.urlencode({"op": op, "user.name": getpass.getuser(), **params})
+    request = urllib.request.Request(f"{endpoint.webhdfs_url}{path}?{query}", method=method)
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        body = reply.read()
+    return json.loads(body) if body else None
+
+
+class SecureHdfsHarness(HdfsHarness):
+    """The suite as an ordinary HDFS user (``HADOOP_USER_NAME``, not the superuser) that owns only its root,
+    ``/eosink-secured/<user>``, made and handed over by the superuser; the harness's NameNode checks
+    permissions. The process's HDFS clients all act as that user (hdfs-native: one user per process)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.user = os.environ.get("HADOOP_USER_NAME", "")
+        self._prepared = False
+
+    def root(self) -> str:
+        if not self.user or self.user == getpass.getuser():
+            raise AssertionError("run the secured HDFS tests with HADOOP_USER_NAME set to an ordinary user")
+        root = f"/eosink-secured/{self.user}"
+        if not self._prepared:
+            as_superuser(root, "MKDIRS", permission="755")
+            as_superuser(root, "SETOWNER", owner=self.user)
+            self._prepared = True
+        return root
+
+    def config(self, ns: Namespace, **options: Any) -> HdfsConfig:
+        return HdfsConfig(f"{self.url()}{self.root()}/{ns.name}", **{**self.options, **options})

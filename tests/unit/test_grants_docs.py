@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from eosink.connectors.hdfs import HdfsConfig
+from eosink.connectors.hdfs.grants import permissions_table, writer_permissions
 from eosink.connectors.kafka.grants import acls_table, documented_acls
 from eosink.connectors.postgres.grants import documented_grants, grants_table
 
@@ -14,6 +16,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "connectors"
 TABLES = {
     "postgres": lambda: grants_table(documented_grants()),
     "kafka": lambda: acls_table(documented_acls()),
+    "hdfs": lambda: permissions_table(writer_permissions(HdfsConfig("hdfs://namenode:8020/data/events"), "writer")),
 }
 
 

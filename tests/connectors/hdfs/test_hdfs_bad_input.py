@@ -209,8 +209,8 @@ def test_an_unreachable_namenode_is_a_transient_error_within_seconds(tmp_path: P
 
 
 def test_a_user_without_permission_is_refused_and_a_permitted_writer_resumes(tmp_path: Path, target: str) -> None:
-    """The target belongs to the superuser (mode 755) and the sink writes as another user: ConfigurationError
-    about the refusal whose fix names the user and the permission to grant; nothing is written. (In a
+    """The target belongs to the superuser (mode 755) and the sink writes as another user: PermissionDeniedError
+    naming the user and the permission, whose fix is the ``hdfs dfs -chown``; nothing is written. (In a
     process of its own: hdfs-native takes one user per process.) A permitted writer then writes every batch
     once from the same checkpoint."""
     sink = HdfsSink(HdfsConfig(target))
@@ -221,11 +221,11 @@ def test_a_user_without_permission_is_refused_and_a_permitted_writer_resumes(tmp
         from pathlib import Path
         from tests.connectors.hdfs.test_hdfs_bad_input import Driver, work
         from eosink.connectors.hdfs import HdfsConfig
-        from eosink.errors import ConfigurationError
+        from eosink.errors import PermissionDeniedError
 
         driver = Driver(Path(sys.argv[1]), HdfsConfig(sys.argv[2], user="mallory"))
-        err = driver.fail(work(), ConfigurationError)
-        print(json.dumps({"problem": err.problem, "fix": err.fix}))
+        err = driver.fail(work(), PermissionDeniedError)
+        print(json.dumps({"problem": err.problem, "fix": err.fix, "permission": err.permission}))
         """
     )
     root = Path(__file__).resolve().parents[3]
@@ -233,8 +233,10 @@ def test_a_user_without_permission_is_refused_and_a_permitted_writer_resumes(tmp
         [sys.executable, "-c", script, str(tmp_path), target], capture_output=True, text=True, timeout=120, cwd=root
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    err = ConfigurationError(**json.loads(done.stdout.strip().splitlines()[-1]))
-    assert_names(err, ["refused", "Permission denied"], ["mallory", "permission"])
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    err = ConfigurationError(found["problem"], found["fix"])
+    assert_names(err, ["refused", "Permission denied", "mallory"], ["mallory", "chown"])
+    assert found["permission"] == f"rwx on {HdfsConfig(target).path} (its owner)"
     only(HdfsConfig(target), [])
     driver = Driver(tmp_path, HdfsConfig(target))
     driver.run(work())
