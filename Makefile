@@ -238,20 +238,22 @@ services-down: venv
 # Two processes side by side, as the sinks' stages do; Kafka's suite at make test-kafka's strength.
 # test-secured-full: every case at full strength, every strategy's Spark kill.
 # HDFS: the harness's NameNode always checks permissions; its tests run as the ordinary user "writer".
-SECURE_SERVICES = postgres-secure kafka-secure hdfs
+SECURE_SERVICES = postgres-secure kafka-secure minio-secure hdfs
 SECURED_HDFS = HADOOP_USER_NAME=writer $(PYTEST) tests/secured/test_hdfs_secured.py -q --durations=5
 test-secured: venv java tools
 	@$(EOSINK) services up $(SECURE_SERVICES) && $(EOSINK) services check $(SECURE_SERVICES) && \
 	$(TOGETHER) "$(PYTEST) tests/secured/test_postgres_secured.py tests/spark/test_secured_pipelines.py -q \
 			-m 'not full' $(LIGHT_CONTRACT) --durations=5" \
 		"$(PYTEST) tests/secured/test_kafka_secured.py -q -m 'not full' $(KAFKA_CONTRACT) --durations=5" \
-		"$(SECURED_HDFS) -m 'not full' $(LIGHT_CONTRACT)"; rc=$$?; \
+		"$(SECURED_HDFS) -m 'not full' $(LIGHT_CONTRACT)" \
+		"$(PYTEST) tests/secured/test_s3_secured.py -q -m 'not full' $(LIGHT_CONTRACT) --durations=5"; rc=$$?; \
 	$(EOSINK) services down $(SECURE_SERVICES); exit $$rc
 
 test-secured-full: venv java tools
 	@$(EOSINK) services up $(SECURE_SERVICES) && $(EOSINK) services check $(SECURE_SERVICES) && \
 	$(TOGETHER) "$(PYTEST) tests/secured/test_postgres_secured.py tests/spark/test_secured_pipelines.py -q --durations=5" \
-		"$(PYTEST) tests/secured/test_kafka_secured.py -q --durations=5" "$(SECURED_HDFS)"; rc=$$?; \
+		"$(PYTEST) tests/secured/test_kafka_secured.py -q --durations=5" "$(SECURED_HDFS)" \
+		"$(PYTEST) tests/secured/test_s3_secured.py -q --durations=5"; rc=$$?; \
 	$(EOSINK) services down $(SECURE_SERVICES); exit $$rc
 
 services-status: venv

@@ -68,7 +68,8 @@ class S3Config:
       ``segment_batches`` batches. An app_id keeps the size of its first segment for good.
 
     Connection settings (``endpoint_url``, ``region``, ``path_style``, credentials, timeouts,
-    ``max_attempts``) are those of :class:`S3Connection`; :meth:`connection` returns them as one.
+    ``max_attempts``, ``ca_bundle``) are those of :class:`S3Connection`; :meth:`connection` returns them as
+    one.
     """
 
     bucket: str
@@ -98,6 +99,7 @@ class S3Config:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0
     max_attempts: int = 3
+    ca_bundle: str | None = None
     check_conditional_writes: bool = True
     segment_batches: int = 100
 

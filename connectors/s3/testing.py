@@ -89,12 +89,13 @@ class S3Harness(SinkHarness):
             aws_secret_access_key=ep.secret_key,
             region_name=ep.region,
             config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 3}),
+            verify=getattr(ep, "ca", None) or None,
         )
 
     def make_sink(self, ns: Namespace) -> S3Sink:
         return S3Sink(self.config(ns))
 
-    def fault_endpoint(self) -> tuple[str, int]:
+    def fault_endpoint(self) -> tuple[str, int] | None:
         from urllib.parse import urlsplit
 
         url = urlsplit(self.endpoint().endpoint_url)
@@ -128,3 +129,51 @@ def listed_parquet(s3: Any, bucket: str, prefix: str, columns: Sequence[str] | N
                 continue
             tables.append(parquet_table(body, columns))
     return pa.concat_tables(tables, promote_options="default") if tables else None
+
+
+class SecureS3Harness(S3Harness):
+    """The suite as the secured MinIO's writer user over ``https://`` (``ca_bundle``), whose policy allows exactly
+    :func:`~eosink.connectors.s3.grants.writer_policy` on the harness's bucket and prefixes under ``PREFIX``;
+    the root credentials only make the bucket and read back. No fault proxy: it would have to terminate TLS."""
+
+    prefix_root = "secured"
+
+    def endpoint(self) -> Any:
+        if self._endpoint is None:
+            self._endpoint = get_service("minio-secure").endpoint()
+            self.allow()
+        return self._endpoint
+
+    def allow(self, *, without: str | None = None, user: str | None = None, prefix: str | None = None) -> None:
+        """Attach the writer policy (all but ``without``) for ``prefix`` (default: every namespace's) to ``user``."""
+        from eosink.connectors.s3.grants import writer_policy
+
+        ep = self.endpoint()
+        who = user or ep.writer
+        admin = ep.admin()
+        admin.set_policy(f"eosink-{who}", writer_policy(self.bucket, prefix or self.prefix_root, without=without))
+        admin.attach(who, f"eosink-{who}")
+
+    def config(self, ns: Namespace | str, **options: Any) -> S3Config:
+        ep = self.endpoint()
+        prefix = ns if isinstance(ns, str) else f"{self.prefix_root}/{ns.name}"
+        settings: dict[str, Any] = {
+            "access_key_id": ep.writer,
+            "secret_access_key": ep.writer_secret,
+            "ca_bundle": ep.ca,
+            **options,
+        }
+        return super().config(prefix, **settings)
+
+    def fault_endpoint(self) -> tuple[str, int] | None:
+        return None
+
+    def read_as_admin(self, prefix: str) -> list[dict[str, Any]]:
+        """What a reader with the root credentials reads under ``prefix`` (the writer may lack GetObject)."""
+        ep = self.endpoint()
+        config = super().config(prefix, ca_bundle=ep.ca)
+        rows: list[dict[str, Any]] = read_committed(config).to_pylist()
+        return rows
+
+    def cleanup(self, ns: Namespace) -> None:
+        empty_prefix(self.client(), self.bucket, f"{self.prefix_root}/{ns.name}")

@@ -17,10 +17,11 @@ _CLASSES = {
     "minio": "eosink.services.minio:MinioService",
     "postgres-secure": "eosink.services.postgres_secure:SecurePostgresService",
     "kafka-secure": "eosink.services.kafka_secure:SecureKafkaService",
+    "minio-secure": "eosink.services.minio_secure:SecureMinioService",
 }
 
 #: Every secured variant (TLS, authentication, a least-privileged writer), by the plain service's name.
-SECURE_VARIANTS: dict[str, str] = {"postgres": "postgres-secure", "kafka": "kafka-secure"}
+SECURE_VARIANTS: dict[str, str] = {"postgres": "postgres-secure", "kafka": "kafka-secure", "minio": "minio-secure"}
 #: Every service name, in the order ``up`` starts them; ``up`` with no names starts the plain ones.
 SERVICE_NAMES: tuple[str, ...] = tuple(_CLASSES)
 PLAIN_SERVICE_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in SECURE_VARIANTS.values())

@@ -39,6 +39,7 @@ import os
 import re
 import secrets
 import shutil
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -46,7 +47,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from eosink._secrets import scrub
 from eosink.errors import ServiceError
@@ -92,7 +93,7 @@ class MinioService(Service[S3Endpoint]):
 
     name = "minio"
     endpoint_type = S3Endpoint
-    override_vars = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY")
+    override_vars: ClassVar[tuple[str, ...]] = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY")
 
     @property
     def binary(self) -> Path:
@@ -189,16 +190,17 @@ class MinioService(Service[S3Endpoint]):
         access_key, secret_key = _credentials()
         certs = self.run / "certs"  # empty: never pick up TLS certificates from ~/.minio/certs
         certs.mkdir(exist_ok=True)
+        scheme = self.certificates(certs)
         env = _server_env(access_key, secret_key)
 
         def start(attempt: Attempt) -> tuple[Proc, S3Endpoint]:
             port, console = attempt.ports
-            endpoint = S3Endpoint(f"http://127.0.0.1:{port}", access_key, secret_key, "us-east-1")
+            endpoint = self.make_endpoint(f"{scheme}://127.0.0.1:{port}", access_key, secret_key)
             argv = _server_argv(self.binary, self.data, port, console, certs)
             proc = spawn(argv, self.log_path, env=env, cwd=self.run)
             try:
                 wait_until(
-                    _ready(endpoint),
+                    _ready(endpoint, getattr(endpoint, "ca", None)),
                     what="MinIO",
                     proc=proc,
                     log_path=self.log_path,
@@ -206,12 +208,24 @@ class MinioService(Service[S3Endpoint]):
                     fix=f"read {self.log_path}; if the binary is broken, delete {self.home} to rebuild it.",
                     attempt=attempt,
                 )
+                self.started(endpoint)
             except BaseException:
                 stop(proc, what="MinIO")
                 raise
             return proc, endpoint
 
         return start_on_ports(start, free_ports(2), log_path=self.log_path, what="MinIO", may_move=True)
+
+    def certificates(self, certs: Path) -> str:
+        """Put the server's TLS files into ``certs`` (none here); the URL scheme that results (a hook)."""
+        return "http"
+
+    def make_endpoint(self, url: str, access_key: str, secret_key: str) -> S3Endpoint:
+        """The endpoint of a server at ``url`` with root credentials (a hook)."""
+        return S3Endpoint(url, access_key, secret_key, "us-east-1")
+
+    def started(self, endpoint: S3Endpoint) -> None:
+        """Runs once the new server is ready, before its state is recorded (a hook)."""
 
     # -- checking --------------------------------------------------------------------------
 
@@ -225,6 +239,7 @@ class MinioService(Service[S3Endpoint]):
         client: Any = boto3.client(
             "s3",
             endpoint_url=endpoint.endpoint_url,
+            verify=getattr(endpoint, "ca", None) or None,
             aws_access_key_id=endpoint.access_key,
             aws_secret_access_key=endpoint.secret_key,
             region_name=endpoint.region,
@@ -352,9 +367,9 @@ class MinioServer(ServerProcess):
         return self.endpoint
 
 
-def _ready(endpoint: S3Endpoint) -> Callable[[], bool]:
-    """Whether MinIO at ``endpoint`` reports ready (its health check)."""
-    return functools.partial(_http_ok, f"{endpoint.endpoint_url}/minio/health/ready")
+def _ready(endpoint: S3Endpoint, ca: str | None = None) -> Callable[[], bool]:
+    """Whether MinIO at ``endpoint`` reports ready (its health check); ``ca``: the CA of its certificate."""
+    return functools.partial(_http_ok, f"{endpoint.endpoint_url}/minio/health/ready", ca)
 
 
 def _credentials() -> tuple[str, str]:
@@ -447,9 +462,10 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(m) for m in re.findall(r"\d+", version.split("rc")[0].split("beta")[0])[:3])
 
 
-def _http_ok(url: str) -> bool:
+def _http_ok(url: str, ca: str | None = None) -> bool:
+    context = ssl.create_default_context(cafile=ca) if ca else None
     try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
+        with urllib.request.urlopen(url, timeout=2, context=context) as reply:
             return bool(reply.status == 200)
     except (OSError, urllib.error.URLError):
         return False

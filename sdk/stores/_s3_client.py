@@ -74,6 +74,7 @@ def _make(conn: S3Connection, retrying: bool) -> Any:
         aws_secret_access_key=conn.secret_access_key,
         aws_session_token=conn.session_token,
         config=config,
+        verify=conn.ca_bundle,  # None: the system's CAs (or AWS_CA_BUNDLE)
     )
     if not retrying:
         # No "Expect: 100-continue" on commit requests: their bodies are small, and a request whose body

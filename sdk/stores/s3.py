@@ -51,6 +51,8 @@ class S3Connection:
       boto3's chain (``profile`` picks a shared-config profile).
     * ``max_attempts``: botocore's attempts for reads and data uploads (commit requests are never retried
       by botocore: eosink resolves them itself).
+    * ``ca_bundle``: the CA certificates (PEM) an ``https://`` endpoint's certificate is checked against
+      (default: the system's, or ``AWS_CA_BUNDLE``); it must exist on every driver and executor host.
     """
 
     endpoint_url: str | None = None
@@ -63,6 +65,7 @@ class S3Connection:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0
     max_attempts: int = 3
+    ca_bundle: str | None = None
 
     def __post_init__(self) -> None:
         if self.endpoint_url is not None:

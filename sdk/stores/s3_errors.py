@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from eosink.errors import BadRecordError, ConfigurationError, EosinkError, TransientError
+from eosink.errors import BadRecordError, ConfigurationError, EosinkError, PermissionDeniedError, TransientError
 from eosink.stores.s3 import S3Connection
 
 __all__ = [
     "PERMISSIONS",
+    "action_of",
     "error_code",
     "http_status",
     "is_connection_error",
@@ -59,6 +60,30 @@ _CREDENTIAL_CODES = {
     "AuthorizationHeaderMalformed",
 }
 _DENIED_CODES = {"AccessDenied", "AllAccessDisabled", "AccountProblem", "403"}
+
+#: The action each S3 request needs (a refused request names its operation, not the action).
+_OPERATIONS = {
+    "HeadBucket": "s3:ListBucket",
+    "ListObjectsV2": "s3:ListBucket",
+    "ListObjects": "s3:ListBucket",
+    "ListMultipartUploads": "s3:ListBucketMultipartUploads",
+    "GetObject": "s3:GetObject",
+    "HeadObject": "s3:GetObject",
+    "PutObject": "s3:PutObject",
+    "CreateMultipartUpload": "s3:PutObject",
+    "UploadPart": "s3:PutObject",
+    "CompleteMultipartUpload": "s3:PutObject",
+    "CopyObject": "s3:PutObject",
+    "DeleteObject": "s3:DeleteObject",
+    "DeleteObjects": "s3:DeleteObject",
+    "AbortMultipartUpload": "s3:AbortMultipartUpload",
+    "ListParts": "s3:ListMultipartUploadParts",
+}
+
+
+def action_of(operation: str) -> str | None:
+    """The IAM action a refused S3 request (botocore's ``operation_name``) needed."""
+    return _OPERATIONS.get(operation)
 
 
 def error_code(exc: BaseException) -> str:
@@ -143,10 +168,20 @@ def translate(conn: S3Connection, exc: BaseException, what: str) -> EosinkError:
     if code in _CREDENTIAL_CODES:
         return ConfigurationError(f"{where}: the store refused the credentials ({detail}).", _CREDENTIALS_FIX)
     if code in _DENIED_CODES:
-        return ConfigurationError(
-            f"{where} was refused: access denied ({detail}).",
-            f"Grant the sink's credentials {PERMISSIONS} on the bucket and prefix (a 403 on a HEAD request can "
-            "also mean wrong credentials: check them too).",
+        action = action_of(getattr(exc, "operation_name", ""))
+        if action is None:
+            return PermissionDeniedError(
+                f"{where} was refused: access denied ({detail}).",
+                f"Grant the sink's credentials {PERMISSIONS} on the bucket and prefix (a 403 on a HEAD request can "
+                "also mean wrong credentials: check them too).",
+                permission=PERMISSIONS,
+            )
+        return PermissionDeniedError(
+            f"{where} was refused: access denied to {getattr(exc, 'operation_name', '')}, which needs {action} "
+            f"({detail}).",
+            f"Allow {action} to the sink's credentials on the bucket and prefix (the connector's docs list every "
+            "action the sink needs), then restart the query.",
+            permission=action,
         )
     if code in (
         "KMS.NotFoundException",

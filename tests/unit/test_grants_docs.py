@@ -11,11 +11,13 @@ from eosink.connectors.hdfs import HdfsConfig
 from eosink.connectors.hdfs.grants import permissions_table, writer_permissions
 from eosink.connectors.kafka.grants import acls_table, documented_acls
 from eosink.connectors.postgres.grants import documented_grants, grants_table
+from eosink.connectors.s3.grants import actions_table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "connectors"
 TABLES = {
     "postgres": lambda: grants_table(documented_grants()),
     "kafka": lambda: acls_table(documented_acls()),
+    "s3": actions_table,
     "hdfs": lambda: permissions_table(writer_permissions(HdfsConfig("hdfs://namenode:8020/data/events"), "writer")),
 }
 
