@@ -17,6 +17,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from eosink._tls_probe import speaks_tls
 from eosink.errors import AuthenticationError, ConfigurationError, EosinkError, TlsError
 
 __all__ = ["diagnose"]
@@ -50,7 +51,7 @@ def diagnose(bootstrap: str, options: Mapping[str, Any], timeout_s: float = 5.0)
                     "Use the security_protocol the listener speaks (PLAINTEXT or SASL_PLAINTEXT for a plaintext "
                     "listener), or connect to the broker's TLS listener.",
                 )
-        elif _speaks_tls(host, port, timeout_s):
+        elif speaks_tls(host, port, timeout_s):
             return TlsError(
                 f"{where} requires TLS, and security_protocol={protocol} does not speak it.",
                 "Set producer_options security_protocol to SASL_SSL (or SSL) and ssl_cafile to the CA that signed "
@@ -88,18 +89,6 @@ def _untrusted(where: str, host: str, exc: ssl.SSLCertVerificationError) -> TlsE
         f"{where}: the broker's certificate is not signed by a CA this client trusts ({reason}).",
         "Point producer_options ssl_cafile at the CA that signed the broker's certificate.",
     )
-
-
-def _speaks_tls(host: str, port: int, timeout_s: float) -> bool:
-    """Whether the listener completes a TLS handshake (certificate not checked: only whether it speaks TLS)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as raw, context.wrap_socket(raw):
-            return True
-    except (OSError, ssl.SSLError):
-        return False
 
 
 def _authenticate(sock: socket.socket, where: str, options: Mapping[str, Any]) -> EosinkError | None:

@@ -15,7 +15,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from eosink.errors import BadRecordError, ConfigurationError, EosinkError, PermissionDeniedError, TransientError
+from eosink._tls_probe import speaks_tls
+from eosink.errors import (
+    AuthenticationError,
+    BadRecordError,
+    ConfigurationError,
+    EosinkError,
+    PermissionDeniedError,
+    TlsError,
+    TransientError,
+)
 from eosink.stores.s3 import S3Connection
 
 __all__ = [
@@ -152,6 +161,8 @@ def translate(conn: S3Connection, exc: BaseException, what: str) -> EosinkError:
     detail = conn.scrub(f"{type(exc).__name__}: {str(exc).strip()}")
     if isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError, bx.ProfileNotFound)):
         return ConfigurationError(f"{where}: no usable credentials ({detail}).", _CREDENTIALS_FIX)
+    if isinstance(exc, bx.SSLError):
+        return _tls_error(where, detail)
     if isinstance(exc, bx.ParamValidationError):
         return ConfigurationError(f"{where}: a request was refused before it was sent ({detail}).", _REPORT_FIX)
     if is_connection_error(exc):
@@ -166,7 +177,12 @@ def translate(conn: S3Connection, exc: BaseException, what: str) -> EosinkError:
             "Create the bucket, or fix bucket= (and endpoint_url/region if the bucket lives elsewhere).",
         )
     if code in _CREDENTIAL_CODES:
-        return ConfigurationError(f"{where}: the store refused the credentials ({detail}).", _CREDENTIALS_FIX)
+        return AuthenticationError(f"{where}: the store refused the credentials ({detail}).", _CREDENTIALS_FIX)
+    if http_status(exc) == 400 and code in ("", "400", "BadRequest") and _tls_only(conn):
+        return TlsError(
+            f"{where}: the store at {conn.describe()} speaks TLS only, and the request was plain HTTP ({detail}).",
+            "Use an https:// endpoint_url (with ca_bundle if its certificate is signed by a CA of your own).",
+        )
     if code in _DENIED_CODES:
         action = action_of(getattr(exc, "operation_name", ""))
         if action is None:
@@ -214,3 +230,26 @@ _CREDENTIALS_FIX = (
     "store; then restart the query."
 )
 _REPORT_FIX = "See the S3 error above; if it looks like a bug in eosink, report it with this message."
+
+
+def _tls_error(where: str, detail: str) -> TlsError:
+    """The TLS handshake with the store failed: whom the certificate names, or who signed it."""
+    if "doesn't match" in detail or "mismatch" in detail.lower():
+        return TlsError(
+            f"{where}: the store's certificate does not name the host of endpoint_url ({detail}).",
+            "Use an endpoint_url whose host the certificate carries, or have the certificate reissued for it.",
+        )
+    return TlsError(
+        f"{where}: the store's certificate is not signed by a CA this client trusts ({detail}).",
+        "Point ca_bundle (or AWS_CA_BUNDLE) at the CA that signed the store's certificate.",
+    )
+
+
+def _tls_only(conn: S3Connection) -> bool:
+    """Whether a plain ``http://`` endpoint is in fact a TLS listener (a bare 400 is its answer to plain HTTP)."""
+    from urllib.parse import urlsplit
+
+    if conn.endpoint_url is None or not conn.endpoint_url.startswith("http://"):
+        return False
+    parts = urlsplit(conn.endpoint_url)
+    return speaks_tls(parts.hostname or "localhost", parts.port or 80)

@@ -1,5 +1,8 @@
 """S3 secured: MinIO over TLS only, written by a user whose policy allows only the documented actions.
 
+A wrong secret, an untrusted certificate, a host name mismatch and plain HTTP to the TLS listener are each a
+typed error (never a retried outage), with no secret in the error, the logs or the output.
+
 Against ``eosink services up minio-secure`` (:mod:`eosink.services.minio_secure`): the contract suite's cases
 that need no fault proxy as the writer user (never the root credentials), and each documented action
 (:func:`eosink.connectors.s3.grants.writer_actions`) left out of the writer's policy in turn: the query stops with
@@ -8,7 +11,9 @@ a :class:`PermissionDeniedError` naming it and nothing is visible; allowed again
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +26,9 @@ from eosink.connectors.s3.testing import SecureS3Harness
 from eosink.contracts import contract_tests
 from eosink.contracts._mini import VARIANTS, MemoryBatch, SparkOrderDriver, canon, make_rows
 from eosink.contracts.secrets import assert_secret_free
-from eosink.errors import PermissionDeniedError
+from eosink.errors import AuthenticationError, EosinkError, PermissionDeniedError, TlsError
+from eosink.services._tls import TestCA
+from eosink.services.proxy import FaultProxy
 
 HARNESS = SecureS3Harness()
 TestSecureS3Contract = contract_tests(HARNESS, name="TestSecureS3Contract")
@@ -75,3 +82,60 @@ def test_each_documented_action_is_needed(tmp_path: Path, left_out: str, monkeyp
         driver.close()
         HARNESS.allow()  # the suite's policy again
     assert canon(HARNESS.read_as_admin(prefix)) == canon([r for b in batches for r in b.rows])
+
+
+# -- credentials and TLS ----------------------------------------------------------------------------------------
+
+WRONG = "not-the-secret-42"
+
+
+def _mismatch(proxies: list[FaultProxy]) -> dict[str, Any]:
+    """The store reached by another loopback address: its certificate names 127.0.0.1 and localhost only."""
+    host, _, port = HARNESS.endpoint().endpoint_url.removeprefix("https://").rpartition(":")
+    proxy = FaultProxy(host, int(port), listen_host="127.0.0.2").start()
+    proxies.append(proxy)
+    return {"endpoint_url": f"https://127.0.0.2:{proxy.port}"}
+
+
+BAD: dict[str, tuple[type[EosinkError], Callable[[Path, list[FaultProxy]], dict[str, Any]]]] = {
+    "wrong secret": (AuthenticationError, lambda tmp, proxies: {"secret_access_key": WRONG}),
+    "untrusted certificate": (
+        TlsError,
+        lambda tmp, proxies: {"ca_bundle": str(TestCA("untrusted").write_ca(tmp / "untrusted.pem"))},
+    ),
+    "host name mismatch": (TlsError, lambda tmp, proxies: _mismatch(proxies)),
+    "TLS off": (
+        TlsError,
+        lambda tmp, proxies: {"endpoint_url": HARNESS.endpoint().endpoint_url.replace("https://", "http://")},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_credentials_and_tls_are_typed_errors_without_the_secret(
+    tmp_path: Path, case: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    expected, spoil = BAD[case]
+    prefix = f"bad/{uuid.uuid4().hex[:10]}"
+    HARNESS.allow(prefix=prefix)
+    proxies: list[FaultProxy] = []
+    try:
+        config = HARNESS.config(prefix, **spoil(tmp_path, proxies))
+        driver = SparkOrderDriver(tmp_path / "checkpoint", VARIANT["2pc"], config, S3Sink, APP)
+        try:
+            err = driver.fail([MemoryBatch(make_rows(0), participants=2)], expected)
+        finally:
+            driver.close()
+    finally:
+        for proxy in proxies:
+            proxy.close()
+        HARNESS.allow()
+    assert err.fix
+    endpoint = HARNESS.endpoint()
+    secrets = [endpoint.writer_secret, endpoint.secret_key, WRONG]
+    out, errs = capfd.readouterr()
+    for text in (out, errs, caplog.text, repr(config)):
+        assert_secret_free(text, secrets)
+    assert_secret_free(err, secrets)
+    assert HARNESS.read_as_admin(prefix) == []

@@ -42,7 +42,15 @@ from eosink.connectors.s3 import S3Config, S3Sink, committed_files, committed_ma
 from eosink.connectors.s3.admin import S3Admin
 from eosink.connectors.s3.testing import empty_prefix, incomplete_uploads
 from eosink.contracts._mini import SCHEMA, VARIANTS, MemoryBatch, SparkOrderDriver, Variant, canon, make_rows
-from eosink.errors import BadRecordError, ConfigurationError, EosinkError, SchemaError, TransientError
+from eosink.errors import (
+    AuthenticationError,
+    BadRecordError,
+    ConfigurationError,
+    EosinkError,
+    PermissionDeniedError,
+    SchemaError,
+    TransientError,
+)
 from eosink.services._process import free_port
 from eosink.stores.s3_errors import PERMISSIONS
 from tests.connectors.postgres._badinput import ArrowBatch, assert_refused
@@ -155,14 +163,14 @@ def test_a_missing_bucket_stops_the_query_and_resumes_once_it_is_created(tmp_pat
 def test_wrong_credentials_stop_the_query_without_the_secret(
     tmp_path: Path, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A wrong secret key: ConfigurationError about the credentials, from the query and from ``eosink status``
+    """A wrong secret key: AuthenticationError about the credentials, from the query and from ``eosink status``
     alike, the secret in no text, repr or log line; with the right key the restart writes every batch once."""
     secret = f"not-the-secret-{uuid.uuid4().hex}"
     bad = HARNESS.config(prefix, secret_access_key=secret)
-    with pytest.raises(ConfigurationError) as status:
+    with pytest.raises(AuthenticationError) as status:
         S3Admin(bad).status(APP)
     assert_refused(status.value, problem=["refused the credentials"], fix=["secret key"], secrets=[secret])
-    err = stop_fix_resume(Driver(tmp_path, bad), work(), ConfigurationError, config=HARNESS.config(prefix))
+    err = stop_fix_resume(Driver(tmp_path, bad), work(), AuthenticationError, config=HARNESS.config(prefix))
     assert_refused(err, problem=["refused the credentials"], fix=["secret key"], secrets=[secret])
     for shown in (bad, S3Sink(bad), bad.connection()):
         assert secret not in f"{shown} {shown!r}"
@@ -202,14 +210,16 @@ def session_credentials(prefix: str, actions: Sequence[str]) -> dict[str, str]:
 def test_access_denied_by_a_read_only_policy_then_the_documented_permissions_suffice(
     tmp_path: Path, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A MinIO user whose policy only reads: ConfigurationError "access denied" whose fix lists the
-    permissions; a user granted exactly those permissions (PERMISSIONS) resumes and writes every batch once."""
+    """A MinIO user whose policy only reads: PermissionDeniedError "access denied" naming the action the refused
+    request needed (s3:PutObject) in its permission and fix; a user granted exactly the documented permissions
+    (PERMISSIONS) resumes and writes every batch once."""
     read_only = session_credentials(prefix, ["s3:ListBucket", "s3:GetObject"])
     granted = session_credentials(prefix, PERMISSIONS.split(", "))
     driver = Driver(tmp_path, HARNESS.config(prefix, **read_only))
-    err = stop_fix_resume(driver, work(), ConfigurationError, config=HARNESS.config(prefix, **granted))
+    err = stop_fix_resume(driver, work(), PermissionDeniedError, config=HARNESS.config(prefix, **granted))
     secrets = [read_only["secret_access_key"], read_only["session_token"]]
-    assert_refused(err, problem=["access denied"], fix=["s3:PutObject", "s3:AbortMultipartUpload"], secrets=secrets)
+    assert_refused(err, problem=["access denied"], fix=["s3:PutObject"], secrets=secrets)
+    assert isinstance(err, PermissionDeniedError) and err.permission == "s3:PutObject"
     assert all(s not in caplog.text for s in secrets)
 
 
