@@ -45,7 +45,14 @@ from eosink.connectors.kafka._commit_side import _CommitSide
 from eosink.connectors.kafka._errors import permission_denied, translated
 from eosink.connectors.kafka._names import BUNDLE_CLIENT_ID, bundle_key, bundle_txid, fence_txid, parse_txid
 from eosink.connectors.kafka._producer import mark_committed, producer_ids
-from eosink.connectors.kafka._progress import BUNDLES, WINDOW, ProgressView, bundle_record, ensure_progress_topic
+from eosink.connectors.kafka._progress import (
+    BUNDLES,
+    MARKERS,
+    WINDOW,
+    ProgressView,
+    bundle_record,
+    ensure_progress_topic,
+)
 from eosink.connectors.kafka._two_phase import keeps_prepared
 from eosink.connectors.kafka._write_side import _Txn, _WriteSide
 from eosink.connectors.kafka.config import KafkaConfig
@@ -200,9 +207,24 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
             finally:
                 self._drop(producer)
             epoch = self.current_epoch(app_id)
-            self._bundle_producer(app_id, renew=True)  # a zombie's bundle producer is fenced from now on
+            bundles = self._bundle_producer(app_id, renew=True)  # a zombie's bundle producer is fenced from now on
+            self._prove_progress_writable(app_id, bundles)
             self._abort_unprepared(app_id, epoch)
         return epoch
+
+    def _prove_progress_writable(self, app_id: str, producer: Any) -> None:
+        """One record to the progress topic's markers partition, in a transaction that is aborted (no reader sees
+        it): a writer that may not write the progress topic stops here, before any batch, and not after the
+        idempotent strategy's records became visible."""
+        producer.begin_transaction()
+        try:
+            producer.send(self.config.progress_topic, key=b"eosink-probe", value=b"", partition=MARKERS).get(
+                timeout=self.config.transaction_timeout_ms / 1000
+            )
+        except BaseException:
+            self._forget_bundle_producer(app_id)  # its transaction is in an error state: a new one next time
+            raise
+        producer.abort_transaction()
 
     def current_epoch(self, app_id: str) -> int:
         """The newest writer epoch of ``app_id``: 1 + (producer id << 16 | epoch) of its fence id; 0 unfenced."""
