@@ -235,7 +235,8 @@ services-down: venv
 # that need no fault proxy, each documented grant taken away in turn, bad credentials and TLS, status and
 # recover as the writer; a Spark kill-and-restart under 2pc per sink (tests/spark/test_secured_pipelines.py,
 # the other strategies in test-full).
-# Two processes side by side, as the sinks' stages do; Kafka's suite at make test-kafka's strength.
+# Four processes side by side (PostgreSQL with the Spark kills, Kafka, HDFS, S3 with Delta on S3); Kafka's
+# suite at make test-kafka's strength.
 # test-secured-full: every case at full strength, every strategy's Spark kill.
 # HDFS: the harness's NameNode always checks permissions; its tests run as the ordinary user "writer".
 SECURE_SERVICES = postgres-secure kafka-secure minio-secure hdfs
@@ -246,14 +247,15 @@ test-secured: venv java tools
 			-m 'not full' $(LIGHT_CONTRACT) --durations=5" \
 		"$(PYTEST) tests/secured/test_kafka_secured.py -q -m 'not full' $(KAFKA_CONTRACT) --durations=5" \
 		"$(SECURED_HDFS) -m 'not full' $(LIGHT_CONTRACT)" \
-		"$(PYTEST) tests/secured/test_s3_secured.py -q -m 'not full' $(LIGHT_CONTRACT) --durations=5"; rc=$$?; \
+		"$(PYTEST) tests/secured/test_s3_secured.py tests/secured/test_delta_secured.py -q -m 'not full' \
+			$(LIGHT_CONTRACT) --durations=5"; rc=$$?; \
 	$(EOSINK) services down $(SECURE_SERVICES); exit $$rc
 
 test-secured-full: venv java tools
 	@$(EOSINK) services up $(SECURE_SERVICES) && $(EOSINK) services check $(SECURE_SERVICES) && \
 	$(TOGETHER) "$(PYTEST) tests/secured/test_postgres_secured.py tests/spark/test_secured_pipelines.py -q --durations=5" \
 		"$(PYTEST) tests/secured/test_kafka_secured.py -q --durations=5" "$(SECURED_HDFS)" \
-		"$(PYTEST) tests/secured/test_s3_secured.py -q --durations=5"; rc=$$?; \
+		"$(PYTEST) tests/secured/test_s3_secured.py tests/secured/test_delta_secured.py -q --durations=5"; rc=$$?; \
 	$(EOSINK) services down $(SECURE_SERVICES); exit $$rc
 
 services-status: venv

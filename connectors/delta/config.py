@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from eosink._secrets import looks_secret, scrub
 from eosink.errors import ConfigurationError
+from eosink.stores.ca_trust import trust_ca
 from eosink.stores.s3 import S3Connection
 
 __all__ = ["DeltaConfig"]
@@ -30,9 +31,11 @@ class DeltaConfig:
 
     * ``table``: the table's URI (see the module docstring).
     * ``endpoint_url``, ``region``, ``path_style``, ``access_key_id``, ``secret_access_key``,
-      ``session_token``, ``connect_timeout_s``, ``read_timeout_s``, ``max_attempts``: how to reach an
-      ``s3://`` table's store, as for the S3 sink. None of the first six given: the service harness's
-      ``EOSINK_S3_*`` variables, else the ``AWS_*`` chain.
+      ``session_token``, ``connect_timeout_s``, ``read_timeout_s``, ``max_attempts``, ``ca_bundle``: how to
+      reach an ``s3://`` table's store, as for the S3 sink. None of the first six given: the service harness's
+      ``EOSINK_S3_*`` variables, else the ``AWS_*`` chain. delta-rs takes no CA file of its own: with
+      ``ca_bundle``, the process's ``SSL_CERT_FILE`` becomes a bundle of the CAs it trusted plus this one
+      (:func:`eosink.stores.ca_trust.trust_ca`), which delta-rs reads.
     * ``storage_options``: further delta-rs storage settings, passed through untouched.
     * ``create_table``: create a missing table (default) with the stream's schema (``foreach_batch``
       and ``format("eosink")`` hand it over before the first batch; with the sink API, call
@@ -60,6 +63,7 @@ class DeltaConfig:
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0
     max_attempts: int = 3
+    ca_bundle: str | None = None
     storage_options: Mapping[str, str] = field(default_factory=dict)
     create_table: bool = True
     partition_by: tuple[str, ...] = ()
@@ -86,7 +90,7 @@ class DeltaConfig:
             for name in ("endpoint_url", "region", "path_style", "access_key_id", "secret_access_key", "session_token")
             if getattr(self, name) is not None
         }
-        limits = {n: getattr(self, n) for n in ("connect_timeout_s", "read_timeout_s", "max_attempts")}
+        limits = {n: getattr(self, n) for n in ("connect_timeout_s", "read_timeout_s", "max_attempts", "ca_bundle")}
         if scheme != "s3":
             set_(self, "s3", None)
         elif explicit:
@@ -138,10 +142,13 @@ class DeltaConfig:
     # -- what delta-rs gets ----------------------------------------------------------------------
 
     def delta_options(self) -> dict[str, str]:
-        """The storage options handed to delta-rs: the S3 connection's, then ``storage_options``."""
+        """The storage options handed to delta-rs: the S3 connection's, then ``storage_options``. With a
+        ``ca_bundle``, this process trusts it from here on (delta-rs reads no CA option, only ``SSL_CERT_FILE``)."""
         options: dict[str, str] = {}
         if self.scheme == "s3" and self.s3 is not None:
             options.update(_s3_options(self.s3))
+            if self.s3.ca_bundle:
+                trust_ca(self.s3.ca_bundle)
         options.update(self.storage_options)
         return options
 

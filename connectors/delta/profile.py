@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,12 +36,16 @@ class DeltaProfile(SinkProfile):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--table", required=True, help="the table: s3://bucket/path, hdfs://nn:port/path or a dir")
         parser.add_argument("--endpoint-url", help="an S3-compatible store's endpoint (default: $EOSINK_S3_* / AWS_*)")
+        parser.add_argument(
+            "--ca-bundle", help="the CA (PEM) that signed an https:// store's certificate (default: $AWS_CA_BUNDLE)"
+        )
 
     def admin(self, args: argparse.Namespace) -> SinkAdmin:
         from eosink.connectors.delta.admin import DeltaAdmin
         from eosink.connectors.delta.config import DeltaConfig
 
-        return DeltaAdmin(DeltaConfig(args.table, endpoint_url=args.endpoint_url))
+        ca_bundle = getattr(args, "ca_bundle", None) or os.environ.get("AWS_CA_BUNDLE") or None
+        return DeltaAdmin(DeltaConfig(args.table, endpoint_url=args.endpoint_url, ca_bundle=ca_bundle))
 
     def secrets_note(self) -> str:
         return (

@@ -20,7 +20,7 @@ from eosink.connectors.delta.profile import PROFILE
 from eosink.contracts import Namespace, SinkHarness
 from eosink.contracts.harness import CONTRACT_SCHEMA
 
-__all__ = ["BUCKET", "COMMIT_REQUEST_MARKER", "DeltaHarness", "read_table"]
+__all__ = ["BUCKET", "COMMIT_REQUEST_MARKER", "DeltaHarness", "SecureDeltaS3Harness", "read_table"]
 
 BUCKET = "eosink-tests"
 """The bucket of the harness's tables on MinIO (each namespace's table under a prefix of its own)."""
@@ -69,22 +69,35 @@ class DeltaHarness(SinkHarness):
             from eosink.services import get_service
             from eosink.stores.s3 import ensure_bucket
 
-            self._s3 = get_service("minio").endpoint()  # ServiceError: start MinIO
+            self._s3 = get_service(self.minio_service).endpoint()  # ServiceError: start MinIO
             ensure_bucket(self._client(), BUCKET)
         return self._s3
+
+    minio_service = "minio"
+    prefix_root = ""
+    """Where the namespaces' tables go in the bucket (``""``: at its top)."""
 
     def _client(self) -> Any:
         from eosink.stores.s3 import S3Connection, client
 
         ep = self._s3
         return client(
-            S3Connection(ep.endpoint_url, ep.region, access_key_id=ep.access_key, secret_access_key=ep.secret_key)
+            S3Connection(
+                ep.endpoint_url,
+                ep.region,
+                access_key_id=ep.access_key,
+                secret_access_key=ep.secret_key,
+                ca_bundle=getattr(ep, "ca", None) or None,
+            )
         )
+
+    def _prefix(self, ns: Namespace) -> str:
+        return f"{self.prefix_root}/{ns.name}" if self.prefix_root else ns.name
 
     def config(self, ns: Namespace, **options: Any) -> DeltaConfig:
         settings: dict[str, Any] = {**self.options, **options}
         if self.store == "s3":
-            return DeltaConfig.on_endpoint(f"s3://{BUCKET}/{ns.name}", self._minio(), **settings)
+            return DeltaConfig.on_endpoint(f"s3://{BUCKET}/{self._prefix(ns)}", self._minio(), **settings)
         if self.store == "hdfs":
             return DeltaConfig(f"{settings.pop('hdfs_url', self._hdfs())}/eosink-tests/delta-{ns.name}", **settings)
         return DeltaConfig(str(ns.path / "table"), **settings)
@@ -121,7 +134,7 @@ class DeltaHarness(SinkHarness):
             from eosink.stores.s3 import empty_prefix
 
             self._minio()
-            empty_prefix(self._client(), BUCKET, ns.name)
+            empty_prefix(self._client(), BUCKET, self._prefix(ns))
         elif self.store == "hdfs":
             from eosink.stores.hdfs import Fs, HdfsConnection
 
@@ -129,3 +142,69 @@ class DeltaHarness(SinkHarness):
             Fs(target).delete(target.path)
         else:
             shutil.rmtree(ns.path / "table", ignore_errors=True)
+
+
+class SecureDeltaS3Harness(DeltaHarness):
+    """The suite on the secured MinIO (``eosink services up minio-secure``) over ``https://`` (``ca_bundle``),
+    as a user of its own whose policy allows exactly :func:`~eosink.connectors.delta.grants.writer_policy` on
+    the tables under ``prefix_root``; the root credentials only make the bucket and read back. No fault proxy:
+    it would have to terminate TLS."""
+
+    minio_service = "minio-secure"
+    prefix_root = "secured-delta"
+    writer = "eosink-delta-writer"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__("s3", **options)
+        self._writer_secret = ""
+
+    def endpoint(self) -> Any:
+        """The secured MinIO's endpoint; the first call makes the writer user and gives it the suite's policy."""
+        if self._s3 is None:
+            import secrets
+
+            ep = self._minio()
+            self._writer_secret = secrets.token_urlsafe(24)
+            ep.admin().add_user(self.writer, self._writer_secret)
+            self.allow()
+        return self._s3
+
+    @property
+    def writer_secret(self) -> str:
+        self.endpoint()
+        return self._writer_secret
+
+    def allow(self, *, without: str | None = None, prefix: str | None = None) -> None:
+        """Attach the writer policy (all but ``without``) for ``prefix`` (default: every namespace's)."""
+        from eosink.connectors.delta.grants import writer_policy
+
+        admin = self.endpoint().admin()
+        admin.set_policy(f"eosink-{self.writer}", writer_policy(BUCKET, prefix or self.prefix_root, without=without))
+        admin.attach(self.writer, f"eosink-{self.writer}")
+
+    def config(self, ns: Namespace | str, **options: Any) -> DeltaConfig:
+        ep = self.endpoint()
+        table = f"s3://{BUCKET}/{ns if isinstance(ns, str) else self._prefix(ns)}"
+        settings: dict[str, Any] = {
+            **self.options,
+            "access_key_id": self.writer,
+            "secret_access_key": self._writer_secret,
+            "ca_bundle": ep.ca,
+            **options,
+        }
+        return DeltaConfig.on_endpoint(table, ep, **settings)
+
+    def admin_config(self, prefix: str) -> DeltaConfig:
+        """The table under ``prefix`` as the administrator reaches it (the writer may lack GetObject)."""
+        ep = self.endpoint()
+        return DeltaConfig.on_endpoint(f"s3://{BUCKET}/{prefix}", ep, ca_bundle=ep.ca)
+
+    def read_as_admin(self, prefix: str) -> list[dict[str, Any]]:
+        """Every row a reader with the root credentials sees in the table under ``prefix``."""
+        return read_table(self.admin_config(prefix))
+
+    def fault_endpoint(self) -> tuple[str, int] | None:
+        return None
+
+    def read_committed(self, ns: Namespace) -> list[dict[str, Any]]:
+        return self.read_as_admin(self._prefix(ns))

@@ -43,13 +43,16 @@ class S3Profile(SinkProfile):
         parser.add_argument(
             "--path-style", action="store_true", default=None, help="path-style addressing (default for --endpoint-url)"
         )
+        parser.add_argument(
+            "--ca-bundle", help="the CA (PEM) that signed an https:// store's certificate (default: $AWS_CA_BUNDLE)"
+        )
 
     def admin(self, args: argparse.Namespace) -> SinkAdmin:
         from eosink.connectors.s3.admin import S3Admin
         from eosink.connectors.s3.config import S3Config
 
         options: dict[str, Any] = {}
-        for name in ("endpoint_url", "region", "path_style"):
+        for name in ("endpoint_url", "region", "path_style", "ca_bundle"):
             value = getattr(args, name, None)
             if value is not None:
                 options[name] = value

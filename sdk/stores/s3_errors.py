@@ -35,6 +35,7 @@ __all__ = [
     "is_connection_error",
     "is_not_found",
     "is_precondition_failed",
+    "tls_error",
     "translate",
     "translated",
 ]
@@ -162,7 +163,7 @@ def translate(conn: S3Connection, exc: BaseException, what: str) -> EosinkError:
     if isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError, bx.ProfileNotFound)):
         return ConfigurationError(f"{where}: no usable credentials ({detail}).", _CREDENTIALS_FIX)
     if isinstance(exc, bx.SSLError):
-        return _tls_error(where, detail)
+        return tls_error(where, detail)
     if isinstance(exc, bx.ParamValidationError):
         return ConfigurationError(f"{where}: a request was refused before it was sent ({detail}).", _REPORT_FIX)
     if is_connection_error(exc):
@@ -232,9 +233,10 @@ _CREDENTIALS_FIX = (
 _REPORT_FIX = "See the S3 error above; if it looks like a bug in eosink, report it with this message."
 
 
-def _tls_error(where: str, detail: str) -> TlsError:
-    """The TLS handshake with the store failed: whom the certificate names, or who signed it."""
-    if "doesn't match" in detail or "mismatch" in detail.lower():
+def tls_error(where: str, detail: str) -> TlsError:
+    """The TLS handshake with the store failed (as botocore or rustls says it): whom the certificate names, or
+    who signed it."""
+    if "doesn't match" in detail or "mismatch" in detail.lower() or "NotValidForName" in detail:
         return TlsError(
             f"{where}: the store's certificate does not name the host of endpoint_url ({detail}).",
             "Use an endpoint_url whose host the certificate carries, or have the certificate reissued for it.",

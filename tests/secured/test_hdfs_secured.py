@@ -27,6 +27,8 @@ from eosink.contracts import contract_tests
 from eosink.contracts._mini import VARIANTS, MemoryBatch, SparkOrderDriver, canon, make_rows
 from eosink.errors import PermissionDeniedError
 
+from ._operations import leave_in_doubt, status_and_recover
+
 HARNESS = SecureHdfsHarness()
 TestSecureHdfsContract = contract_tests(HARNESS, name="TestSecureHdfsContract")
 
@@ -74,3 +76,20 @@ def test_each_documented_permission_is_needed(base: str, tmp_path: Path, left_ou
     finally:
         driver.close()
     assert canon(read_committed(config, APP).to_pylist()) == canon([r for b in batches for r in b.rows])
+
+
+def test_status_and_recover_as_the_writer(base: str, tmp_path: Path) -> None:
+    """A 2pc batch left prepared by a dead driver: ``eosink status`` (as the writer) shows it in doubt, ``eosink
+    recover --yes`` commits it, then status is clean and the rows are there once."""
+    HARNESS.root()
+    target = f"{base}/events"
+    as_superuser(target, "MKDIRS", permission="755")
+    as_superuser(target, "SETOWNER", owner=USER)
+    config = HdfsConfig(f"{HARNESS.url()}{target}", user=USER)
+    batch = MemoryBatch(make_rows(0), participants=2)
+    driver = SparkOrderDriver(tmp_path, VARIANTS[0], config, HdfsSink, APP)
+    assert driver.variant.id == "2pc"
+    leave_in_doubt(driver, batch)
+    env = {**os.environ, "HADOOP_USER_NAME": USER}
+    status_and_recover(["--sink", "hdfs", "--url", config.target_url], env, str(driver.ckpt.root), APP, [])
+    assert canon(read_committed(config, APP).to_pylist()) == canon(batch.rows)

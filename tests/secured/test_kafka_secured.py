@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +35,8 @@ from eosink.services import get_service
 from eosink.services._tls import TestCA
 from eosink.services.kafka_secure import SecureKafkaEndpoint
 from eosink.services.proxy import FaultProxy
+
+from ._operations import leave_in_doubt, status_and_recover
 
 HARNESS = SecureKafkaHarness()
 TestSecureKafkaContract = contract_tests(HARNESS, name="TestSecureKafkaContract")
@@ -216,10 +216,7 @@ def test_status_and_recover_as_the_writer(ns: Namespace, endpoint: SecureKafkaEn
     HARNESS.grant(config)
     batches = _batches()
     driver = SparkOrderDriver(ns.path / "checkpoint", VARIANT["2pc"], config, KafkaSink, APP)
-    driver.ckpt.write_offsets(0)
-    driver.coordinator.process(0, batches[0])
-    driver.ckpt.write_commit(0)  # the driver dies here, before its 2pc commit
-    driver.close()
+    leave_in_doubt(driver, batches[0])
     where = [
         "--sink", "kafka", "--bootstrap-servers", endpoint.bootstrap_servers, "--topic", HARNESS.topic(ns),
         "--progress-topic", config.progress_topic, "--transactional-id-prefix", config.transactional_id_prefix,
@@ -227,17 +224,5 @@ def test_status_and_recover_as_the_writer(ns: Namespace, endpoint: SecureKafkaEn
         "--ssl-cafile", endpoint.ca,
     ]  # fmt: skip
     env = {**os.environ, "EOSINK_KAFKA_SASL_PASSWORD": endpoint.writer_password}
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "eosink.cli", args[0], *where, *args[1:]]
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180, check=False)
-
-    status = cli("status", "--app-id", APP)
-    assert status.returncode == 1, status.stdout + status.stderr
-    recover = cli("recover", "--checkpoint", str(driver.ckpt.root), "--app-id", APP, "--yes")
-    assert recover.returncode == 0, recover.stdout + recover.stderr
-    after = cli("status", "--app-id", APP)
-    assert after.returncode == 0, after.stdout + after.stderr
-    for run in (status, recover, after):
-        assert_secret_free(run.stdout + run.stderr, [endpoint.writer_password])
+    status_and_recover(where, env, str(driver.ckpt.root), APP, [endpoint.writer_password])
     assert _canon(HARNESS.read_committed(ns)) == _canon(batches[0].rows)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,6 +36,8 @@ from eosink.errors import AuthenticationError, EosinkError, PermissionDeniedErro
 from eosink.services import get_service
 from eosink.services._tls import TestCA
 from eosink.services.postgres_secure import SecurePostgresEndpoint, secure_url
+
+from ._operations import leave_in_doubt, status_and_recover
 
 HARNESS = SecurePostgresHarness()
 TestSecurePostgresContract = contract_tests(HARNESS, name="TestSecurePostgresContract")
@@ -243,18 +243,6 @@ def test_bad_credentials_and_tls_are_typed_errors_without_the_secret(
 # -- operations as the writer -----------------------------------------------------------------------------------
 
 
-def _cli(args: list[str], conninfo: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "EOSINK_TEST_CONNINFO": conninfo}
-    return subprocess.run(
-        [sys.executable, "-m", "eosink.cli", *args, "--conninfo-env", "EOSINK_TEST_CONNINFO"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_status_and_recover_as_the_writer(writer: Writer, tmp_path: Path) -> None:
     """A 2pc batch left prepared by a dead driver: ``eosink status`` (as the writer) shows it in doubt, ``eosink
     recover --yes`` commits it (Spark's commit log holds it), then status is clean and the rows are there once."""
@@ -263,21 +251,11 @@ def test_status_and_recover_as_the_writer(writer: Writer, tmp_path: Path) -> Non
     writer.grant(config)
     batches = _batches(False)
     driver = SparkOrderDriver(tmp_path, VARIANT["2pc"], config, PostgresSink, APP)
-    driver.ckpt.write_offsets(0)
-    driver.coordinator.process(0, batches[0])
-    driver.ckpt.write_commit(0)  # the driver dies here, before its 2pc commit
-    driver.close()
+    leave_in_doubt(driver, batches[0])
     where = ["--sink", "postgres", "--table", f"{writer.schema}.{writer.table}", "--control-schema", writer.ctl]
-    status = _cli(["status", *where, "--app-id", APP], config.conninfo)
-    assert status.returncode == 1, status.stdout + status.stderr
-    recover = _cli(
-        ["recover", *where, "--checkpoint", str(driver.ckpt.root), "--app-id", APP, "--yes"], config.conninfo
-    )
-    assert recover.returncode == 0, recover.stdout + recover.stderr
-    after = _cli(["status", *where, "--app-id", APP], config.conninfo)
-    assert after.returncode == 0, after.stdout + after.stderr
-    for run in (status, recover, after):
-        assert_secret_free(run.stdout + run.stderr, [writer.password])
+    where += ["--conninfo-env", "EOSINK_TEST_CONNINFO"]
+    env = {**os.environ, "EOSINK_TEST_CONNINFO": config.conninfo}
+    status_and_recover(where, env, str(driver.ckpt.root), APP, [writer.password])
     assert _canon(writer.rows()) == _canon(batches[0].rows)
 
 

@@ -12,6 +12,7 @@ a :class:`PermissionDeniedError` naming it and nothing is visible; allowed again
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,8 @@ from eosink.contracts.secrets import assert_secret_free
 from eosink.errors import AuthenticationError, EosinkError, PermissionDeniedError, TlsError
 from eosink.services._tls import TestCA
 from eosink.services.proxy import FaultProxy
+
+from ._operations import leave_in_doubt, other_host_name, status_and_recover
 
 HARNESS = SecureS3Harness()
 TestSecureS3Contract = contract_tests(HARNESS, name="TestSecureS3Contract")
@@ -91,10 +94,7 @@ WRONG = "not-the-secret-42"
 
 def _mismatch(proxies: list[FaultProxy]) -> dict[str, Any]:
     """The store reached by another loopback address: its certificate names 127.0.0.1 and localhost only."""
-    host, _, port = HARNESS.endpoint().endpoint_url.removeprefix("https://").rpartition(":")
-    proxy = FaultProxy(host, int(port), listen_host="127.0.0.2").start()
-    proxies.append(proxy)
-    return {"endpoint_url": f"https://127.0.0.2:{proxy.port}"}
+    return {"endpoint_url": other_host_name(HARNESS.endpoint().endpoint_url, proxies)}
 
 
 BAD: dict[str, tuple[type[EosinkError], Callable[[Path, list[FaultProxy]], dict[str, Any]]]] = {
@@ -139,3 +139,22 @@ def test_bad_credentials_and_tls_are_typed_errors_without_the_secret(
         assert_secret_free(text, secrets)
     assert_secret_free(err, secrets)
     assert HARNESS.read_as_admin(prefix) == []
+
+
+# -- operations as the writer -----------------------------------------------------------------------------------
+
+
+def test_status_and_recover_as_the_writer(tmp_path: Path) -> None:
+    """A 2pc batch left prepared by a dead driver: ``eosink status`` (as the writer, over ``https://`` with
+    ``--ca-bundle``) shows it in doubt, ``eosink recover --yes`` commits it, then status is clean."""
+    prefix = f"{HARNESS.prefix_root}/ops-{uuid.uuid4().hex[:10]}"
+    ep = HARNESS.endpoint()
+    batch = MemoryBatch(make_rows(0), participants=2)
+    driver = SparkOrderDriver(tmp_path, VARIANT["2pc"], HARNESS.config(prefix), S3Sink, APP)
+    leave_in_doubt(driver, batch)
+    where = ["--sink", "s3", "--bucket", HARNESS.bucket, "--prefix", prefix, "--endpoint-url", ep.endpoint_url]
+    where += ["--region", ep.region, "--ca-bundle", ep.ca]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EOSINK_S3_", "AWS_"))}
+    env.update(AWS_ACCESS_KEY_ID=ep.writer, AWS_SECRET_ACCESS_KEY=ep.writer_secret)
+    status_and_recover(where, env, str(driver.ckpt.root), APP, [ep.writer_secret, ep.secret_key])
+    assert canon(HARNESS.read_as_admin(prefix)) == canon(batch.rows)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from eosink.connectors.delta import grants as delta_grants
 from eosink.connectors.hdfs import HdfsConfig
 from eosink.connectors.hdfs.grants import permissions_table, writer_permissions
 from eosink.connectors.kafka.grants import acls_table, documented_acls
@@ -19,12 +20,16 @@ TABLES = {
     "kafka": lambda: acls_table(documented_acls()),
     "s3": actions_table,
     "hdfs": lambda: permissions_table(writer_permissions(HdfsConfig("hdfs://namenode:8020/data/events"), "writer")),
+    "delta-s3": delta_grants.actions_table,
+    "delta-hdfs": delta_grants.permissions_table,
 }
+PAGE = {"delta-s3": "delta", "delta-hdfs": "delta"}
 
 
 @pytest.mark.parametrize("sink", list(TABLES))
 def test_the_grants_table_in_the_docs_is_the_connectors_list(sink: str) -> None:
-    text = (DOCS / f"{sink}.md").read_text()
+    page = PAGE.get(sink, sink)
+    text = (DOCS / f"{page}.md").read_text()
     found = re.search(rf"<!-- grants:{sink} -->\n(.*?)\n<!-- /grants:{sink} -->", text, re.DOTALL)
-    assert found, f"docs/connectors/{sink}.md has no <!-- grants:{sink} --> table"
-    assert found.group(1) == TABLES[sink](), f"regenerate the table in docs/connectors/{sink}.md from its grants"
+    assert found, f"docs/connectors/{page}.md has no <!-- grants:{sink} --> table"
+    assert found.group(1) == TABLES[sink](), f"regenerate the table in docs/connectors/{page}.md from its grants"

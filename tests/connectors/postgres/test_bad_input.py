@@ -31,7 +31,15 @@ from psycopg.conninfo import make_conninfo
 from eosink.connectors.postgres import PostgresConfig
 from eosink.connectors.postgres.testing import PostgresHarness
 from eosink.contracts._mini import SCHEMA, VARIANTS, MemoryBatch, Variant, make_rows
-from eosink.errors import BadRecordError, ConfigurationError, EosinkError, SchemaError, TransientError
+from eosink.errors import (
+    AuthenticationError,
+    BadRecordError,
+    ConfigurationError,
+    EosinkError,
+    PermissionDeniedError,
+    SchemaError,
+    TransientError,
+)
 from eosink.services._process import free_port
 from eosink.services.postgres import PostgresEndpoint
 from eosink.strategies import Idempotent
@@ -413,12 +421,12 @@ def test_wrong_password(tmp_path: Path, case: Case) -> None:
     resume(driver, case, data, case.config())
 
 
-def test_wrong_password_is_a_configuration_error(tmp_path: Path, case: Case) -> None:
-    """A wrong password is not transient (retrying cannot help): ConfigurationError whose fix names the
+def test_wrong_password_is_an_authentication_error(tmp_path: Path, case: Case) -> None:
+    """A wrong password is not transient (retrying cannot help): AuthenticationError whose fix names the
     password / credentials of the conninfo."""
     bad, wrong = _wrong_password(case)
     driver = Driver(tmp_path, TWO_PC, bad)
-    err = driver.fail(batches(1), ConfigurationError)
+    err = driver.fail(batches(1), AuthenticationError)
     assert_refused(
         err,
         problem=["password authentication failed"],
@@ -461,10 +469,10 @@ def test_unreachable_server(tmp_path: Path, case: Case, variant: Variant) -> Non
 def test_permission_denied(
     tmp_path: Path, case: Case, variant: Variant, granted: list[str], fix_grants: list[str] | None
 ) -> None:
-    """A login role without rights (none at all: refused at start; no INSERT on the target: refused at the
-    batch's commit, after its participants prepared): ConfigurationError telling to grant, without the
-    role's password; nothing visible, no bundle, nothing left prepared; after the GRANT the restart (which
-    rolls a prepared batch forward) writes every batch once."""
+    """A login role without rights (none at all, or no INSERT on the target): the sink's check of its grants
+    at setup stops the query with PermissionDeniedError giving the GRANT statements, without the role's
+    password; nothing visible, no bundle, nothing left prepared; after the GRANT the restart writes every
+    batch once. (The server's own refusal at commit, with that check off: tests/secured.)"""
     role, password = f"bi_role_{uuid.uuid4().hex[:8]}", secrets.token_urlsafe(16)
     endpoint = PostgresEndpoint.from_url(case.url)
     names = {"db": sql.Identifier(endpoint.dbname), "r": sql.Identifier(role), "t": sql.Identifier(*case.table)}
@@ -482,9 +490,12 @@ def test_permission_denied(
         data = batches()
         config = case.config(make_conninfo(case.url, user=role, password=password))
         driver = Driver(tmp_path, variant, config)
-        err = driver.fail(data, ConfigurationError)
+        err = driver.fail(data, PermissionDeniedError)
         assert_refused(
-            err, problem=["permission denied"], fix=["Grant", case.ctl], secrets=[password, endpoint.password]
+            err,
+            problem=["lacks what the sink needs", "INSERT"],
+            fix=["GRANT INSERT ON", case.table[-1]],
+            secrets=[password, endpoint.password],
         )
         case.target.nothing_of([], COLUMNS)
         grant(fix_grants or ["GRANT INSERT ON {t} TO {r}"])
