@@ -90,7 +90,9 @@ class DeltaConfig:
             for name in ("endpoint_url", "region", "path_style", "access_key_id", "secret_access_key", "session_token")
             if getattr(self, name) is not None
         }
-        limits = {n: getattr(self, n) for n in ("connect_timeout_s", "read_timeout_s", "max_attempts", "ca_bundle")}
+        limits = {n: getattr(self, n) for n in ("connect_timeout_s", "read_timeout_s", "max_attempts")}
+        if self.ca_bundle is not None:
+            limits["ca_bundle"] = self.ca_bundle
         if scheme != "s3":
             set_(self, "s3", None)
         elif explicit:

@@ -94,7 +94,8 @@ class S3Connection:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> S3Connection:
-        """The service harness's ``EOSINK_S3_*`` variables when set, else boto3's chain (``AWS_*`` variables,
+        """The service harness's ``EOSINK_S3_*`` variables when set (``EOSINK_S3_CA_BUNDLE``: the CA of an
+        ``https://`` endpoint), else boto3's chain (``AWS_*`` variables,
         ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` for a custom endpoint, profiles, roles)."""
         env = os.environ if environ is None else environ
         settings: dict[str, Any] = {}
@@ -105,6 +106,7 @@ class S3Connection:
                 access_key_id=env.get("EOSINK_S3_ACCESS_KEY") or None,
                 secret_access_key=env.get("EOSINK_S3_SECRET_KEY") or None,
                 region=env.get("EOSINK_S3_REGION") or "us-east-1",
+                ca_bundle=env.get("EOSINK_S3_CA_BUNDLE") or None,
             )
         else:
             aws_endpoint = (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "").strip()

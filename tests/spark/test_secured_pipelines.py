@@ -3,6 +3,9 @@
 The writer holds exactly the documented grants (``eosink.connectors.<sink>.grants``) over TLS; one
 kill-and-restart per strategy; no secret anywhere in what the driver, its executors and their
 Python workers printed. Needs ``eosink services up --secure`` (``make test-secured`` starts them).
+S3 and Delta: the MinIO writer users over ``https://`` (the CA through ``EOSINK_S3_CA_BUNDLE``); HDFS:
+the driver and its executors as the ordinary user ``writer`` (``HADOOP_USER_NAME``), which owns only
+the target. The checkpoints are local.
 """
 
 from __future__ import annotations
@@ -17,25 +20,36 @@ from typing import Any
 import pytest
 from psycopg import sql
 
+from eosink.connectors.delta import DeltaConfig
+from eosink.connectors.delta.testing import SecureDeltaS3Harness
+from eosink.connectors.hdfs.testing import as_superuser
 from eosink.connectors.kafka import KafkaConfig
 from eosink.connectors.kafka.grants import writer_acls
 from eosink.connectors.kafka.testing import SecureKafkaHarness
 from eosink.connectors.postgres import PostgresConfig
 from eosink.connectors.postgres.grants import writer_grants
 from eosink.connectors.postgres.testing import SecurePostgresHarness
+from eosink.connectors.s3 import S3Config
+from eosink.connectors.s3.testing import SecureS3Harness
 from eosink.contracts.secrets import assert_secret_free
 from eosink.services import get_service
 from eosink.services.kafka_secure import SecureKafkaEndpoint
+from eosink.services.minio_secure import SecureS3Endpoint
 from eosink.services.postgres_secure import SecurePostgresEndpoint
 
 from .conftest import Run, assert_clean, assert_killed
+from .test_delta_pipeline import DeltaPipeline
+from .test_hdfs_pipeline import HdfsPipeline
 from .test_kafka_pipeline import KafkaPipeline
 from .test_postgres_pipeline import PgPipeline
+from .test_s3_pipeline import S3Pipeline
 
 pytestmark = pytest.mark.spark
 
 PG = SecurePostgresHarness()
 KAFKA = SecureKafkaHarness()
+S3 = SecureS3Harness()
+DELTA = SecureDeltaS3Harness()
 
 
 @dataclass
@@ -157,3 +171,114 @@ def test_kafka_kill_and_restart_as_the_least_privileged_writer(
     p.assert_exact()
     for run in runs:
         assert_secret_free(run.stderr, [endpoint.writer_password])
+
+
+# -- S3, Delta on S3, HDFS: every strategy's kill in test-secured-full ---------------------------------------------
+
+FILE_KILLS = [pytest.param(*case, marks=pytest.mark.full) for case in [("2pc", "F5"), ("txid-check", "F4")]]
+FILE_KILLS.append(pytest.param("idempotent", "F2", marks=pytest.mark.full))
+
+
+def _writer_store(endpoint: SecureS3Endpoint, access_key: str, secret: str) -> dict[str, str]:
+    """The ``EOSINK_S3_*`` variables the driver builds its sink from: the writer's keys and the CA."""
+    return {
+        "EOSINK_S3_ENDPOINT": endpoint.endpoint_url,
+        "EOSINK_S3_ACCESS_KEY": access_key,
+        "EOSINK_S3_SECRET_KEY": secret,
+        "EOSINK_S3_REGION": endpoint.region,
+        "EOSINK_S3_CA_BUNDLE": endpoint.ca,
+    }
+
+
+def _kill_and_restart(p: Any, strategy: str, point: str, secrets: list[str]) -> None:
+    p.strategy = strategy
+    runs: list[Run] = [p.run(f"{point}@1:kill")]
+    assert_killed(runs[0], point)
+    runs.append(p.run())
+    assert_clean(runs[-1])
+    p.assert_exact()
+    for run in runs:
+        assert_secret_free(run.stderr, secrets)
+
+
+@dataclass
+class SecureS3Pipeline(S3Pipeline):
+    """The driver writes as the secured MinIO's writer user; the test reads back with the root credentials."""
+
+    def harness(self) -> Any:
+        return S3
+
+    def environment(self) -> dict[str, str]:
+        ep = S3.endpoint()
+        return {**super().environment(), **_writer_store(ep, ep.writer, ep.writer_secret)}
+
+    def config(self) -> S3Config:
+        return S3.config(self.prefix)
+
+
+@pytest.mark.parametrize(("strategy", "point"), FILE_KILLS)
+def test_s3_kill_and_restart_as_the_least_privileged_writer(
+    tmp_path: Path, driver_java_opts: str, strategy: str, point: str
+) -> None:
+    ep = S3.endpoint()
+    prefix = f"{S3.prefix_root}/spark-{uuid.uuid4().hex[:10]}"
+    p = SecureS3Pipeline(tmp_path, java_opts=driver_java_opts, store=ep, prefix=prefix)
+    try:
+        _kill_and_restart(p, strategy, point, [ep.writer_secret, ep.secret_key])
+    finally:
+        p.close()
+
+
+@dataclass
+class SecureDeltaPipeline(DeltaPipeline):
+    """The driver writes the table as the Delta writer user of the secured MinIO; the test reads back as it too."""
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), **_writer_store(DELTA.endpoint(), DELTA.writer, DELTA.writer_secret)}
+
+    def config(self) -> DeltaConfig:
+        return DELTA.config(self.prefix)
+
+
+@pytest.mark.parametrize(("strategy", "point"), FILE_KILLS)
+def test_delta_kill_and_restart_as_the_least_privileged_writer(
+    tmp_path: Path, driver_java_opts: str, strategy: str, point: str
+) -> None:
+    ep = DELTA.endpoint()
+    prefix = f"{DELTA.prefix_root}/spark-{uuid.uuid4().hex[:10]}"
+    p = SecureDeltaPipeline(tmp_path, java_opts=driver_java_opts, store=ep, prefix=prefix)
+    try:
+        _kill_and_restart(p, strategy, point, [DELTA.writer_secret, ep.secret_key])
+    finally:
+        p.close()
+
+
+HDFS_WRITER = "writer"
+
+
+@dataclass
+class SecureHdfsPipeline(HdfsPipeline):
+    """The driver and its executors write as the ordinary user ``writer``; the test reads back as the superuser."""
+
+    def environment(self) -> dict[str, str]:
+        return {**super().environment(), "HADOOP_USER_NAME": HDFS_WRITER}
+
+
+@pytest.mark.parametrize(("strategy", "point"), FILE_KILLS)
+def test_hdfs_kill_and_restart_as_the_least_privileged_writer(
+    tmp_path: Path, driver_java_opts: str, strategy: str, point: str
+) -> None:
+    """The target is made by the superuser and handed to the writer (the documented permissions); its
+    parent stays the superuser's, mode 755."""
+    base = f"/eosink-secured-admin/spark-{uuid.uuid4().hex[:10]}"
+    target = f"{base}/events"
+    as_superuser(base, "MKDIRS", permission="755")
+    as_superuser(target, "MKDIRS", permission="755")
+    as_superuser(target, "SETOWNER", owner=HDFS_WRITER)
+    cluster = get_service("hdfs").endpoint()
+    p = SecureHdfsPipeline(tmp_path, java_opts=driver_java_opts, cluster=cluster, directory=target)
+    try:
+        _kill_and_restart(p, strategy, point, [])
+        assert p.listed() == p.found(), "a listing reader sees other rows than the batch records name"
+    finally:
+        as_superuser(base, "DELETE", method="DELETE", recursive="true")
