@@ -91,12 +91,13 @@ def remove(url: str) -> None:
     Fs(config).delete(config.path)
 
 
-def as_superuser(path: str, op: str, method: str = "PUT", **params: str) -> Any:
+def as_superuser(path: str, op: str, method: str = "PUT", *, webhdfs_url: str | None = None, **params: str) -> Any:
     """A WebHDFS call as HDFS's superuser (the login that runs the harness's cluster), whatever user this
-    process's HDFS clients are: ownership, modes and directories an administrator makes."""
-    endpoint = get_service("hdfs").endpoint()
+    process's HDFS clients are: ownership, modes and directories an administrator makes. ``webhdfs_url``:
+    another cluster's (a private :class:`~eosink.services.hdfs.HdfsServer`) instead of the service's."""
+    base = webhdfs_url or get_service("hdfs").endpoint().webhdfs_url
     query = urllib.parse.urlencode({"op": op, "user.name": getpass.getuser(), **params})
-    request = urllib.request.Request(f"{endpoint.webhdfs_url}{path}?{query}", method=method)
+    request = urllib.request.Request(f"{base}{path}?{query}", method=method)
     with urllib.request.urlopen(request, timeout=30) as reply:
         body = reply.read()
     return json.loads(body) if body else None
