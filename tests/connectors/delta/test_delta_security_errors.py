@@ -1,17 +1,12 @@
-"""The Delta translator names refused requests, credentials and TLS failures by their class and fix;
-``ca_trust`` adds a CA to what the process trusts without dropping what it trusted before."""
+"""The Delta translator names refused requests, credentials and TLS failures by their class and fix."""
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import pytest
 
 from eosink.connectors.delta import DeltaConfig
 from eosink.connectors.delta._errors import translate
 from eosink.errors import AuthenticationError, PermissionDeniedError, TlsError
-from eosink.stores import ca_trust
 
 S3 = DeltaConfig(
     "s3://b/t", endpoint_url="https://127.0.0.1:9", region="us-east-1", access_key_id="k", secret_access_key="s3cr3t-x"
@@ -57,25 +52,3 @@ def test_an_hdfs_refusal_names_the_permission_and_the_command() -> None:
     assert isinstance(err, PermissionDeniedError)
     assert err.permission == "rwx on /data/events (its owner)"
     assert "hdfs dfs -chown" in (err.fix or "")
-
-
-def test_trust_ca_keeps_what_was_trusted_and_adds_the_ca(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    before = tmp_path / "before.pem"
-    before.write_text("-----BEGIN CERTIFICATE-----\nOLD\n-----END CERTIFICATE-----\n")
-    ca = tmp_path / "ca.pem"
-    ca.write_text("-----BEGIN CERTIFICATE-----\nNEW\n-----END CERTIFICATE-----\n")
-    monkeypatch.setenv("SSL_CERT_FILE", str(before))
-    monkeypatch.setattr(ca_trust, "_TRUSTED", set())
-    ca_trust.trust_ca(str(ca))
-    bundle = Path(os.environ["SSL_CERT_FILE"]).read_text()
-    assert "OLD" in bundle and "NEW" in bundle
-
-
-def test_an_unreadable_or_empty_ca_bundle_is_a_configuration_error(tmp_path: Path) -> None:
-    from eosink.errors import ConfigurationError
-
-    with pytest.raises(ConfigurationError, match="cannot be read"):
-        ca_trust.trust_ca(str(tmp_path / "missing.pem"))
-    (tmp_path / "empty.pem").write_text("nothing")
-    with pytest.raises(ConfigurationError, match="no PEM certificate"):
-        ca_trust.trust_ca(str(tmp_path / "empty.pem"))
