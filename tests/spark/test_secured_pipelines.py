@@ -92,19 +92,24 @@ KAFKA_KILLS = [("2pc", "F5"), pytest.param("txid-check", "F6", marks=pytest.mark
 KAFKA_KILLS.append(pytest.param("idempotent", "F2", marks=pytest.mark.full))
 
 
-@pytest.mark.parametrize(("variant", "point"), KILLS)
-def test_postgres_kill_and_restart_as_the_least_privileged_writer(
-    secure_pg: tuple[SecurePgPipeline, SecurePostgresEndpoint], variant: str, point: str
-) -> None:
-    p, endpoint = secure_pg
-    p.variant = variant
+def _kill_and_restart(p: Any, point: str, secrets: list[str]) -> None:
+    """SIGKILL at ``point`` of batch 1, a restart from the checkpoint: exact, and no secret in what it printed."""
     runs: list[Run] = [p.run(f"{point}@1:kill")]
     assert_killed(runs[0], point)
     runs.append(p.run())
     assert_clean(runs[-1])
     p.assert_exact()
     for run in runs:
-        assert_secret_free(run.stderr, [endpoint.writer_password])
+        assert_secret_free(run.stderr, secrets)
+
+
+@pytest.mark.parametrize(("variant", "point"), KILLS)
+def test_postgres_kill_and_restart_as_the_least_privileged_writer(
+    secure_pg: tuple[SecurePgPipeline, SecurePostgresEndpoint], variant: str, point: str
+) -> None:
+    p, endpoint = secure_pg
+    p.variant = variant
+    _kill_and_restart(p, point, [endpoint.writer_password])
 
 
 @dataclass
@@ -164,13 +169,7 @@ def test_kafka_kill_and_restart_as_the_least_privileged_writer(
 ) -> None:
     p, endpoint = secure_kafka
     p.strategy = strategy
-    runs: list[Run] = [p.run(f"{point}@1:kill")]
-    assert_killed(runs[0], point)
-    runs.append(p.run())
-    assert_clean(runs[-1])
-    p.assert_exact()
-    for run in runs:
-        assert_secret_free(run.stderr, [endpoint.writer_password])
+    _kill_and_restart(p, point, [endpoint.writer_password])
 
 
 # -- S3, Delta on S3, HDFS: every strategy's kill in test-secured-full ---------------------------------------------
@@ -188,17 +187,6 @@ def _writer_store(endpoint: SecureS3Endpoint, access_key: str, secret: str) -> d
         "EOSINK_S3_REGION": endpoint.region,
         "EOSINK_S3_CA_BUNDLE": endpoint.ca,
     }
-
-
-def _kill_and_restart(p: Any, strategy: str, point: str, secrets: list[str]) -> None:
-    p.strategy = strategy
-    runs: list[Run] = [p.run(f"{point}@1:kill")]
-    assert_killed(runs[0], point)
-    runs.append(p.run())
-    assert_clean(runs[-1])
-    p.assert_exact()
-    for run in runs:
-        assert_secret_free(run.stderr, secrets)
 
 
 @dataclass
@@ -221,10 +209,11 @@ def test_s3_kill_and_restart_as_the_least_privileged_writer(
     tmp_path: Path, driver_java_opts: str, strategy: str, point: str
 ) -> None:
     ep = S3.endpoint()
+    S3.ensure_bucket()  # the driver's writer may not create it
     prefix = f"{S3.prefix_root}/spark-{uuid.uuid4().hex[:10]}"
-    p = SecureS3Pipeline(tmp_path, java_opts=driver_java_opts, store=ep, prefix=prefix)
+    p = SecureS3Pipeline(tmp_path, java_opts=driver_java_opts, store=ep, prefix=prefix, strategy=strategy)
     try:
-        _kill_and_restart(p, strategy, point, [ep.writer_secret, ep.secret_key])
+        _kill_and_restart(p, point, [ep.writer_secret, ep.secret_key])
     finally:
         p.close()
 
@@ -246,9 +235,9 @@ def test_delta_kill_and_restart_as_the_least_privileged_writer(
 ) -> None:
     ep = DELTA.endpoint()
     prefix = f"{DELTA.prefix_root}/spark-{uuid.uuid4().hex[:10]}"
-    p = SecureDeltaPipeline(tmp_path, java_opts=driver_java_opts, store=ep, prefix=prefix)
+    p = SecureDeltaPipeline(tmp_path, java_opts=driver_java_opts, store=ep, prefix=prefix, strategy=strategy)
     try:
-        _kill_and_restart(p, strategy, point, [DELTA.writer_secret, ep.secret_key])
+        _kill_and_restart(p, point, [DELTA.writer_secret, ep.secret_key])
     finally:
         p.close()
 
@@ -278,7 +267,8 @@ def test_hdfs_kill_and_restart_as_the_least_privileged_writer(
     cluster = get_service("hdfs").endpoint()
     p = SecureHdfsPipeline(tmp_path, java_opts=driver_java_opts, cluster=cluster, directory=target)
     try:
-        _kill_and_restart(p, strategy, point, [])
+        p.strategy = strategy
+        _kill_and_restart(p, point, [])
         assert p.listed() == p.found(), "a listing reader sees other rows than the batch records name"
     finally:
         as_superuser(base, "DELETE", method="DELETE", recursive="true")
