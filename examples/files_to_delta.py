@@ -53,10 +53,11 @@ def main() -> int:
     writer.close()  # 2pc: commits the last batch Spark committed
     spark.stop()
 
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, QueryBuilder
 
     table = DeltaTable(config.table, storage_options=config.delta_options())
-    ids = table.to_pyarrow_table(columns=["id"]).column("id").to_pylist()
+    # delta-rs's own engine reads the snapshot (pyarrow's dataset over it can abort the process at exit)
+    ids = QueryBuilder().register("payments", table).execute("SELECT id FROM payments").read_all()["id"].to_pylist()
     print(
         f"{config.table} (version {table.version()}): {len(ids)} rows for {len(set(ids))} distinct payments; "
         f"{writer.stats.batches_committed} batch(es) committed in this run, "

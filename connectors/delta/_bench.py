@@ -136,7 +136,7 @@ class DeltaAdapter(ObjectStoreBench):
 
         config = self.delta_config(ns)
         table = _log.load(config.table, config.delta_options())
-        return 0 if table is None else int(table.to_pyarrow_dataset().count_rows())
+        return 0 if table is None else _log.count_rows(table)
 
     def run_external(self, spec: RunSpec, ns: str, dataset: Dataset) -> float:
         raise ConfigurationError(f"No external run {spec.name!r} for Delta.", "Delta's runs are all Spark runs.")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from eosink.contract import Bundle
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from deltalake import DeltaTable
 
 __all__ = [
@@ -34,12 +35,14 @@ __all__ = [
     "active_files",
     "batch_txn",
     "commit_at",
+    "count_rows",
     "eosink_commits",
     "eosink_meta",
     "epoch_txn",
     "last_batch",
     "load",
     "merge_at",
+    "read_rows",
     "writer_epoch",
 ]
 
@@ -174,6 +177,28 @@ def commit_at(
 
 def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def read_rows(table: DeltaTable, columns: Sequence[str] | None = None) -> pa.Table:
+    """The snapshot's rows (only ``columns``, when given), read by delta-rs's own query engine.
+
+    Not ``to_pyarrow_table``: its pyarrow dataset over delta-rs's file system leaves a native thread that
+    aborts the process at interpreter exit ("terminate called without an active exception") in most runs.
+    """
+    selected = ", ".join(_quoted(c) for c in columns) if columns else "*"
+    return _query(table, f"SELECT {selected} FROM snapshot")  # noqa: S608 (identifiers quoted by _quoted)
+
+
+def count_rows(table: DeltaTable) -> int:
+    """How many rows the snapshot holds (see ``read_rows`` for why delta-rs's engine reads them)."""
+    return int(_query(table, "SELECT count(*) AS n FROM snapshot").column("n")[0].as_py())
+
+
+def _query(table: DeltaTable, sql: str) -> pa.Table:
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
+    return pa.table(QueryBuilder().register("snapshot", table).execute(sql).read_all())
 
 
 def merge_at(

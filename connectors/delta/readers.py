@@ -118,7 +118,7 @@ class DeltaLakeReader:
     def table(self, columns: list[str] | None = None) -> pa.Table | None:
         """Every row of the newest snapshot (None: no table yet)."""
         table = _log.load(self.config.table, self.config.delta_options())
-        return None if table is None else table.to_pyarrow_table(columns=columns)
+        return None if table is None else _log.read_rows(table, columns)
 
     def counts(self) -> dict[int, int]:
         table = self.table([BATCH_COLUMN])

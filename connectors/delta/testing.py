@@ -39,7 +39,7 @@ def read_table(config: DeltaConfig) -> list[dict[str, Any]]:
     table = _log.load(config.table, config.delta_options())
     if table is None:
         return []
-    rows: list[dict[str, Any]] = table.to_pyarrow_table().to_pylist()
+    rows: list[dict[str, Any]] = _log.read_rows(table).to_pylist()
     return rows
 
 

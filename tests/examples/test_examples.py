@@ -266,12 +266,11 @@ def test_files_to_s3_through_a_kill(tmp_path: Path, s3_endpoint: Any) -> None:
 
 def _delta_payments(s3_endpoint: Any, table: str) -> list[tuple[Any, ...]]:
     """Every payment a Delta reader sees in the table's newest snapshot (deltalake, not eosink)."""
-    from deltalake import DeltaTable
-
     from eosink.connectors.delta import DeltaConfig
+    from eosink.connectors.delta.testing import read_table
 
     config = DeltaConfig.on_endpoint(table, s3_endpoint)
-    rows = DeltaTable(config.table, storage_options=config.delta_options()).to_pyarrow_table().to_pylist()
+    rows = read_table(config)
     return sorted((r["id"], r["account"], r["amount"]) for r in rows)
 
 

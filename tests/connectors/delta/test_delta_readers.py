@@ -78,3 +78,31 @@ def test_duckdb_refuses_an_hdfs_table_naming_the_readers_that_can() -> None:
 
     with pytest.raises(ConfigurationError, match="deltalake or Spark"):
         DuckDBReader(DeltaConfig("hdfs://127.0.0.1:9000/t"))
+
+
+READ_AND_EXIT = """
+import sys
+from eosink.connectors.delta import DeltaConfig
+from eosink.connectors.delta.readers import DeltaLakeReader
+from eosink.connectors.delta.testing import read_table
+config = DeltaConfig(sys.argv[1])
+print(DeltaLakeReader(config).table(["v"]).num_rows, len(read_table(config)))
+"""
+
+
+def test_a_process_that_read_the_table_exits_cleanly(config: DeltaConfig) -> None:
+    """Five fresh processes each read a committed table through the deltalake reader and the test kit, then exit.
+
+    Pass: each prints the table's 8 rows twice and exits 0. A pyarrow dataset over delta-rs's file system
+    (``to_pyarrow_table``) aborts most such processes at interpreter exit with SIGABRT."""
+    import subprocess
+    import sys
+
+    sink = DeltaSink(config)
+    sink.bind_schema(SCHEMA)
+    _commit(sink, sink.fence(APP), 0, 4)
+    for _ in range(5):
+        run = subprocess.run(
+            [sys.executable, "-c", READ_AND_EXIT, config.table], capture_output=True, text=True, timeout=120
+        )
+        assert (run.returncode, run.stdout.split()) == (0, ["8", "8"]), run.stderr[-2000:]
