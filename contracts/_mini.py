@@ -6,9 +6,10 @@ The pieces mimic what Spark and :mod:`eosink.spark` do around
 
 * :class:`FakeCheckpoint` writes a checkpoint directory the way Spark does: ``metadata``
   (the query id), ``offsets/N`` before a batch runs and ``commits/N`` after foreachBatch returned;
-* :class:`MemoryBatch` is a :class:`~eosink.coordinator.BatchInput` over rows split into
-  participant shares; ``write`` runs :func:`eosink.participant.run_participant` per share, as
-  ``SparkBatch`` does inside ``mapInArrow``;
+* :class:`MemoryBatch` is a :class:`~eosink.coordinator.BatchInput` (and a fan-out's
+  :class:`~eosink.fanout.FanOutInput`) over rows split into participant shares; ``write`` (a fan-out:
+  ``write_many``) runs :func:`eosink.participant.run_participants` per share, as ``SparkBatch`` does
+  inside ``mapInArrow``;
 * :class:`Variant` is one strategy configuration (:data:`VARIANTS`);
 * :class:`SparkOrderDriver` runs batches in Spark's order around a real Coordinator, and
   restarts as a new driver process would (a connector's bad-input tests build on it).
@@ -36,7 +37,7 @@ from eosink.coordinator import CommitPolicy, Coordinator
 from eosink.errors import EosinkError, InjectedFault
 from eosink.fingerprint import FINGERPRINT_VERSION
 from eosink.keys import KEY_COLUMN
-from eosink.participant import WritePlan, fingerprint_participant, run_participant
+from eosink.participant import WritePlan, fingerprint_participant, run_participants
 from eosink.strategies import Idempotent, Strategy, TwoPhaseCommit, TxidCheck
 
 __all__ = [
@@ -156,22 +157,26 @@ class MemoryBatch:
         return [chunks(g, self.chunk) for g in groups]
 
     def write(self, plan: WritePlan) -> list[Committable]:
+        return self.write_many([plan])[0]
+
+    def write_many(self, plans: Sequence[WritePlan]) -> list[list[Committable]]:
+        """One pass: each participant writes its share into the sink of every plan (a fan-out's write)."""
         self.writes += 1
-        out: list[Committable] = []
-        for i, share in enumerate(self.shares(by_hash=plan.generate_keys)):
-            committable = self._attempt(plan, i, share)
-            if committable is not None:
-                out.append(committable)
+        out: list[list[Committable]] = [[] for _ in plans]
+        for i, share in enumerate(self.shares(by_hash=any(p.generate_keys for p in plans))):
+            for n, committable in enumerate(self._attempt(plans, i, share)):
+                if committable is not None:
+                    out[n].append(committable)
             for _ in range(self.speculative.get(i, 0)):
                 self.attempts += 1
-                run_participant(plan, i, share)  # the losing duplicate: its committable is dropped
+                run_participants(plans, i, share)  # the losing duplicate: its committables are dropped
         return out
 
-    def _attempt(self, plan: WritePlan, i: int, share: list[pa.RecordBatch]) -> Committable | None:
+    def _attempt(self, plans: Sequence[WritePlan], i: int, share: list[pa.RecordBatch]) -> list[Committable | None]:
         for attempt in range(self.task_retries + 1):
             self.attempts += 1
             try:
-                return run_participant(plan, i, share)
+                return run_participants(plans, i, share)
             except InjectedFault:
                 if attempt == self.task_retries:
                     raise

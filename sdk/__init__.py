@@ -25,7 +25,8 @@ from eosink.contract import (
     TaskRef,
 )
 from eosink.coordinator import CommitPolicy, Coordinator, Stats
-from eosink.spark import BatchWriter, foreach_batch
+from eosink.fanout import FanOut
+from eosink.spark import BatchWriter, FanOutWriter, foreach_batch
 from eosink.strategies import Idempotent, Strategy, TwoPhaseCommit, TxidCheck
 
 __version__ = "0.1.0"
@@ -39,6 +40,8 @@ __all__ = [
     "CommitStatus",
     "Committable",
     "Coordinator",
+    "FanOut",
+    "FanOutWriter",
     "Fingerprint",
     "Idempotent",
     "Sink",

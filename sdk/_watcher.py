@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from eosink import faults
 from eosink.checkpoint import SparkCheckpoint
@@ -29,13 +30,16 @@ __all__ = ["CommitLogWatcher", "Pending"]
 log = logging.getLogger("eosink")
 
 Pending = tuple[list[Committable], Bundle]
-"""A recorded batch waiting for Spark's commit log: its committables and its bundle."""
+"""A recorded batch of one sink waiting for Spark's commit log: its committables and its bundle."""
 
-CommitFunction = Callable[[int, Sequence[Committable], Bundle], None]
+P = TypeVar("P")
 
 
-class CommitLogWatcher:
-    """The 2PC batches of one coordinator that wait for Spark's commit log, and the thread that commits them.
+class CommitLogWatcher(Generic[P]):
+    """The 2PC batches that wait for Spark's commit log, and the thread that commits them.
+
+    What waits per batch is ``P``: one sink's :data:`Pending` for a coordinator, every sink's for a
+    fan-out (:mod:`eosink.fanout`), whose ``commit`` commits the batch in each sink in turn.
 
     Every method takes ``lock`` (the coordinator's, reentrant): the thread and the query's own
     thread never commit at once. ``threaded=False`` keeps the thread off (deterministic tests
@@ -45,7 +49,7 @@ class CommitLogWatcher:
     def __init__(
         self,
         checkpoint: SparkCheckpoint,
-        commit: CommitFunction,
+        commit: Callable[[int, P], None],
         *,
         lock: threading.RLock,
         interval_s: float,
@@ -59,7 +63,7 @@ class CommitLogWatcher:
         self._interval_s = interval_s
         self._name = name
         self._threaded = threaded
-        self._pending: dict[int, Pending] = {}
+        self._pending: dict[int, P] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
         self.error: BaseException | None = None
@@ -74,10 +78,10 @@ class CommitLogWatcher:
         with self._lock:
             return sorted(self._pending)
 
-    def add(self, batch_id: int, committables: list[Committable], bundle: Bundle) -> None:
+    def add(self, batch_id: int, pending: P) -> None:
         """Wait for ``commits/<batch_id>``, then commit (a recorded batch: its manifest is written)."""
         with self._lock:
-            self._pending[batch_id] = (committables, bundle)
+            self._pending[batch_id] = pending
             if self._threaded and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
@@ -90,14 +94,13 @@ class CommitLogWatcher:
             for batch_id in sorted(self._pending):
                 if not self.checkpoint.has_commit_file(batch_id):
                     break
-                committables, bundle = self._pending[batch_id]
                 faults.hit(FaultPoint.F5, batch_id)
-                self._commit(batch_id, committables, bundle)
+                self._commit(batch_id, self._pending[batch_id])
                 del self._pending[batch_id]
                 done += 1
         return done
 
-    def take(self) -> dict[int, Pending]:
+    def take(self) -> dict[int, P]:
         """Remove and return every waiting batch (after :meth:`commit_ready`: those Spark has not committed)."""
         with self._lock:
             taken, self._pending = self._pending, {}

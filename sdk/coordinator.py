@@ -23,9 +23,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from eosink import faults
+from eosink._engine import Engine
 from eosink._retry import retry_transient
 from eosink._waiting import backoff_s
-from eosink._watcher import CommitLogWatcher
+from eosink._watcher import CommitLogWatcher, Pending
 from eosink.checkpoint import Manifest, SparkCheckpoint
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, Sink
 from eosink.errors import (
@@ -96,7 +97,7 @@ class Stats:
         return data
 
 
-class Coordinator:
+class Coordinator(Engine[BatchInput]):
     """Drives one (query, sink) pair, identified by ``app_id``, through the commit protocol."""
 
     watch_in_background: ClassVar[bool] = True
@@ -121,7 +122,7 @@ class Coordinator:
         self._checkpoint_id: str | None = None
         self._last: Bundle | None = None
         self._lock = threading.RLock()
-        self._watcher = CommitLogWatcher(
+        self._watcher: CommitLogWatcher[Pending] = CommitLogWatcher(
             checkpoint,
             self._commit_spark_committed,
             lock=self._lock,
@@ -134,6 +135,13 @@ class Coordinator:
         self._fenced: FencedError | None = None
         self.last_recovery: RecoveryPlan | None = None
         """What the last ``recover`` decided (also what ``eosink recover --dry-run`` prints)."""
+        self.member: str | None = None
+        """The sink's name in a fan-out (:mod:`eosink.fanout`), for errors that must say which sink; None alone."""
+        self.roll_forward_through: int | None = None
+        """Set by a fan-out (:mod:`eosink.fanout`) before this sink's start: the newest batch every sink before
+        this one holds (-1: none; None: no such limit, the default). An in-doubt batch after it that Spark has
+        not committed is aborted at recovery instead of rolled forward (Spark replays it), so that no sink
+        shows a batch before the sinks ahead of it."""
 
     # -- start: fence, then recover ------------------------------------------------------------
 
@@ -159,7 +167,7 @@ class Coordinator:
             self.recover()
             self._last = self._fetch_last_bundle()
         except BaseException:
-            self._reset()
+            self.reset()
             raise
         self._started = True
         log.info("eosink %s: writer epoch %d, last committed batch %s", self.app_id, self.epoch, self._last_id())
@@ -181,7 +189,7 @@ class Coordinator:
         """The newest batch the sink has committed for the app_id, as of start (and this writer's commits)."""
         return self._last
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
         """Forget per-run state after a failure: the next batch fences and recovers again
         (a query restarted in the same driver process is a new writer). The failed query no longer
         runs, so its lease goes too (a notebook's kernel outlives its query)."""
@@ -222,7 +230,15 @@ class Coordinator:
         abort = list(plan.abort)
         if plan.action is Action.LOST:
             raise self._lost(batch_id, plan.commit, plan.reason)
-        if plan.action is Action.ROLL_FORWARD:
+        if plan.action is Action.ROLL_FORWARD and self._ahead_of_earlier_sinks(plan):
+            log.warning(
+                "eosink %s: aborting in-doubt batch %d, which a sink before this one does not hold (Spark replays it)",
+                self.app_id,
+                batch_id,
+            )
+            self.stats.recovered_aborted += 1
+            abort = list(plan.candidates)
+        elif plan.action is Action.ROLL_FORWARD:
             assert plan.bundle is not None
             log.warning("eosink %s: rolling forward in-doubt batch %d", self.app_id, batch_id)
             try:
@@ -249,26 +265,11 @@ class Coordinator:
             self.stats.orphans_aborted += len(abort)
         self.checkpoint.delete_manifest(self.app_id, batch_id)
 
+    def _ahead_of_earlier_sinks(self, plan: BatchPlan) -> bool:
+        limit = self.roll_forward_through
+        return limit is not None and plan.spark_committed is not True and plan.batch_id > limit
+
     # -- one batch -------------------------------------------------------------------------------
-
-    def process(self, batch_id: int, data: BatchInput) -> None:
-        """Write batch ``batch_id`` exactly once (called from foreachBatch).
-
-        After a failure the next call fences and recovers again (a query restarted in the same
-        driver is a new writer), except after FencedError: a fenced writer stays fenced, as a
-        fenced Kafka producer does, so two drivers never take turns fencing each other.
-        """
-        if self._fenced is not None:
-            raise self._fenced
-        try:
-            self._watcher.raise_error()
-            self._process(batch_id, data)
-        except FencedError as exc:
-            self._fenced = exc
-            raise
-        except BaseException:
-            self._reset()
-            raise
 
     def _process(self, batch_id: int, data: BatchInput) -> None:
         plan = self.begin_batch(batch_id)
@@ -318,19 +319,30 @@ class Coordinator:
     def finish_batch(self, batch_id: int, committables: Sequence[Committable]) -> None:
         """Record the batch's manifest and commit it: now (txid-check, idempotent), or once Spark's commit log
         holds it (2pc). Attempts of the batch not in ``committables`` are aborted."""
-        batch = BatchRef(self.app_id, batch_id)
-        committables = sorted(committables, key=lambda c: c.id)
-        faults.hit(FaultPoint.F3, batch_id)
-        keep = {c.id for c in committables}
-        self._abort_orphans(batch, keep)
-        fingerprint = sum((c.fingerprint for c in committables), Fingerprint())
-        bundle = Bundle(batch, self._epoch(), fingerprint, tuple(sorted(keep)), self._checkpoint_id, self.strategy.name)
-        self.checkpoint.write_manifest(self.app_id, batch_id, Manifest(tuple(committables), bundle))
-        faults.hit(FaultPoint.F4, batch_id)
+        pending = self.record_batch(batch_id, committables)
         if self.strategy.commits_after_spark:
-            self._watcher.add(batch_id, committables, bundle)
+            self._watcher.add(batch_id, pending)
         else:
-            self._commit_and_finish(batch, committables, bundle)
+            self.commit_recorded(batch_id, pending)
+
+    def record_batch(self, batch_id: int, committables: Sequence[Committable]) -> Pending:
+        """Abort the batch's attempts not in ``committables`` and record its manifest (the commit decision);
+        returns what :meth:`commit_recorded` commits."""
+        batch = BatchRef(self.app_id, batch_id)
+        kept = sorted(committables, key=lambda c: c.id)
+        faults.hit(FaultPoint.F3, batch_id)
+        keep = {c.id for c in kept}
+        self._abort_orphans(batch, keep)
+        fingerprint = sum((c.fingerprint for c in kept), Fingerprint())
+        bundle = Bundle(batch, self._epoch(), fingerprint, tuple(sorted(keep)), self._checkpoint_id, self.strategy.name)
+        self.checkpoint.write_manifest(self.app_id, batch_id, Manifest(tuple(kept), bundle))
+        faults.hit(FaultPoint.F4, batch_id)
+        return kept, bundle
+
+    def commit_recorded(self, batch_id: int, pending: Pending, *, spark_committed: bool = False) -> None:
+        """Commit a recorded batch (a lost reply resolved through ``commit_status``) and remove its manifest."""
+        committables, bundle = pending
+        self._commit_and_finish(BatchRef(self.app_id, batch_id), committables, bundle, spark_committed=spark_committed)
 
     def _guard(self, batch_id: int) -> None:
         last = self._last
@@ -450,9 +462,10 @@ class Coordinator:
         """The loud stop when Spark's commit log holds ``batch_id`` and the sink no longer has its work."""
         ids = tuple(c.id for c in committables)
         shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        sink = "the sink" if self.member is None else f"the fan-out's sink {self.member!r}"
         return PreparedWorkLostError(
             f"Batch {batch_id} of app_id {self.app_id!r} is lost: Spark's commit log holds it, so Spark will never run "
-            f"it again, but the sink no longer has its work ({why.rstrip('.')})"
+            f"it again, but {sink} no longer has its work ({why.rstrip('.')})"
             + (f"; committables {shown}" if ids else "")
             + f". Likely cause: {self.sink.lost_work_hint}",
             f"Stop the query. Rewind the checkpoint to batch {batch_id}: eosink recover --rewind --sink <sink options> "
@@ -462,6 +475,7 @@ class Coordinator:
             app_id=self.app_id,
             batch_id=batch_id,
             committables=ids,
+            sink=self.member,
         )
 
     def _commit_resolved(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
@@ -539,24 +553,29 @@ class Coordinator:
         """Commit every pending batch that Spark's commit log holds; returns how many."""
         return self._watcher.commit_ready()
 
-    def _commit_spark_committed(self, batch_id: int, committables: Sequence[Committable], bundle: Bundle) -> None:
-        self._commit_and_finish(BatchRef(self.app_id, batch_id), list(committables), bundle, spark_committed=True)
+    def _commit_spark_committed(self, batch_id: int, pending: Pending) -> None:
+        self.commit_recorded(batch_id, pending, spark_committed=True)
 
     def _settle_pending(self, batch_id: int) -> None:
         """Backstop before a batch writes anything: commit what Spark committed, drop replays."""
         with self._lock:
             self.commit_ready()
             for pending_id, (committables, _) in sorted(self._watcher.take().items()):
-                if pending_id < batch_id:
-                    raise CommitAbortedError(
-                        f"Batch {pending_id} was never committed by Spark, yet Spark runs batch {batch_id}: "
-                        f"the commit log under {self.checkpoint.location!r} does not hold batch {pending_id}.",
-                        "If that location is not the query's checkpointLocation, give eosink the query's own "
-                        "(writer.start(df.writeStream...) sets both); otherwise restart the query from its "
-                        "checkpoint, and recovery resolves the batch.",
-                    )
-                self._retrying("abort", functools.partial(self.sink.abort, committables))  # Spark replays it here
-                self.checkpoint.delete_manifest(self.app_id, pending_id)
+                self.drop_pending(pending_id, committables, batch_id)
+
+    def drop_pending(self, pending_id: int, committables: Sequence[Committable], running: int) -> None:
+        """Spark runs batch ``running`` while recorded batch ``pending_id`` waits uncommitted by Spark: abort it
+        (Spark replays it as ``running``), or raise when Spark has moved past it without committing it."""
+        if pending_id < running:
+            raise CommitAbortedError(
+                f"Batch {pending_id} was never committed by Spark, yet Spark runs batch {running}: "
+                f"the commit log under {self.checkpoint.location!r} does not hold batch {pending_id}.",
+                "If that location is not the query's checkpointLocation, give eosink the query's own "
+                "(writer.start(df.writeStream...) sets both); otherwise restart the query from its "
+                "checkpoint, and recovery resolves the batch.",
+            )
+        self._retrying("abort", functools.partial(self.sink.abort, list(committables)))  # Spark replays it here
+        self.checkpoint.delete_manifest(self.app_id, pending_id)
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait (bounded) until every pending batch is committed; True if none is left."""

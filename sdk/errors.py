@@ -138,11 +138,14 @@ class PreparedWorkLostError(CommitAbortedError):
         app_id: str | None = None,
         batch_id: int | None = None,
         committables: tuple[str, ...] = (),
+        sink: str | None = None,
     ) -> None:
         super().__init__(problem, fix)
         self.app_id = app_id
         self.batch_id = batch_id
         self.committables = committables
+        self.sink = sink
+        """The fan-out member whose work is lost (:mod:`eosink.fanout`); None for a query with one sink."""
 
 
 class FencedError(EosinkError):

@@ -7,7 +7,7 @@ Spark's Python workers too) or :func:`configure`::
     EOSINK_FAULTS="F5@3:kill"          SIGKILL the whole driver at F5 of batch 3
     EOSINK_FAULTS="F7:ambiguous,F2@1:raise"
 
-A spec is ``POINT[@BATCH][:ACTION]``; ``POINT`` is ``F1``..``F9``, ``F11`` or its name below.
+A spec is ``POINT[@BATCH][:ACTION]``; ``POINT`` is ``F1``..``F9``, ``F11``, ``F14`` or its name below.
 Actions: ``kill`` (default; SIGKILL of the whole driver, as a real crash), ``raise``
 (:class:`~eosink.errors.InjectedFault`), ``ambiguous`` (:class:`~eosink.errors.AmbiguousCommitError`,
 as if a COMMIT reply was lost), ``stop`` (SIGSTOP of the whole driver, to make a zombie).
@@ -40,7 +40,8 @@ CRASH_SCOPE_VARS = ("EOSINK_FAULT_SESSION", "EOSINK_FAULT_PGID")
 
 
 class FaultPoint(str, enum.Enum):
-    """The failure matrix's crash points (design brief F1-F9; F11: a task attempt fails after pre_commit)."""
+    """The failure matrix's crash points (design brief F1-F9; F11: a task attempt fails after pre_commit;
+    F14: a fan-out committed a batch in one sink and not yet in the next, see :mod:`eosink.fanout`)."""
 
     F1 = "before_begin"
     F2 = "mid_write"
@@ -52,6 +53,7 @@ class FaultPoint(str, enum.Enum):
     F8 = "after_commit"
     F9 = "mid_recovery"
     F11 = "after_task_pre_commit"
+    F14 = "between_sinks"
 
 
 _ACTIONS = ("kill", "raise", "ambiguous", "stop")
@@ -77,7 +79,7 @@ def _parse_point(text: str) -> FaultPoint:
     except ValueError:
         raise ConfigurationError(
             f"Unknown fault point {text!r}.",
-            "Use F1..F9, F11 or one of: " + ", ".join(p.value for p in FaultPoint) + ".",
+            "Use F1..F9, F11, F14 or one of: " + ", ".join(p.value for p in FaultPoint) + ".",
         ) from None
 
 

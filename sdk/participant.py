@@ -7,7 +7,7 @@ same pass, pre-commits, and hands back only a small :class:`~eosink.contract.Com
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,7 +21,14 @@ from eosink.faults import FaultPoint
 from eosink.fingerprint import FINGERPRINT_VERSION, fingerprint_of
 from eosink.keys import KeyGenerator
 
-__all__ = ["WritePlan", "attempt_time", "fingerprint_participant", "new_attempt_id", "run_participant"]
+__all__ = [
+    "WritePlan",
+    "attempt_time",
+    "fingerprint_participant",
+    "new_attempt_id",
+    "run_participant",
+    "run_participants",
+]
 
 
 def new_attempt_id() -> str:
@@ -71,29 +78,45 @@ class WritePlan:
 
 def run_participant(plan: WritePlan, participant: int, batches: Iterable[pa.RecordBatch]) -> Committable | None:
     """Write ``batches`` as one participant; None when it had no rows."""
-    sink = plan.sink
-    keys = KeyGenerator(plan.batch.app_id, plan.batch.batch_id, plan.time_ms) if plan.generate_keys else None
-    txn: Any = None
+    return run_participants([plan], participant, batches)[0]
+
+
+def run_participants(
+    plans: Sequence[WritePlan], participant: int, batches: Iterable[pa.RecordBatch]
+) -> list[Committable | None]:
+    """Write ``batches`` as one participant into the sink of each plan, in one pass over the data (a fan-out,
+    :mod:`eosink.fanout`); per plan, its committable, or None when the participant had no rows."""
+    if not plans:
+        return []
+    keys = [KeyGenerator(p.batch.app_id, p.batch.batch_id, p.time_ms) if p.generate_keys else None for p in plans]
+    txns: list[Any] = [None] * len(plans)
     fingerprint = Fingerprint()
     for batch in batches:
         if batch.num_rows == 0:
             continue
         fingerprint += fingerprint_of(batch)
-        if keys is not None:
-            batch = keys.add_keys(batch)
-        if txn is None:
-            txn = retry_transient(
-                f"begin of participant {participant} of batch {plan.batch}",
-                lambda: sink.begin(plan.task(participant)),
-                timeout_s=plan.begin_timeout_s,
-            )
-        sink.write(txn, batch)
-        faults.hit(FaultPoint.F2, plan.batch.batch_id)
-    if txn is None:
-        return None
-    committable = replace(sink.pre_commit(txn), rows=fingerprint.rows, fingerprint=fingerprint)
-    faults.hit(FaultPoint.F11, plan.batch.batch_id)
-    return committable
+        for i, plan in enumerate(plans):
+            if txns[i] is None:
+                txns[i] = _begin(plan, participant)
+            generator = keys[i]
+            plan.sink.write(txns[i], batch if generator is None else generator.add_keys(batch))
+        faults.hit(FaultPoint.F2, plans[0].batch.batch_id)
+    if txns[0] is None:  # no rows: every sink's transaction is still unopened
+        return [None] * len(plans)
+    made: list[Committable | None] = [
+        replace(plan.sink.pre_commit(txn), rows=fingerprint.rows, fingerprint=fingerprint)
+        for plan, txn in zip(plans, txns, strict=True)
+    ]
+    faults.hit(FaultPoint.F11, plans[0].batch.batch_id)
+    return made
+
+
+def _begin(plan: WritePlan, participant: int) -> Any:
+    return retry_transient(
+        f"begin of participant {participant} of batch {plan.batch}",
+        lambda: plan.sink.begin(plan.task(participant)),
+        timeout_s=plan.begin_timeout_s,
+    )
 
 
 def fingerprint_participant(batches: Iterable[pa.RecordBatch], version: int = FINGERPRINT_VERSION) -> Fingerprint:

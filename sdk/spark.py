@@ -15,8 +15,8 @@ import contextlib
 import json
 import os
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 import pyarrow as pa
 
@@ -25,7 +25,8 @@ from eosink.checkpoint import SparkCheckpoint
 from eosink.contract import Committable, Fingerprint, Sink
 from eosink.coordinator import CommitPolicy, Coordinator, Stats
 from eosink.errors import ConfigurationError, EosinkError, InjectedFault, TransientError
-from eosink.participant import WritePlan, fingerprint_participant, run_participant
+from eosink.fanout import FanOut, name_sinks
+from eosink.participant import WritePlan, fingerprint_participant, run_participants
 from eosink.strategies import Strategy, resolve_strategy
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-__all__ = ["BatchWriter", "foreach_batch", "register"]
+__all__ = ["BatchWriter", "FanOutWriter", "foreach_batch", "register"]
 
 _RESULT_SCHEMA = "eosink string"
 _DEFAULT_PARTICIPANTS = 4
@@ -81,21 +82,23 @@ def _result(kind: str, body: dict[str, Any]) -> pa.RecordBatch:
 
 
 class _Participant:
-    """The function mapInArrow runs on executors (pickled with the plan and sink)."""
+    """The function mapInArrow runs on executors (pickled with the plans and sinks): one pass over the
+    partition, writing into the sink of each plan (one, or a fan-out's several)."""
 
-    def __init__(self, plan: WritePlan) -> None:
-        self.plan = plan
+    def __init__(self, plans: Sequence[WritePlan]) -> None:
+        self.plans = list(plans)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
-            committable = run_participant(self.plan, _partition_id(), batches)
+            committables = run_participants(self.plans, _partition_id(), batches)
         except EosinkError as exc:
             if isinstance(exc, (TransientError, InjectedFault)):
                 raise  # fail this task attempt: Spark retries it
             yield _result("error", {"type": type(exc).__name__, "problem": exc.problem, "fix": exc.fix})
             return
-        if committable is not None:
-            yield _result("committable", committable.to_json())
+        for n, committable in enumerate(committables):
+            if committable is not None:
+                yield _result("committable", {**committable.to_json(), "plan": n})
 
 
 class _FingerprintPartition:
@@ -118,7 +121,8 @@ def _raise_remote(body: dict[str, Any]) -> None:
 
 
 class SparkBatch:
-    """One foreachBatch DataFrame as a :class:`~eosink.coordinator.BatchInput`."""
+    """One foreachBatch DataFrame as a :class:`~eosink.coordinator.BatchInput` and a
+    :class:`~eosink.fanout.FanOutInput`."""
 
     def __init__(self, df: DataFrame, participants: int) -> None:
         self.df = df
@@ -133,19 +137,26 @@ class SparkBatch:
         return results
 
     def write(self, plan: WritePlan) -> list[Committable]:
+        return self.write_many([plan])[0]
+
+    def write_many(self, plans: Sequence[WritePlan]) -> list[list[Committable]]:
         frame = self.df
-        if plan.generate_keys:  # identical rows must meet in one participant for stable ordinals
+        if any(p.generate_keys for p in plans):  # identical rows must meet in one participant for stable ordinals
             frame = frame.repartition(self.participants, *frame.columns)
         else:
             frame = frame.coalesce(self.participants)
-        return [Committable.from_json(b) for b in self._run(frame, _Participant(plan)) if b["kind"] == "committable"]
+        made: list[list[Committable]] = [[] for _ in plans]
+        for body in self._run(frame, _Participant(plans)):
+            if body["kind"] == "committable":
+                made[int(body.pop("plan"))].append(Committable.from_json(body))
+        return made
 
     def fingerprint(self, version: int) -> Fingerprint:
         parts = self._run(self.df, _FingerprintPartition(version))
         return sum((Fingerprint.from_json(b) for b in parts), Fingerprint())
 
 
-_LIVE: weakref.WeakSet[BatchWriter] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[_StreamWriter] = weakref.WeakSet()
 
 
 @atexit.register
@@ -155,7 +166,114 @@ def _close_all() -> None:  # backstop on interpreter exit: commit what Spark com
             writer.close()
 
 
-class BatchWriter:
+Engine = Coordinator | FanOut
+"""What drives a writer's batches: one sink's coordinator, or a fan-out's."""
+
+
+class _StreamWriter:
+    """What both writers share: the checks, the checkpoint, pickling, starting the query, closing."""
+
+    def __init__(
+        self,
+        *,
+        app_id: str,
+        strategy: Strategy | str,
+        checkpoint_location: str | os.PathLike[str],
+        participants: int,
+        policy: CommitPolicy | None,
+    ) -> None:
+        if not isinstance(app_id, str) or not app_id.strip() or len(app_id) > 200:
+            raise ConfigurationError(
+                f"app_id must be a non-empty string of at most 200 characters, got {app_id!r}.",
+                "Choose a stable name for this (query, sink) pair, e.g. 'payments-to-ledger'.",
+            )
+        if not isinstance(participants, int) or participants < 1:
+            raise ConfigurationError(
+                f"participants must be a positive integer, got {participants!r}.",
+                "Use the number of parallel writers per batch you want, e.g. 4.",
+            )
+        self.app_id = app_id
+        self.strategy = resolve_strategy(strategy)
+        self.checkpoint = SparkCheckpoint(checkpoint_location)
+        self.participants = participants
+        self.policy = policy or CommitPolicy()
+        self._engine: Engine | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_engine"] = None
+        return state
+
+    def _sinks(self) -> list[Sink[Any]]:
+        raise NotImplementedError
+
+    def _new_engine(self) -> Engine:
+        raise NotImplementedError
+
+    @property
+    def engine(self) -> Engine:
+        """The driver-side protocol engine (created on first use)."""
+        if self._engine is None:
+            self._engine = self._new_engine()
+            _LIVE.add(self)
+        return self._engine
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        _require_pyspark()
+        if not self.engine.started:  # the first batch of a run: is this the query's checkpoint?
+            self.checkpoint.require_offsets(int(batch_id))
+            schema = arrow_schema(df.schema)
+            for sink in self._sinks():
+                sink.bind_schema(schema)
+        self.engine.process(int(batch_id), SparkBatch(df, self.participants))
+
+    def start(self, stream: DataStreamWriter) -> StreamingQuery:
+        """Start ``stream`` (``df.writeStream...``) with this writer and its checkpoint location.
+
+        Sets Spark's ``checkpointLocation`` to the writer's and ``foreachBatch`` to the writer, so
+        the path is stated once::
+
+            writer = eosink.foreach_batch(sink, app_id="payments", checkpoint_location="/chk/payments")
+            query = writer.start(df.writeStream.trigger(processingTime="10 seconds"))
+        """
+        _require_pyspark()
+        return stream.option("checkpointLocation", self.checkpoint.location).foreachBatch(self).start()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def recover(self) -> None:
+        """Fence older writers and resolve in-doubt batches now, before the query starts."""
+        self.engine.start()
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every batch Spark has committed is committed in the sink (2PC)."""
+        if self._engine is None:
+            return True
+        return self._engine.flush(timeout_s)
+
+    def close(self) -> None:
+        """Commit what Spark has committed and release resources; call after the query stops.
+
+        Also when no batch ran in this process (a restart that found no new input): batches
+        Spark's commit log holds but the sink does not are committed then (2PC), and a batch
+        Spark committed whose work the sink no longer has raises
+        :class:`~eosink.errors.PreparedWorkLostError` (every strategy).
+        """
+        if self._engine is None and self.checkpoint.exists():
+            _ = self.engine  # a writer that processed no batch: commit what Spark committed, check for loss
+        if self._engine is not None:
+            try:
+                self._engine.finish_spark_committed()
+            finally:
+                self._engine.close()
+                _LIVE.discard(self)
+
+
+class BatchWriter(_StreamWriter):
     """The callable handed to ``writeStream.foreachBatch``; see :func:`foreach_batch`.
 
     Picklable (Spark Connect ships it to the server): the coordinator, its thread and its
@@ -174,24 +292,15 @@ class BatchWriter:
     ) -> None:
         if not isinstance(sink, Sink):
             raise ConfigurationError(f"{sink!r} is not an eosink Sink.", "Pass a connector's sink object.")
-        if not isinstance(app_id, str) or not app_id.strip() or len(app_id) > 200:
-            raise ConfigurationError(
-                f"app_id must be a non-empty string of at most 200 characters, got {app_id!r}.",
-                "Choose a stable name for this (query, sink) pair, e.g. 'payments-to-ledger'.",
-            )
-        if not isinstance(participants, int) or participants < 1:
-            raise ConfigurationError(
-                f"participants must be a positive integer, got {participants!r}.",
-                "Use the number of parallel writers per batch you want, e.g. 4.",
-            )
+        super().__init__(
+            app_id=app_id,
+            strategy=strategy,
+            checkpoint_location=checkpoint_location,
+            participants=participants,
+            policy=policy,
+        )
         self.sink = sink
-        self.app_id = app_id
-        self.strategy = resolve_strategy(strategy)
         self.strategy.check(sink.capabilities, type(sink).__name__)
-        self.checkpoint = SparkCheckpoint(checkpoint_location)
-        self.participants = participants
-        self.policy = policy or CommitPolicy()
-        self._coordinator: Coordinator | None = None
 
     def __repr__(self) -> str:
         return (
@@ -199,75 +308,74 @@ class BatchWriter:
             f"checkpoint_location={self.checkpoint.location!r})"
         )
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_coordinator"] = None
-        return state
+    def _sinks(self) -> list[Sink[Any]]:
+        return [self.sink]
+
+    def _new_engine(self) -> Engine:
+        return Coordinator(self.sink, self.app_id, self.strategy, self.checkpoint, self.policy)
 
     @property
     def coordinator(self) -> Coordinator:
         """The driver-side protocol engine (created on first use)."""
-        if self._coordinator is None:
-            self._coordinator = Coordinator(self.sink, self.app_id, self.strategy, self.checkpoint, self.policy)
-            _LIVE.add(self)
-        return self._coordinator
+        engine = self.engine
+        assert isinstance(engine, Coordinator)
+        return engine
 
     @property
     def stats(self) -> Stats:
         """What the protocol did in this process: commits, skipped replays, resolved ambiguities."""
         return self.coordinator.stats
 
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        _require_pyspark()
-        if not self.coordinator.started:  # the first batch of a run: is this the query's checkpoint?
-            self.checkpoint.require_offsets(int(batch_id))
-            self.sink.bind_schema(arrow_schema(df.schema))
-        self.coordinator.process(int(batch_id), SparkBatch(df, self.participants))
 
-    def start(self, stream: DataStreamWriter) -> StreamingQuery:
-        """Start ``stream`` (``df.writeStream...``) with this writer and its checkpoint location.
+class FanOutWriter(_StreamWriter):
+    """The callable handed to ``writeStream.foreachBatch`` for a fan-out: one pass per batch, exactly once
+    into each sink, committed in the order given (see :mod:`eosink.fanout` and :func:`foreach_batch`)."""
 
-        Sets Spark's ``checkpointLocation`` to the writer's and ``foreachBatch`` to the writer, so
-        the path is stated once::
+    def __init__(
+        self,
+        sinks: Sequence[Sink[Any]] | Mapping[str, Sink[Any]],
+        *,
+        app_id: str,
+        strategy: Strategy | str,
+        checkpoint_location: str | os.PathLike[str],
+        participants: int = _DEFAULT_PARTICIPANTS,
+        policy: CommitPolicy | None = None,
+    ) -> None:
+        super().__init__(
+            app_id=app_id,
+            strategy=strategy,
+            checkpoint_location=checkpoint_location,
+            participants=participants,
+            policy=policy,
+        )
+        self.sinks = name_sinks(sinks)
+        for _, sink in self.sinks:
+            self.strategy.check(sink.capabilities, type(sink).__name__)
 
-            writer = eosink.foreach_batch(sink, app_id="payments", checkpoint_location="/chk/payments")
-            query = writer.start(df.writeStream.trigger(processingTime="10 seconds"))
-        """
-        _require_pyspark()
-        return stream.option("checkpointLocation", self.checkpoint.location).foreachBatch(self).start()
+    def __repr__(self) -> str:
+        sinks = ", ".join(f"{name}={sink!r}" for name, sink in self.sinks)
+        return (
+            f"FanOutWriter(sinks=[{sinks}], app_id={self.app_id!r}, strategy={self.strategy!r}, "
+            f"checkpoint_location={self.checkpoint.location!r})"
+        )
 
-    def __enter__(self) -> BatchWriter:
-        return self
+    def _sinks(self) -> list[Sink[Any]]:
+        return [sink for _, sink in self.sinks]
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _new_engine(self) -> Engine:
+        return FanOut(self.sinks, self.app_id, self.strategy, self.checkpoint, self.policy)
 
-    def recover(self) -> None:
-        """Fence older writers and resolve in-doubt batches now, before the query starts."""
-        self.coordinator.start()
+    @property
+    def fanout(self) -> FanOut:
+        """The driver-side protocol engine (created on first use)."""
+        engine = self.engine
+        assert isinstance(engine, FanOut)
+        return engine
 
-    def flush(self, timeout_s: float = 30.0) -> bool:
-        """Wait until every batch Spark has committed is committed in the sink (2PC)."""
-        if self._coordinator is None:
-            return True
-        return self._coordinator.flush(timeout_s)
-
-    def close(self) -> None:
-        """Commit what Spark has committed and release resources; call after the query stops.
-
-        Also when no batch ran in this process (a restart that found no new input): batches
-        Spark's commit log holds but the sink does not are committed then (2PC), and a batch
-        Spark committed whose work the sink no longer has raises
-        :class:`~eosink.errors.PreparedWorkLostError` (every strategy).
-        """
-        if self._coordinator is None and self.checkpoint.exists():
-            _ = self.coordinator  # a writer that processed no batch: commit what Spark committed, check for loss
-        if self._coordinator is not None:
-            try:
-                self._coordinator.finish_spark_committed()
-            finally:
-                self._coordinator.close()
-                _LIVE.discard(self)
+    @property
+    def stats(self) -> dict[str, Stats]:
+        """Per sink, by name: what the protocol did in this process."""
+        return self.fanout.stats
 
 
 def register(spark: Any) -> None:
@@ -277,6 +385,7 @@ def register(spark: Any) -> None:
     _register(spark)
 
 
+@overload
 def foreach_batch(
     sink: Sink[Any],
     *,
@@ -285,20 +394,59 @@ def foreach_batch(
     checkpoint_location: str | os.PathLike[str],
     participants: int = _DEFAULT_PARTICIPANTS,
     policy: CommitPolicy | None = None,
-) -> BatchWriter:
+) -> BatchWriter: ...
+
+
+@overload
+def foreach_batch(
+    sink: Sequence[Sink[Any]] | Mapping[str, Sink[Any]],
+    *,
+    app_id: str,
+    strategy: Strategy | str = "2pc",
+    checkpoint_location: str | os.PathLike[str],
+    participants: int = _DEFAULT_PARTICIPANTS,
+    policy: CommitPolicy | None = None,
+) -> FanOutWriter: ...
+
+
+def foreach_batch(
+    sink: Sink[Any] | Sequence[Sink[Any]] | Mapping[str, Sink[Any]],
+    *,
+    app_id: str,
+    strategy: Strategy | str = "2pc",
+    checkpoint_location: str | os.PathLike[str],
+    participants: int = _DEFAULT_PARTICIPANTS,
+    policy: CommitPolicy | None = None,
+) -> BatchWriter | FanOutWriter:
     """The exactly-once function for ``df.writeStream.foreachBatch(...)``.
 
-    ``app_id`` names this (query, sink) pair for good; ``checkpoint_location`` must be the
-    query's own ``checkpointLocation``: start the query with :meth:`BatchWriter.start`, which
-    sets it (a location Spark does not write to is refused at the first batch). ``participants``
-    caps the parallel writers (and prepared transactions) per batch. Call ``close()`` on the
-    result after the query stops, or use it as a context manager.
+    ``app_id`` names this query's writes for good; ``checkpoint_location`` must be the query's own
+    ``checkpointLocation``: start the query with :meth:`BatchWriter.start`, which sets it (a location
+    Spark does not write to is refused at the first batch). ``participants`` caps the parallel
+    writers (and prepared transactions) per batch. Call ``close()`` on the result after the query
+    stops, or use it as a context manager.
+
+    One sink gives a :class:`BatchWriter`. Several, as a list or a ``{name: sink}`` mapping, give a
+    :class:`FanOutWriter`: each batch passes once and lands exactly once in each sink, committed in
+    the order given (:mod:`eosink.fanout`); sink ``name`` keeps its state under app_id
+    ``<app_id>.<name>``.
     """
-    return BatchWriter(
-        sink,
-        app_id=app_id,
-        strategy=strategy,
-        checkpoint_location=checkpoint_location,
-        participants=participants,
-        policy=policy,
-    )
+    if isinstance(sink, Sink):
+        return BatchWriter(
+            sink,
+            app_id=app_id,
+            strategy=strategy,
+            checkpoint_location=checkpoint_location,
+            participants=participants,
+            policy=policy,
+        )
+    if isinstance(sink, (Sequence, Mapping)):
+        return FanOutWriter(
+            sink,
+            app_id=app_id,
+            strategy=strategy,
+            checkpoint_location=checkpoint_location,
+            participants=participants,
+            policy=policy,
+        )
+    raise ConfigurationError(f"{sink!r} is not an eosink Sink.", "Pass a connector's sink object, or a list of them.")

@@ -151,9 +151,10 @@ def eosink_function(sink: Any, strategy: str | None, app_id: str, checkpoint: st
     import eosink
 
     chosen: Any = eosink.Idempotent(["id"]) if strategy == "idempotent" else strategy
-    return eosink.foreach_batch(
+    writer: BatchFunction = eosink.foreach_batch(
         sink, app_id=app_id, strategy=chosen, checkpoint_location=checkpoint, participants=participants
     )
+    return writer
 
 
 def datasource_write(

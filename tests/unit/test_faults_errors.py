@@ -57,6 +57,8 @@ def test_disabled_by_default_and_after_reset() -> None:
         ("after_task_pre_commit@1:raise", FaultPoint.F11),
         ("F1@1:raise", FaultPoint.F1),
         ("mid_recovery@1:raise", FaultPoint.F9),
+        ("F14@1:raise", FaultPoint.F14),
+        ("between_sinks@1:raise", FaultPoint.F14),
     ],
 )
 def test_spec_names_points_by_number_or_name(spec: str, point: FaultPoint) -> None:

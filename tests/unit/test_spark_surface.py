@@ -66,7 +66,7 @@ def test_writer_pickles_without_its_coordinator(tmp_path: Path) -> None:
     writer = _writer(tmp_path)
     _ = writer.coordinator  # created locally
     clone = pickle.loads(pickle.dumps(writer))
-    assert clone._coordinator is None
+    assert clone._engine is None
     assert clone.app_id == "app" and clone.strategy == writer.strategy
     assert clone.coordinator is not writer.coordinator
 

@@ -1,0 +1,337 @@
+"""Protocol-level tests of the fan-out (eosink.fanout): one batch, two reference sinks, exactly once in each,
+committed in order.
+
+Sink "a" commits before sink "b". Sink "b" is an :class:`OrderedSink`: every commit it makes (inline,
+after Spark's commit log, or rolling forward at recovery) first asserts that sink "a" already holds the
+batch, so each test below also checks the order promise at every commit. A crash is an InjectedFault at
+a fault point; the restarted driver is a new FanOut over new sink objects on the same files and
+checkpoint, as in test_coordinator.py.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from unit_conftest import APP, FAST, NON_2PC, VARIANTS, FakeCheckpoint, MemoryBatch, Variant, batches_for, canon
+
+import eosink
+from eosink import faults
+from eosink.connectors.reference import ReferenceSink
+from eosink.contract import BatchRef, Bundle, Committable
+from eosink.errors import ConfigurationError, InjectedFault, NonDeterministicReplayError, PreparedWorkLostError
+from eosink.fanout import FanOut, member_app_id, name_sinks
+from eosink.spark import BatchWriter, FanOutWriter
+
+NAMES = ("a", "b")
+
+
+class OrderedSink(ReferenceSink):
+    """A reference sink that refuses (AssertionError) to commit a batch that sink ``before`` does not hold."""
+
+    def __init__(self, path: Path, before: Path, before_app: str) -> None:
+        super().__init__(path)
+        self.before, self.before_app = before, before_app
+        self.commits: list[int] = []
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        reader = ReferenceSink(self.before)
+        try:
+            held = {b.batch.batch_id for b in reader.bundles(self.before_app)}
+        finally:
+            reader.close()
+        assert batch.batch_id in held, f"sink b commits batch {batch.batch_id} before sink a holds it ({held})"
+        self.commits.append(batch.batch_id)
+        super().commit(batch, committables, bundle)
+
+
+class MiniFanOut:
+    """Spark's order of events around a FanOut of sinks "a" then "b" (see tests/unit/conftest.py MiniSpark)."""
+
+    def __init__(self, root: Path, variant: Variant, batches: Sequence[MemoryBatch]) -> None:
+        self.variant = variant
+        self.batches = list(batches)
+        self.dbs = {name: root / f"{name}.db" for name in NAMES}
+        self.ckpt = FakeCheckpoint(root / "checkpoint")
+        self.fanout = self.new()
+
+    def new(self) -> FanOut:
+        a = ReferenceSink(self.dbs["a"])
+        b = OrderedSink(self.dbs["b"], self.dbs["a"], member_app_id(APP, "a"))
+        return FanOut([("a", a), ("b", b)], APP, self.variant.make(), self.ckpt.spark(), FAST, threaded=False)
+
+    def sink(self, name: str) -> Any:
+        return self.fanout.coordinators[NAMES.index(name)].sink
+
+    def run(self) -> None:
+        """Every batch Spark has not committed, in order; then make sure recovery ran."""
+        for batch_id, batch in enumerate(self.batches):
+            if self.ckpt.has_commit(batch_id):
+                continue
+            self.ckpt.write_offsets(batch_id)
+            self.fanout.process(batch_id, batch)
+            self.ckpt.write_commit(batch_id)
+            if self.variant.two_pc:
+                self.fanout.commit_ready()
+        self.fanout.start()
+
+    def crash(self, spec: str, error: type[BaseException] = InjectedFault) -> BaseException:
+        faults.configure(spec)
+        with pytest.raises(error) as info:
+            self.run()
+        faults.reset()
+        return info.value
+
+    def restart(self) -> None:
+        for coordinator in self.fanout.coordinators:
+            coordinator.sink.close()  # a dead driver commits nothing more
+        self.fanout = self.new()
+
+    def lose_work(self, name: str) -> None:
+        """Abort sink ``name``'s in-doubt work by hand (a transaction timeout, an operator)."""
+        sink = ReferenceSink(self.dbs[name])
+        try:
+            sink.abort(sink.recover(member_app_id(APP, name)))
+        finally:
+            sink.close()
+
+    def give_up(self, name: str, batch_id: int) -> None:
+        """Sink ``name`` forgets its recorded batch: its work aborted, its manifest removed."""
+        self.lose_work(name)
+        self.ckpt.spark().delete_manifest(member_app_id(APP, name), batch_id)
+
+    def rows(self, name: str) -> Counter[str]:
+        reader = ReferenceSink(self.dbs[name])
+        try:
+            return canon(reader.rows(member_app_id(APP, name)))
+        finally:
+            reader.close()
+
+    def expected(self) -> Counter[str]:
+        return canon([r for b in self.batches for r in b.rows])
+
+    def assert_exact(self) -> None:
+        """Each sink holds every batch once, one bundle per batch, nothing in doubt, no manifest left."""
+        for name in NAMES:
+            app = member_app_id(APP, name)
+            reader = ReferenceSink(self.dbs[name])
+            try:
+                assert canon(reader.rows(app)) == self.expected(), name
+                assert [b.batch.batch_id for b in reader.bundles(app)] == list(range(len(self.batches))), name
+                assert reader.recover(app) == [], name
+            finally:
+                reader.close()
+            assert self.ckpt.spark().manifest_batches(app) == [], name
+
+
+def mini(tmp_path: Path, variant: Variant, n: int = 3) -> MiniFanOut:
+    return MiniFanOut(tmp_path, variant, batches_for(variant, n))
+
+
+def test_every_batch_lands_once_in_each_sink_in_one_pass(tmp_path: Path, variant: Variant) -> None:
+    """Three batches into sinks a and b.
+
+    Pass: exact in both sinks, each under its own app_id; each batch's data was written in one pass
+    (one write_many per batch, no fingerprint pass); b committed batches 0, 1, 2 each after a held it."""
+    ms = mini(tmp_path, variant)
+    ms.run()
+    ms.assert_exact()
+    assert [b.writes for b in ms.batches] == [1, 1, 1]
+    assert [b.fingerprints for b in ms.batches] == [0, 0, 0]
+    assert ms.sink("b").commits == [0, 1, 2]
+    assert {name: s.batches_committed for name, s in ms.fanout.stats.items()} == {"a": 3, "b": 3}
+
+
+def test_two_pc_commits_nothing_before_sparks_commit_log(tmp_path: Path) -> None:
+    """2pc: batch 0 processed, no commits/0 yet.
+
+    Pass: neither sink shows a row; after commits/0 one commit_ready commits batch 0 in a, then in b."""
+    ms = mini(tmp_path, VARIANTS[0], n=1)
+    ms.ckpt.write_offsets(0)
+    ms.fanout.process(0, ms.batches[0])
+    assert ms.fanout.commit_ready() == 0
+    assert (ms.rows("a"), ms.rows("b")) == (Counter(), Counter())
+    ms.ckpt.write_commit(0)
+    assert ms.fanout.commit_ready() == 1
+    ms.assert_exact()
+
+
+POINTS_2PC = ["F3", "F4", "F5", "F6", "F8", "F14", "F9"]
+POINTS_INLINE = ["F3", "F4", "F6", "F8", "F14", "F9"]
+
+
+@pytest.mark.parametrize(
+    ("variant", "point"),
+    [pytest.param(VARIANTS[0], p, id=f"2pc-{p}") for p in POINTS_2PC]
+    + [pytest.param(v, p, id=f"{v.id}-{p}") for v in NON_2PC for p in POINTS_INLINE],
+)
+def test_a_crash_at_any_point_ends_exact_in_both_sinks_in_order(tmp_path: Path, variant: Variant, point: str) -> None:
+    """A crash at ``point`` of batch 1 (F9: during the recovery after a crash at F4 of batch 1), then a restart.
+
+    Pass: the restarted driver ends exact in both sinks; b never committed a batch a did not hold (the
+    OrderedSink assertion inside every commit, recovery's roll-forwards included)."""
+    ms = mini(tmp_path, variant)
+    if point == "F9":
+        ms.crash("F4@1:raise")
+        ms.restart()
+    ms.crash(f"{point}@1:raise")
+    ms.restart()
+    ms.run()
+    ms.assert_exact()
+
+
+def test_a_crash_between_the_sinks_rolls_the_second_forward_at_restart(tmp_path: Path) -> None:
+    """2pc: Spark committed batch 1; the driver dies after a committed it, before b did (F14).
+
+    Pass: after the crash a holds batches 0-1 and b only 0; the restart's recovery commits batch 1 in b
+    (recovered_forward 1) without writing it again; exact."""
+    ms = mini(tmp_path, VARIANTS[0])
+    ms.crash("F14@1:raise")
+    assert ms.ckpt.has_commit(1)
+    assert [len(ReferenceSink(ms.dbs[n]).bundles(member_app_id(APP, n))) for n in NAMES] == [2, 1]
+    ms.restart()
+    ms.fanout.start()
+    assert ms.fanout.stats["b"].recovered_forward == 1
+    assert ms.batches[1].writes == 1
+    ms.run()
+    ms.assert_exact()
+
+
+@pytest.mark.parametrize("variant", NON_2PC, ids=lambda v: v.id)
+def test_a_replay_writes_only_the_sinks_that_lack_the_batch(tmp_path: Path, variant: Variant) -> None:
+    """Inline strategies: the driver dies after a committed batch 1 and before b did (F14), and b's recorded
+    batch is given up by hand (its work aborted, its manifest removed): Spark replays batch 1.
+
+    Pass: the replay is one pass writing into b only (a's rows of batch 1 stay once); a skips it after the
+    fingerprint check (replays_skipped 1); exact."""
+    ms = mini(tmp_path, variant)
+    ms.crash("F14@1:raise")
+    ms.give_up("b", 1)
+    ms.restart()
+    ms.run()
+    ms.assert_exact()
+    assert ms.batches[1].writes == 2  # the first run's pass and the replay's
+    assert ms.fanout.stats["a"].replays_skipped == 1
+    assert ms.fanout.stats["b"].batches_committed == 2
+
+
+@pytest.mark.parametrize("variant", [v for v in NON_2PC if v.transactional], ids=lambda v: v.id)
+def test_a_replay_with_other_data_stops_before_the_lacking_sink_commits(tmp_path: Path, variant: Variant) -> None:
+    """As above, but the replay of batch 1 carries other rows (a non-deterministic query); txid-check (under
+    idempotent, written rows are visible at once, as with one sink).
+
+    Pass: NonDeterministicReplayError naming batch 1; b shows nothing of the replay and nothing is in doubt
+    in b (its written attempt aborted)."""
+    ms = mini(tmp_path, variant)
+    ms.crash("F14@1:raise")
+    ms.give_up("b", 1)
+    before = ms.rows("b")
+    ms.batches[1] = MemoryBatch([{**r, "name": r["name"] + "-other"} for r in ms.batches[1].rows])
+    ms.restart()
+    err = ms.crash("F1@99:raise", NonDeterministicReplayError)
+    assert isinstance(err, NonDeterministicReplayError) and err.batch_id == 1
+    assert ms.rows("b") == before
+    reader = ReferenceSink(ms.dbs["b"])
+    assert reader.recover(member_app_id(APP, "b")) == []
+    reader.close()
+
+
+def test_lost_prepared_work_in_the_second_sink_names_it_and_leaves_the_first_alone(tmp_path: Path) -> None:
+    """2pc: Spark committed batch 1; a committed it; b's prepared work of batch 1 vanished (aborted by hand).
+
+    Pass: the restart stops with PreparedWorkLostError whose .sink is 'b', .batch_id 1, and whose text
+    names sink 'b'; a still holds batches 0-1, once each."""
+    ms = mini(tmp_path, VARIANTS[0])
+    ms.crash("F14@1:raise")
+    b_app = member_app_id(APP, "b")
+    ms.lose_work("b")
+    ms.restart()
+    err = ms.crash("F1@99:raise", PreparedWorkLostError)
+    assert isinstance(err, PreparedWorkLostError)
+    assert (err.sink, err.batch_id, err.app_id) == ("b", 1, b_app)
+    assert "sink 'b'" in err.problem
+    reader = ReferenceSink(ms.dbs["a"])
+    assert [b.batch.batch_id for b in reader.bundles(member_app_id(APP, "a"))] == [0, 1]
+    reader.close()
+
+
+@pytest.mark.parametrize("variant", [v for v in NON_2PC if v.transactional], ids=lambda v: v.id)
+def test_inline_recovery_never_rolls_a_later_sink_past_an_earlier_one(tmp_path: Path, variant: Variant) -> None:
+    """txid-check: both sinks recorded batch 1 and the driver died inside a's commit (F6, which the
+    reference sink rolls back), then a's work of batch 1 vanished. (Idempotent work cannot vanish: its
+    rows are visible once written, and its roll-forward only records the bundle.)
+
+    Recovery of a gives batch 1 up (Spark replays it). Pass: recovery of b aborts its recorded batch 1
+    too, instead of committing it ahead of a (the OrderedSink would fail); the replay lands both; exact."""
+    ms = mini(tmp_path, variant)
+    ms.crash("F6@1:raise")
+    assert ms.ckpt.spark().manifest_batches(member_app_id(APP, "b")) == [1]
+    ms.lose_work("a")
+    ms.restart()
+    ms.fanout.start()
+    assert ms.fanout.stats["b"].recovered_aborted == 1
+    assert ms.sink("b").commits == []
+    ms.run()
+    ms.assert_exact()
+
+
+def test_sinks_are_named_by_connector_or_mapping(tmp_path: Path) -> None:
+    """name_sinks: a list is named by connector; a mapping by its keys, in its order.
+
+    Pass: ('reference', ...) from a list of one reference sink and another kind; two sinks of one
+    connector in a list, one sink, a hostile name or a non-sink are ConfigurationErrors saying what to do."""
+    a, b = ReferenceSink(tmp_path / "a.db"), ReferenceSink(tmp_path / "b.db")
+    assert [n for n, _ in name_sinks({"ledger": a, "events": b})] == ["ledger", "events"]
+    with pytest.raises(ConfigurationError, match="more than one sink named 'reference'") as info:
+        name_sinks([a, b])
+    assert info.value.fix and "mapping" in info.value.fix
+    with pytest.raises(ConfigurationError, match="at least two sinks"):
+        name_sinks([a])
+    with pytest.raises(ConfigurationError, match="letters, digits"):
+        name_sinks({"ledger": a, "x'; drop": b})
+    with pytest.raises(ConfigurationError, match="not an eosink Sink"):
+        name_sinks({"ledger": a, "events": object()})  # type: ignore[dict-item]
+    a.close()
+    b.close()
+
+
+def test_foreach_batch_gives_a_fan_out_writer_for_several_sinks(tmp_path: Path) -> None:
+    """foreach_batch with one sink is a BatchWriter; with a mapping a FanOutWriter whose sinks keep their
+    order and app_ids <app_id>.<name>.
+
+    Pass: the types, the names in order, the member app_ids, and a repr naming each sink."""
+    a, b = ReferenceSink(tmp_path / "a.db"), ReferenceSink(tmp_path / "b.db")
+    one = eosink.foreach_batch(a, app_id=APP, checkpoint_location=tmp_path / "c1")
+    assert isinstance(one, BatchWriter)
+    two = eosink.foreach_batch({"ledger": a, "events": b}, app_id=APP, checkpoint_location=tmp_path / "c2")
+    assert isinstance(two, FanOutWriter)
+    assert [n for n, _ in two.sinks] == ["ledger", "events"]
+    assert [c.app_id for c in two.fanout.coordinators] == [f"{APP}.ledger", f"{APP}.events"]
+    assert "ledger=" in repr(two) and "events=" in repr(two)
+    two.close()
+    a.close()
+    b.close()
+
+
+def test_fan_out_writer_pickles_without_its_engine(tmp_path: Path) -> None:
+    """Spark Connect pickles the foreachBatch function: a fan-out writer travels without its coordinators
+    and their connections, and builds them again where it lands.
+
+    Pass: the clone has no engine until used, then one of its own with the same sinks in order."""
+    import pickle
+
+    writer = eosink.foreach_batch(
+        {"a": ReferenceSink(tmp_path / "a.db"), "b": ReferenceSink(tmp_path / "b.db")},
+        app_id=APP,
+        checkpoint_location=tmp_path / "c",
+    )
+    _ = writer.fanout
+    clone = pickle.loads(pickle.dumps(writer))
+    assert clone._engine is None
+    assert clone.fanout is not writer.fanout
+    assert clone.fanout.names == ["a", "b"]
+    writer.close()
+    clone.close()
