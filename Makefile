@@ -34,13 +34,16 @@ WITH_SPARK_SERVICES = $(EOSINK) services up postgres kafka minio hdfs && \
 # The same for MinIO and HDFS (Delta tables on both).
 WITH_MINIO_HDFS = $(EOSINK) services up minio hdfs && $(EOSINK) services check minio hdfs && $(1); rc=$$?; \
 	$(EOSINK) services down minio hdfs; exit $$rc
+# The same for PostgreSQL and Kafka.
+WITH_PG_KAFKA = $(EOSINK) services up postgres kafka && $(EOSINK) services check postgres kafka && $(1); rc=$$?; \
+	$(EOSINK) services down postgres kafka; exit $$rc
 # The same for Kafka and MinIO.
 WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check kafka minio && $(1); rc=$$?; \
 	$(EOSINK) services down kafka minio; exit $$rc
 
-.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs test-delta test-secured test-secured-full spark services services-up services-check services-down \
+.PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs test-delta test-fanout test-fanout-full test-secured test-secured-full spark services services-up services-check services-down \
 	services-status test test-full demo demo-kafka demo-s3 demo-hdfs demo-delta bench clean chaos chaos-quick examples example-files example-kafka \
-	example-files-to-kafka example-kafka-to-kafka example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs example-files-to-delta \
+	example-files-to-kafka example-kafka-to-kafka example-fanout example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs example-files-to-delta \
 	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
@@ -60,13 +63,14 @@ help:
 	@echo "                (SINK: $(SINKS))"
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
 	@echo "                (SECURE=1: their secured variants: TLS, authentication, least-privileged writers)"
+	@echo "make test-fanout    one query into PostgreSQL and Kafka: a Spark kill between the sinks' commits"
 	@echo "make test-secured   every sink on its secured server as the least-privileged writer (grants, TLS, credentials)"
 	@echo "make services   the service harness's own tests against the real servers (starts and stops them)"
 	@echo "make spark-matrix   the quick Spark tests on PySpark $(MATRIX) (part of test-full)"
 	@echo "make contracts  the contract suite on the reference sink, its mutants, the rendered connector template"
 	@echo "make examples   every example once against real PostgreSQL, Kafka and MinIO (also: make example-files, example-kafka,"
 	@echo "                example-files-to-kafka, example-kafka-to-kafka, example-files-to-s3, example-kafka-to-s3,"
-	@echo "                example-files-to-hdfs, example-files-to-delta)"
+	@echo "                example-files-to-hdfs, example-files-to-delta, example-fanout)"
 	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S] [JOBS=J]   the end-to-end chaos harness -> results/chaos-SINK.json"
 	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy, baseline, non-deterministic)"
 	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1]   eosink vs Spark's built-in writers -> results/bench-<sink>.*"
@@ -135,7 +139,8 @@ SINK_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) 
 	"$(PYTEST) tests/spark/test_$(1)_pipeline.py tests/chaos/test_chaos_quick.py -q -m 'not full' -k 'not chaos or $(1)' \
 	--durations=10"
 # The secured servers' Spark tests run in test-secured(-full), which starts those servers.
-SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py) tests/spark/test_secured_pipelines.py
+SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py) tests/spark/test_secured_pipelines.py \
+	tests/spark/test_fanout_pipeline.py
 # The quick Spark tests (tests/spark -m "not full", $(2) passed on) with Python $(1), in two pytest
 # processes run together: local-cluster and the PySpark matrix. Of the sinks' pipelines only the 2pc kill
 # (its checkpoint on S3 and HDFS): what the Spark version and the executors' layout touch is the executors'
@@ -208,6 +213,15 @@ test-delta: venv java tools
 test-delta-full: venv java tools
 	@$(call WITH_MINIO,$(call SINK_FULL_TESTS,delta,tests/bench/test_quick_delta.py,TestDeltaLocalContract or TestDeltaHdfsContract))
 
+# Fan-out (one query into PostgreSQL, then Kafka; docs/fanout.md): a Spark kill between the two sinks' commits
+# per strategy (2pc, txid-check), with a reader that polls both for the order promise; test-fanout-full: the
+# kill at every fault point between the commits. The protocol tests run in make unit.
+test-fanout: venv java
+	@$(call WITH_PG_KAFKA,$(PYTEST) tests/spark/test_fanout_pipeline.py -q -m 'not full' --durations=5)
+
+test-fanout-full: venv java
+	@$(call WITH_PG_KAFKA,$(PYTEST) tests/spark/test_fanout_pipeline.py -q --durations=5)
+
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5
 	$(PY) tests/template/check_template.py
@@ -272,7 +286,7 @@ services-full: venv tools
 # total, also in build/test-times.json. The budgets are for a quiet, warm 2-core machine (docs/testing.md).
 STAGES = $(PYTHON) scripts/stages.py
 TEST_STAGES := lint:75 unit:90 package:75 docs:30 contracts:120 services:90 spark:240 \
-	$(foreach s,$(SINKS),test-$(s):240) test-secured:240 examples:180
+	$(foreach s,$(SINKS),test-$(s):240) test-fanout:240 test-secured:240 examples:180
 test: venv java tools
 	@$(STAGES) --title "make test" --budget 1800 --out build/test-times.json $(TEST_STAGES)
 
@@ -280,7 +294,7 @@ test: venv java tools
 FULL_CHAOS_SCHEDULES ?= 2
 FULL_CHAOS_DIR := $(CURDIR)/.cache/chaos-full
 FULL_STAGES := lint unit package docs contracts postgres15 services-full spark-full \
-	$(foreach s,$(SINKS),test-$(s)-full) test-secured-full examples-full local-cluster chaos-full spark-matrix
+	$(foreach s,$(SINKS),test-$(s)-full) test-fanout-full test-secured-full examples-full local-cluster chaos-full spark-matrix
 test-full: venv java tools
 	@$(STAGES) --title "make test-full" --budget 10800 --out build/test-full-times.json $(FULL_STAGES)
 
@@ -346,8 +360,6 @@ chaos-quick: venv java tools
 
 # The examples (examples/*.py) against the harness's PostgreSQL, Kafka and MinIO: once each in `make test`,
 # through a kill and a restart in `make test-full`.
-WITH_PG_KAFKA = $(EOSINK) services up postgres kafka && $(EOSINK) services check postgres kafka && $(1); rc=$$?; \
-	$(EOSINK) services down postgres kafka; exit $$rc
 examples: venv java tools
 	@$(call WITH_SPARK_SERVICES,$(PYTEST) tests/examples -q -m "not full" --durations=5)
 
@@ -396,6 +408,18 @@ example-files-to-hdfs: venv java tools
 	@rm -rf $(EXAMPLE_DIR)/f2h $(EXAMPLE_DIR)/f2h-checkpoint
 	@$(call WITH_HDFS,eval "$$($(EOSINK) services env hdfs)" && $(PY) examples/files_to_hdfs.py \
 		--input $(EXAMPLE_DIR)/f2h --checkpoint $(EXAMPLE_DIR)/f2h-checkpoint --generate 5)
+
+# One query into a PostgreSQL table and a Kafka topic (examples/files_to_postgres_and_kafka.py): a first run
+# killed (SIGKILL of its whole session) after PostgreSQL committed batch 2 and before Kafka did, then the
+# restart, which commits the rest: each payment once in each sink.
+example-fanout: venv java tools
+	@rm -rf $(EXAMPLE_DIR)/fanout $(EXAMPLE_DIR)/fanout-checkpoint
+	@$(call WITH_PG_KAFKA,eval "$$($(EOSINK) services env postgres kafka)" && \
+		{ EOSINK_FAULTS=F14@2:kill EOSINK_FAULT_SESSION=own setsid -w $(PY) examples/files_to_postgres_and_kafka.py \
+			--input $(EXAMPLE_DIR)/fanout --checkpoint $(EXAMPLE_DIR)/fanout-checkpoint --generate 5 || \
+			echo "killed between the two sinks' commits of batch 2 (as planned); restarting:"; } && \
+		$(PY) examples/files_to_postgres_and_kafka.py --input $(EXAMPLE_DIR)/fanout \
+			--checkpoint $(EXAMPLE_DIR)/fanout-checkpoint)
 
 example-kafka-to-s3: venv java tools
 	@rm -rf $(EXAMPLE_DIR)/k2s-checkpoint

@@ -17,6 +17,9 @@ of the reference sink:
   nothing more: Spark's own Hadoop client reads it, eosink reads it through hdfs-native.
 * ``--sink delta``: :class:`~eosink.connectors.delta.DeltaSink` into the Delta table
   ``s3://$EOSINK_TEST_S3_BUCKET/<target>`` (the store from ``EOSINK_S3_*``), created from the stream's schema.
+* ``--sink postgres+kafka`` (any ``+``-joined list): a fan-out (:mod:`eosink.fanout`) into each of them, each
+  configured as above with the same ``--target`` and ``--namespace``, committed in the order given; its
+  sinks are named after their kind (app_ids ``<app-id>.postgres``, ``<app-id>.kafka``).
 
 Connection settings never come from argv (a URL may hold a password). Two queries:
 
@@ -47,7 +50,7 @@ EXIT_EOSINK_ERROR = 3
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="sink_driver", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--sink", choices=["postgres", "kafka", "s3", "hdfs", "delta"], default="postgres")
+    ap.add_argument("--sink", default="postgres", help="postgres, kafka, s3, hdfs or delta, or several joined by +")
     ap.add_argument("--input", required=True)
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--target", required=True, help="the table, topic, prefix or directory")
@@ -102,20 +105,31 @@ def _datasource_options(args: argparse.Namespace, sink: Any) -> dict[str, str]:
     return {**options, **options_from_config(args.sink, sink.config, from_env=from_env)}
 
 
-def _sink(args: argparse.Namespace) -> Any:
-    if args.sink == "delta":
+KINDS = ("postgres", "kafka", "s3", "hdfs", "delta")
+
+
+def _sinks(args: argparse.Namespace) -> dict[str, Any]:
+    kinds = args.sink.split("+")
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise SystemExit(f"sink_driver: unknown sink {unknown} (one of {KINDS}, or several joined by +)")
+    return {kind: _sink(args, kind) for kind in kinds}
+
+
+def _sink(args: argparse.Namespace, kind: str) -> Any:
+    if kind == "delta":
         from eosink.connectors.delta import DeltaConfig, DeltaSink
 
         return DeltaSink(DeltaConfig(f"s3://{os.environ['EOSINK_TEST_S3_BUCKET']}/{args.target}"))
-    if args.sink == "hdfs":
+    if kind == "hdfs":
         from eosink.connectors.hdfs import HdfsConfig, HdfsSink
 
         return HdfsSink(HdfsConfig(f"{os.environ['EOSINK_HDFS_URL'].rstrip('/')}/{args.target.lstrip('/')}"))
-    if args.sink == "s3":
+    if kind == "s3":
         from eosink.connectors.s3 import S3Config, S3Sink
 
         return S3Sink(S3Config.from_env(os.environ["EOSINK_TEST_S3_BUCKET"], args.target, part_size_bytes=5 << 20))
-    if args.sink == "kafka":
+    if kind == "kafka":
         from eosink.connectors.kafka import KafkaConfig, KafkaSink
 
         bootstrap = os.environ["EOSINK_TEST_KAFKA_BOOTSTRAP"]
@@ -139,6 +153,17 @@ def _sink(args: argparse.Namespace) -> Any:
     if args.query == "balance":
         config = replace(config, mode="upsert", key_columns=("account",))
     return PostgresSink(config)
+
+
+def _scrub(sinks: dict[str, Any]) -> Any:
+    """Every sink's secrets scrubbed from a text."""
+
+    def scrub(text: str) -> str:
+        for sink in sinks.values():
+            text = sink.config.scrub(text)
+        return str(text)
+
+    return scrub
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -171,16 +196,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.query == "balance":
         df = df.groupBy("account").agg(F.sum("amount").alias("balance"))
         output_mode = "update"
-    sink = _sink(args)
+    sinks = _sinks(args)
+    sink = next(iter(sinks.values()))
     keys = [k for k in args.key_columns.split(",") if k]
     query = df.writeStream.outputMode(output_mode).option("checkpointLocation", args.checkpoint)
-    writer: eosink.BatchWriter | None = None
+    writer: eosink.BatchWriter | eosink.FanOutWriter | None = None
     if args.way == "datasource":
         query = query.format("eosink").options(**_datasource_options(args, sink))
         eosink.spark.register(spark)
     else:
         writer = eosink.foreach_batch(
-            sink,
+            sink if len(sinks) == 1 else sinks,
             app_id=args.app_id,
             strategy=eosink.Idempotent(keys) if keys else args.strategy,
             checkpoint_location=args.checkpoint,
@@ -192,11 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if writer is not None:
             writer.close()
     except Exception as exc:
-        print(error_line(exc, sink.config.scrub), file=sys.stderr, flush=True)
+        print(error_line(exc, _scrub(sinks)), file=sys.stderr, flush=True)
         spark.stop()
         return EXIT_EOSINK_ERROR
     if args.stats_out and writer is not None:
-        Path(args.stats_out).write_text(json.dumps(writer.stats.to_json()))
+        stats = writer.stats
+        doc = {n: s.to_json() for n, s in stats.items()} if isinstance(stats, dict) else stats.to_json()
+        Path(args.stats_out).write_text(json.dumps(doc))
     spark.stop()
     return 0
 
