@@ -41,7 +41,7 @@ from eosink.errors import (
 )
 from eosink.faults import FaultPoint
 from eosink.participant import WritePlan
-from eosink.recovery import Action, BatchPlan, RecoveryPlan, plan_recovery
+from eosink.recovery import Action, BatchPlan, RecoveryPlan, behind_earlier_sinks, plan_recovery
 from eosink.rewind import new_lease
 from eosink.strategies import Strategy
 
@@ -230,15 +230,7 @@ class Coordinator(Engine[BatchInput]):
         abort = list(plan.abort)
         if plan.action is Action.LOST:
             raise self._lost(batch_id, plan.commit, plan.reason)
-        if plan.action is Action.ROLL_FORWARD and self._ahead_of_earlier_sinks(plan):
-            log.warning(
-                "eosink %s: aborting in-doubt batch %d, which a sink before this one does not hold (Spark replays it)",
-                self.app_id,
-                batch_id,
-            )
-            self.stats.recovered_aborted += 1
-            abort = list(plan.candidates)
-        elif plan.action is Action.ROLL_FORWARD:
+        if plan.action is Action.ROLL_FORWARD:
             assert plan.bundle is not None
             log.warning("eosink %s: rolling forward in-doubt batch %d", self.app_id, batch_id)
             try:
@@ -264,10 +256,6 @@ class Coordinator(Engine[BatchInput]):
             self._retrying("abort", lambda: self.sink.abort(abort))
             self.stats.orphans_aborted += len(abort)
         self.checkpoint.delete_manifest(self.app_id, batch_id)
-
-    def _ahead_of_earlier_sinks(self, plan: BatchPlan) -> bool:
-        limit = self.roll_forward_through
-        return limit is not None and plan.spark_committed is not True and plan.batch_id > limit
 
     # -- one batch -------------------------------------------------------------------------------
 
@@ -425,10 +413,13 @@ class Coordinator(Engine[BatchInput]):
         return self._retrying("fetch_last_bundle", lambda: self.sink.fetch_last_bundle(self.app_id))
 
     def _plan_recovery(self) -> RecoveryPlan:
-        """The recovery plan (read-only, so a failure retries the whole planning)."""
-        return self._retrying(
+        """The recovery plan (read-only, so a failure retries the whole planning); in a fan-out, capped at what
+        the sinks before this one hold (``roll_forward_through``)."""
+        plan = self._retrying(
             "recovery planning", lambda: plan_recovery(self.sink, self.app_id, self.strategy, self.checkpoint)
         )
+        held = self.roll_forward_through
+        return plan if held is None else behind_earlier_sinks(plan, held)
 
     # -- committing --------------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from eosink.coordinator import CommitPolicy, Coordinator, Stats
 from eosink.errors import ConfigurationError
 from eosink.faults import FaultPoint
 from eosink.participant import WritePlan
+from eosink.recovery import Action, RecoveryPlan
 from eosink.strategies import Strategy
 
 __all__ = ["FanOut", "FanOutInput", "member_app_id", "name_sinks"]
@@ -163,6 +164,20 @@ class FanOut(Engine[FanOutInput]):
                 last = coordinator.last_bundle
                 newest = -1 if last is None else last.batch.batch_id
                 held = newest if held is None else min(held, newest)
+
+    def recovery_plans(self) -> list[tuple[str, RecoveryPlan]]:
+        """What :meth:`start` would recover in each sink, in order, changing nothing (``eosink recover --dry-run``):
+        each sink's plan capped at what the sinks before it would hold after theirs."""
+        plans: list[tuple[str, RecoveryPlan]] = []
+        held: int | None = None
+        for name, coordinator in zip(self.names, self.coordinators, strict=True):
+            coordinator.roll_forward_through = held
+            plan = coordinator.recovery_plan()
+            plans.append((name, plan))
+            kept = [b.batch_id for b in plan.batches if b.action is Action.ROLL_FORWARD]
+            newest = max([-1 if plan.last_batch_id is None else plan.last_batch_id, *kept])
+            held = newest if held is None else min(held, newest)
+        return plans
 
     def recover(self) -> None:
         """Fence older writers and resolve in-doubt batches of every sink now, before the query starts."""

@@ -28,7 +28,7 @@ existing checkpoint, so that loss is not detected; nor is a table emptied under 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from eosink.checkpoint import SparkCheckpoint
@@ -36,7 +36,7 @@ from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Sink
 from eosink.errors import ConfigurationError
 from eosink.strategies import STRATEGY_NAMES, Strategy, resolve_strategy
 
-__all__ = ["Action", "BatchPlan", "RecoveryPlan", "plan_recovery", "recorded_strategy"]
+__all__ = ["Action", "BatchPlan", "RecoveryPlan", "behind_earlier_sinks", "plan_recovery", "recorded_strategy"]
 
 
 class Action(enum.Enum):
@@ -138,6 +138,29 @@ def plan_recovery(sink: Sink[Any], app_id: str, strategy: Strategy, checkpoint: 
         plans.append(gap)
     plans.sort(key=lambda b: b.batch_id)
     return RecoveryPlan(app_id, strategy.name, None if last is None else last.batch.batch_id, tuple(plans))
+
+
+def behind_earlier_sinks(plan: RecoveryPlan, held: int) -> RecoveryPlan:
+    """``plan`` for a fan-out's sink whose earlier sinks hold batches up to ``held`` only (:mod:`eosink.fanout`):
+    a batch it would roll forward beyond that, which Spark's commit log does not hold, is aborted instead
+    (Spark replays it), so that this sink never shows a batch before the sinks ahead of it."""
+    batches = tuple(
+        replace(
+            b,
+            action=Action.ABORT,
+            reason=(
+                f"a sink before this one in the fan-out holds batches up to {held} only: committing batch "
+                f"{b.batch_id} here first would break the fan-out's order; Spark replays it"
+            ),
+            commit=(),
+            bundle=None,
+            abort=b.candidates,
+        )
+        if b.action is Action.ROLL_FORWARD and b.spark_committed is not True and b.batch_id > held
+        else b
+        for b in plan.batches
+    )
+    return replace(plan, batches=batches)
 
 
 def _sink_behind_spark(

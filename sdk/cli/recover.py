@@ -14,11 +14,13 @@ import json
 import sys
 from collections.abc import Sequence
 
-from eosink.admin import SinkAdmin
+from eosink.admin import AppStatus, SinkAdmin
 from eosink.checkpoint import SparkCheckpoint
-from eosink.cli._common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, command, opt, table
+from eosink.cli._common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Usage, command, opt, table
+from eosink.cli._fanout import Member, fanned_out, run_fanout
 from eosink.coordinator import Coordinator
 from eosink.errors import ConfigurationError
+from eosink.fanout import FanOut
 from eosink.recovery import RecoveryPlan, recorded_strategy
 from eosink.rewind import lease_holder, plan_rewind, rewind
 from eosink.strategies import STRATEGY_NAMES
@@ -32,17 +34,18 @@ FENCE_NOTE = (
 )
 
 
+DESCRIPTION = (
+    "Resolve the in-doubt work of one app_id as its driver would at start: roll forward what the strategy "
+    "keeps (2pc: what Spark's commit log holds), abort the rest. A fan-out's sinks in their commit order: "
+    "--sink more than once (NAME=KIND each), with --app-id. Exit status: 0 done (or dry run), 1 an error or "
+    "in-doubt work remains, 2 usage."
+)
+
+
 def main(argv: Sequence[str]) -> int:
-    return command(
-        "recover",
-        "Resolve the in-doubt work of one app_id as its driver would at start: roll forward what the strategy "
-        "keeps (2pc: what Spark's commit log holds), abort the rest. Exit status: 0 done (or dry run), 1 an "
-        "error or in-doubt work remains, 2 usage.",
-        FENCE_NOTE,
-        argv,
-        _options,
-        _recover,
-    )
+    if fanned_out(argv):
+        return run_fanout("recover", f"{DESCRIPTION} {FENCE_NOTE}", argv, _options, _recover_fanout)
+    return command("recover", DESCRIPTION, FENCE_NOTE, argv, _options, _recover)
 
 
 def _options(ap: argparse.ArgumentParser) -> None:
@@ -64,18 +67,28 @@ def _options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
-def _recover(args: argparse.Namespace, admin: SinkAdmin) -> int:
-    checkpoint = SparkCheckpoint(args.checkpoint)
+def _checkpoint(location: str) -> SparkCheckpoint:
+    checkpoint = SparkCheckpoint(location)
     if not checkpoint.exists():
         raise ConfigurationError(
-            f"{args.checkpoint!r} is not a Spark checkpoint (no metadata, no commits/).",
+            f"{location!r} is not a Spark checkpoint (no metadata, no commits/).",
             "Pass the query's checkpointLocation, the same as foreach_batch(checkpoint_location=...).",
         )
-    app_id: str = args.app_id
-    before = admin.status(app_id)  # also: the sink and the app_id exist (read-only)
+    return checkpoint
+
+
+def _before(admin: SinkAdmin, app_id: str) -> AppStatus:
+    """The app_id's status before recovery (read-only): also, that the sink exists."""
+    before = admin.status(app_id)
     if not before.exists:
         raise ConfigurationError(f"Nothing exists at {before.where}.", "Check the sink's options.")
-    app = before.apps[0]
+    return before.apps[0]
+
+
+def _recover(args: argparse.Namespace, admin: SinkAdmin) -> int:
+    checkpoint = _checkpoint(args.checkpoint)
+    app_id: str = args.app_id
+    app = _before(admin, app_id)
     epoch, in_doubt = app.epoch or 0, len(app.in_doubt)
     strategy = recorded_strategy(checkpoint, app_id, args.strategy, app.last_strategy)
     sink = admin.make_sink()
@@ -115,6 +128,63 @@ def _recover(args: argparse.Namespace, admin: SinkAdmin) -> int:
             f"{stats.orphans_aborted} committable(s) aborted; {after} in doubt now"
         )
     return EXIT_FAIL if after else EXIT_OK
+
+
+def _recover_fanout(args: argparse.Namespace, members: list[Member]) -> int:
+    """Recover a fan-out's sinks in their commit order, as its driver would at start (:meth:`FanOut.start`)."""
+    if args.rewind:
+        raise Usage(
+            "--rewind takes the one sink that lost work: eosink recover --rewind --sink KIND <its options> "
+            "--checkpoint DIR --app-id <app-id>.<name>"
+        )
+    checkpoint = _checkpoint(args.checkpoint)
+    apps = [_before(m.admin, m.app_id(args.app_id)) for m in members]
+    strategy = recorded_strategy(checkpoint, members[0].app_id(args.app_id), args.strategy, apps[0].last_strategy)
+    sinks = [(m.name, m.admin.make_sink()) for m in members]
+    fanout = FanOut(sinks, args.app_id, strategy, checkpoint, threaded=False)
+    try:
+        for name, sink in sinks:
+            strategy.check(sink.capabilities, f"{type(sink).__name__} (sink {name!r})")
+        if args.dry_run or not args.yes:
+            plans = fanout.recovery_plans()
+            if args.json:
+                doc = [
+                    {"sink": n, "epoch": a.epoch or 0, "plan": p.to_json()}
+                    for (n, p), a in zip(plans, apps, strict=True)
+                ]
+                print(json.dumps({"dry_run": True, "app_id": args.app_id, "sinks": doc}, indent=2))
+            else:
+                for (name, plan), app in zip(plans, apps, strict=True):
+                    print(
+                        f"sink {name!r}:\n" + render_plan(plan, app.epoch or 0, len(app.in_doubt), dry_run=True) + "\n"
+                    )
+            if args.dry_run:
+                return EXIT_OK
+            print(f"Nothing was done. {FENCE_NOTE} Run again with --yes to do it.", file=sys.stderr)
+            return EXIT_USAGE
+        fanout.start()
+        done = [(n, c.last_recovery, c.epoch, c.stats) for n, c in zip(fanout.names, fanout.coordinators, strict=True)]
+    finally:
+        fanout.close()
+    after = [len(_before(m.admin, m.app_id(args.app_id)).in_doubt) for m in members]
+    if args.json:
+        doc = [
+            {"sink": n, "epoch": e, "plan": p.to_json() if p else None, "stats": s.to_json(), "in_doubt_after": a}
+            for (n, p, e, s), a in zip(done, after, strict=True)
+        ]
+        print(json.dumps({"dry_run": False, "app_id": args.app_id, "sinks": doc}, indent=2))
+    else:
+        for (name, executed, epoch, stats), app, left in zip(done, apps, after, strict=True):
+            assert executed is not None, "start() recovers"
+            print(
+                f"sink {name!r}:\n"
+                + render_plan(executed, app.epoch or 0, len(app.in_doubt), dry_run=False, new_epoch=epoch)
+            )
+            print(
+                f"done: {stats.recovered_forward} batch(es) rolled forward, {stats.recovered_aborted} aborted, "
+                f"{stats.orphans_aborted} committable(s) aborted; {left} in doubt now\n"
+            )
+    return EXIT_FAIL if any(after) else EXIT_OK
 
 
 def _rewind(args: argparse.Namespace, checkpoint: SparkCheckpoint, coordinator: Coordinator) -> int:

@@ -10,6 +10,8 @@ checkpoint, as in test_coordinator.py.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -335,3 +337,53 @@ def test_fan_out_writer_pickles_without_its_engine(tmp_path: Path) -> None:
     assert clone.fanout.names == ["a", "b"]
     writer.close()
     clone.close()
+
+
+# -- eosink status and eosink recover over the fan-out's sinks, side by side -----------------------------
+
+
+def _cli(ms: MiniFanOut, command: str, *extra: str) -> tuple[int, str]:
+    """``eosink COMMAND`` over sinks a and b (reference sinks) of the fan-out: its exit status and all it printed."""
+    from eosink.cli.recover import main as recover
+    from eosink.cli.status import main as status
+
+    sinks = [
+        *("--sink", "a=reference", "--path", str(ms.dbs["a"])),
+        *("--sink", "b=reference", "--path", str(ms.dbs["b"])),
+    ]
+    argv = [*sinks, "--app-id", APP, "--checkpoint", str(ms.ckpt.root), *extra]
+    run = status if command == "status" else recover
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = run(argv)
+    return code, out.getvalue()
+
+
+def test_status_and_recover_show_and_settle_the_sinks_side_by_side(tmp_path: Path) -> None:
+    """2pc: the driver died between a's and b's commit of batch 1 (F14); then the operator's view.
+
+    Pass: ``eosink status`` with both sinks exits 1, shows both member app_ids in one table and names b
+    as behind (up to batch 0); ``recover --dry-run`` plans roll-forward of batch 1 in b only and changes
+    nothing; ``recover --yes`` commits it there (exit 0); status then exits 0, every sink holding the same
+    batches; --rewind with two sinks is a usage error naming the one-sink form."""
+    ms = mini(tmp_path, VARIANTS[0])
+    ms.crash("F14@1:raise")
+    ms.restart()
+    for coordinator in ms.fanout.coordinators:
+        coordinator.sink.close()
+    code, out = _cli(ms, "status")
+    assert code == 1, out
+    assert f"{APP}.a" in out and f"{APP}.b" in out
+    assert "behind the newest batch 1: b (up to batch 0)" in out, out
+    code, out = _cli(ms, "recover", "--dry-run")
+    assert code == 0, out
+    plan_b = out.split("sink 'b':")[1]
+    assert "roll-forward" in plan_b and "roll-forward" not in out.split("sink 'b':")[0], out
+    assert [len(ReferenceSink(ms.dbs[n]).bundles(member_app_id(APP, n))) for n in NAMES] == [2, 1]
+    code, out = _cli(ms, "recover", "--yes")
+    assert code == 0, out
+    assert "1 batch(es) rolled forward" in out.split("sink 'b':")[1]
+    code, out = _cli(ms, "status")
+    assert code == 0 and "every sink holds the same batches" in out, out
+    code, out = _cli(ms, "recover", "--rewind")
+    assert code == 2 and "--rewind takes the one sink" in out
