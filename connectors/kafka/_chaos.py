@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eosink.chaos.oracle import Row
-from eosink.chaos.target import Names, ServerSide, Snapshot
+from eosink.chaos.target import KEY_ALIAS, Names, ServerSide, Snapshot, key_of
 from eosink.connectors.kafka.testing import committed_json
 
 __all__ = ["KafkaChaosTarget"]
@@ -27,7 +27,7 @@ BOOTSTRAP_VAR = "EOSINK_CHAOS_KAFKA_BOOTSTRAP"
 DIRECT_VAR = "EOSINK_CHAOS_KAFKA_DIRECT"
 JARS_VAR = "EOSINK_CHAOS_JARS"
 PARTITIONS = 2
-KEY = "chaos_key"
+KEY = KEY_ALIAS
 """The job's ``key`` column, renamed in the records' JSON values (see :meth:`KafkaChaosTarget.job_frame`)."""
 
 
@@ -106,7 +106,7 @@ class KafkaChaosTarget(ServerSide):
         return [
             (
                 int(v["batch_id"]),
-                str(v.get(KEY, v.get("key"))),
+                key_of(v),
                 int(v["running_sum"]),
                 str(v["concat"]),
                 int(v["n_tokens"]),

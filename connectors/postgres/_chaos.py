@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from eosink.chaos.oracle import Row
-from eosink.chaos.target import Names, ServerSide, Snapshot
+from eosink.chaos.target import Names, ServerSide, Snapshot, oracle_rows
 from eosink.connectors.postgres._control import gid_prefix
 
 __all__ = ["PostgresChaosTarget"]
@@ -82,17 +82,16 @@ class PostgresChaosTarget(ServerSide):
     def read_rows(self, names: Names) -> list[Row]:
         from psycopg import sql
 
-        statement = sql.SQL("SELECT batch_id, key, running_sum, concat, n_tokens FROM {}").format(
-            sql.Identifier(names.table)
-        )
+        # whole rows as JSON: the key column is ``key``, or KEY_ALIAS in a fan-out with a sink reserving ``key``
+        statement = sql.SQL("SELECT to_jsonb(t) FROM {} AS t").format(sql.Identifier(names.table))
         with self._connect() as conn:
             try:
-                rows = conn.execute(statement).fetchall()
+                rows = [r for (r,) in conn.execute(statement).fetchall()]
             except Exception as exc:  # no table: nothing was ever written
                 if type(exc).__name__ == "UndefinedTable":
                     return []
                 raise
-        return [(int(b), str(k), int(s), str(c), int(n)) for b, k, s, c, n in rows]
+        return oracle_rows(rows)
 
     def snapshotter(self, names: Names) -> Callable[[], Snapshot | None]:
         """A poll function: one REPEATABLE READ snapshot of rows per batch and bundles; None when the

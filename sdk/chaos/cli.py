@@ -29,8 +29,18 @@ def _parser() -> argparse.ArgumentParser:
 
     ap = argparse.ArgumentParser(prog="eosink chaos", description=__doc__.split("\n\n")[1] if __doc__ else None)
     sinks = profile_names("chaos_target")
+
+    def sink(text: str) -> str:
+        if not text or any(part not in sinks for part in text.split("+")):
+            raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(sinks)}, or several joined by + (a fan-out)")
+        return text
+
     ap.add_argument(
-        "--sink", default="postgres", choices=sinks, help=f"the sink to test: {', '.join(sinks)} (default: postgres)"
+        "--sink",
+        default="postgres",
+        type=sink,
+        help=f"the sink to test: {', '.join(sinks)}; a fan-out: several joined by +, e.g. postgres+kafka "
+        "(default: postgres)",
     )
     ap.add_argument("--schedules", type=int, default=2, help="schedules per strategy (default: 2)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the first schedule (default: 1)")

@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stateful = source.groupBy("key").applyInPandasWithState(
         _state_step(args.nondeterministic), OUTPUT_SCHEMA, STATE_SCHEMA, "update", GroupStateTimeout.NoTimeout
     )
-    writer: eosink.BatchWriter | None = None
+    writer: eosink.BatchWriter | eosink.FanOutWriter | None = None
     naive_write: Callable[[Any, int], None] | None = None
     if args.strategy == "naive":
         naive_write = target.job_naive_writer(args.table)

@@ -32,6 +32,7 @@ __all__ = [
     "Workload",
     "advance",
     "batch_of_file",
+    "combined",
     "expected_rows",
     "file_batch_ends",
     "read_attempts",
@@ -193,6 +194,8 @@ class Verdict:
     chain_breaks: int = 0
     incomplete_keys: int = 0
     details: list[str] = field(default_factory=list)
+    sinks: dict[str, Any] = field(default_factory=dict)
+    """Each sink's own verdict, where one schedule wrote several (a fan-out); empty otherwise."""
 
     @property
     def ok(self) -> bool:
@@ -318,3 +321,20 @@ def verify_naive(found: Sequence[Row], batches: Sequence[Sequence[Mapping[str, A
     for row, n in list((want - got).items())[:5]:
         v.note(f"missing x{n}: {row}")
     return v
+
+
+def combined(verdicts: Mapping[str, Verdict]) -> Verdict:
+    """One verdict over several sinks (a fan-out, or one sink under its name): the counts add up, each detail
+    names its sink when there are several, and ``sinks`` keeps each sink's own verdict."""
+    if len(verdicts) == 1:
+        return next(iter(verdicts.values()))
+    total = Verdict()
+    for name, v in verdicts.items():
+        for counter in ("expected", "found", "lost", "duplicated", "mismatched", "not_an_attempt"):
+            setattr(total, counter, getattr(total, counter) + getattr(v, counter))
+        total.chain_breaks += v.chain_breaks
+        total.incomplete_keys += v.incomplete_keys
+        for detail in v.details:
+            total.note(f"{name}: {detail}")
+        total.sinks[name] = v.to_json()
+    return total

@@ -38,6 +38,8 @@ class Reader:
         self.by_reader: dict[str, int] = {}
         self.unavailable = 0
         self.partial = 0
+        self.order_breaks = 0
+        """Polls in which a fan-out's later sink showed a batch an earlier one had not committed."""
         self.examples: list[str] = []
         self.error: BaseException | None = None
         self._stop = threading.Event()
@@ -76,6 +78,10 @@ class Reader:
                 self.polls += 1
                 if snap.reader:
                     self.by_reader[snap.reader] = self.by_reader.get(snap.reader, 0) + 1
+                if snap.order_breaks:
+                    self.order_breaks += 1
+                    if len(self.examples) < MAX_EXAMPLES:
+                        self.examples.append("; ".join(snap.order_breaks[:3]))
                 views = self.check(snap)
                 if views:
                     self.partial += 1

@@ -27,6 +27,7 @@ def _aggregate(results: Sequence[ScheduleResult]) -> dict[str, Any]:
         "duplicated": sum(r.duplicated for r in results),
         "partial_reads": sum(r.partial_reads for r in results),
         "partial_views": sum(r.partial_views for r in results),
+        "order_breaks": sum(r.order_breaks for r in results),
         "divergent_replays_detected": sum(r.divergent_replays_detected for r in results),
         "failed": sum(not r.ok for r in results),
         "duration_s": round(sum(r.duration_s for r in results), 1),

@@ -47,6 +47,9 @@ class ScheduleResult:
     reader_polls_by: dict[str, int] = field(default_factory=dict)
     """Polls per reading engine, where the target reads with several (Delta: deltalake, DuckDB, Spark)."""
     partial_examples: list[str] = field(default_factory=list)
+    order_breaks: int = 0
+    """A fan-out's polls in which a later sink showed a batch an earlier one had not committed
+    (:mod:`eosink.chaos.fanout`)."""
     divergent_replays_detected: int = 0
     detected_batch: int | None = None
     verdict: dict[str, Any] = field(default_factory=dict)

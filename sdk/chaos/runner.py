@@ -34,8 +34,10 @@ from eosink._driver import DriverRun
 from eosink._procs import driver_env
 from eosink.chaos.journal import Journal
 from eosink.chaos.oracle import (
+    Row,
     Verdict,
     Workload,
+    combined,
     read_attempts,
     read_input,
     spark_batches,
@@ -47,9 +49,8 @@ from eosink.chaos.reader import Reader
 from eosink.chaos.report import build_report, format_table
 from eosink.chaos.results import RunRecord, ScheduleResult
 from eosink.chaos.schedule import Fault, Schedule, make_schedule, naive_schedule, nondeterministic_schedule
-from eosink.chaos.target import ChaosTarget, Names, get_target
+from eosink.chaos.target import ChaosTarget, Names, commit_marker, get_target
 from eosink.checkpoint import SparkCheckpoint
-from eosink.profiles import get_profile
 from eosink.services.proxy import FaultProxy, RequestMatch
 from eosink.strategies import STRATEGY_NAMES
 
@@ -57,6 +58,8 @@ from eosink.strategies import STRATEGY_NAMES
 __all__ = ["RunRecord", "ScheduleResult", "ScheduleRunner", "format_table", "plan_schedules", "run_chaos"]
 
 STRATEGIES = STRATEGY_NAMES
+ORDERED = ("2pc", "txid-check")
+"""The strategies under which a fan-out promises its order between sinks (docs/fanout.md)."""
 ND_STRATEGIES = ("txid-check", "2pc")
 MAX_EXTRA_RUNS = 4
 POLL_S = 0.05
@@ -220,10 +223,14 @@ class ScheduleRunner:
         result.reader_polls_by = dict(reader.by_reader)
         result.partial_reads, result.partial_views = reader.partial_reads, reader.partial_views
         result.partial_examples = reader.examples
+        result.order_breaks = reader.order_breaks
         if result.partial_reads and result.failure is None:
             result.failure = (
                 f"{result.partial_reads} partial read(s) where atomicity is declared: {reader.examples[:2]}"
             )
+        ordered = not schedule.naive and schedule.strategy in ORDERED
+        if ordered and result.order_breaks and result.failure is None:
+            result.failure = f"{result.order_breaks} read(s) broke the fan-out's order: {reader.examples[:2]}"
         self._check(schedule, names, root, spark_batches(checkpoint, files), result)
         if not self.keep:
             self.target.drop(names)
@@ -330,12 +337,20 @@ class ScheduleRunner:
             cmd.append("--nondeterministic")
         return cmd
 
+    def _found(self, names: Names) -> dict[str, list[Row]]:
+        """What each sink holds (one sink: under the target's name; a fan-out: each of its sinks)."""
+        by_sink = getattr(self.target, "rows_by_sink", None)
+        if by_sink is not None:
+            found: dict[str, list[Row]] = by_sink(names)
+            return found
+        return {self.target.name: self.target.read_rows(names)}
+
     def _check(self, schedule: Schedule, names: Names, root: Path, batches: Any, result: ScheduleResult) -> None:
-        found = self.target.read_rows(names)
+        found = self._found(names)
         attempts = read_attempts([root / "logs" / "oracle.jsonl"])
         verdict: Verdict
         if schedule.naive:
-            verdict = verify_naive(found, batches)
+            verdict = combined({name: verify_naive(rows, batches) for name, rows in found.items()})
             result.verdict = verdict.to_json()
             return
         upto = None
@@ -351,7 +366,12 @@ class ScheduleRunner:
                     f"NonDeterministicReplayError named batch {result.detected_batch}, "
                     f"the replayed batch was {killed_at[-1:]}"
                 )
-        verdict = verify(found, batches, deterministic=not schedule.nondeterministic, attempts=attempts, upto=upto)
+        verdict = combined(
+            {
+                name: verify(rows, batches, deterministic=not schedule.nondeterministic, attempts=attempts, upto=upto)
+                for name, rows in found.items()
+            }
+        )
         result.verdict = verdict.to_json()
         result.leftovers = self.target.leftovers(names)
         if result.failure is None and not verdict.ok:
@@ -537,7 +557,7 @@ def run_chaos(
         say(f"  resuming: {len(done)} of {len(planned)} schedule(s) already in {journal.root}")
     resumed = len(done)
     started = time.monotonic()
-    marker = get_profile(sink, "chaos_target").commit_request_marker
+    marker = commit_marker(sink)
 
     def make_runner(target: ChaosTarget, slot: int) -> ScheduleRunner:
         return ScheduleRunner(

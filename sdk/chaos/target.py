@@ -28,7 +28,28 @@ from typing import Any, Protocol, TypeVar
 from eosink.chaos.oracle import Row
 from eosink.profiles import get_profile
 
-__all__ = ["ChaosTarget", "Names", "PrivateRoot", "Snapshot", "get_target", "oracle_rows", "snapshot_of"]
+__all__ = [
+    "KEY_ALIAS",
+    "ChaosTarget",
+    "Names",
+    "PrivateRoot",
+    "Snapshot",
+    "commit_marker",
+    "get_target",
+    "key_of",
+    "oracle_rows",
+    "snapshot_of",
+]
+
+KEY_ALIAS = "chaos_key"
+"""The job's ``key`` column under the name a target that reserves ``key`` gives it (Kafka: a column named
+``key`` becomes the record's key). In a fan-out every sink gets the renamed column, so every target reads
+the key under either name (:func:`key_of`)."""
+
+
+def key_of(record: Mapping[str, Any]) -> str:
+    """The job's key of a record read back, under its own name or :data:`KEY_ALIAS`."""
+    return str(record[KEY_ALIAS] if KEY_ALIAS in record else record["key"])
 
 
 @dataclass(frozen=True)
@@ -43,18 +64,19 @@ class Names:
 @dataclass(frozen=True)
 class Snapshot:
     """One consistent read: visible rows per batch_id and the batch_ids with a bundle; ``reader`` names the
-    engine that read it, where a target polls with several."""
+    engine that read it, where a target polls with several; ``order_breaks`` (a fan-out's,
+    :mod:`eosink.chaos.fanout`) say where a later sink showed a batch an earlier one had not committed."""
 
     rows_per_batch: dict[int, int]
     bundles: frozenset[int]
     reader: str = ""
+    order_breaks: tuple[str, ...] = ()
 
 
 def oracle_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
     """The job's output read back as records (Parquet, JSON) as the oracle's rows."""
     return [
-        (int(r["batch_id"]), str(r["key"]), int(r["running_sum"]), str(r["concat"]), int(r["n_tokens"]))
-        for r in records
+        (int(r["batch_id"]), key_of(r), int(r["running_sum"]), str(r["concat"]), int(r["n_tokens"])) for r in records
     ]
 
 
@@ -157,5 +179,16 @@ class ServerSide:
 
 
 def get_target(name: str, root: Path | None = None) -> ChaosTarget:
-    """The chaos target of sink ``name`` (the ``--sink`` of ``eosink chaos``), from its profile."""
+    """The chaos target of sink ``name`` (the ``--sink`` of ``eosink chaos``), from its profile; ``a+b``: a
+    fan-out into sinks ``a`` then ``b`` (:class:`eosink.chaos.fanout.FanOutTarget`)."""
+    if "+" in name:
+        from eosink.chaos.fanout import FanOutTarget
+
+        return FanOutTarget([get_target(part) for part in name.split("+")])
     return get_profile(name, "chaos_target").chaos_target(root)
+
+
+def commit_marker(name: str) -> Any:
+    """The request whose reply the fault proxy cuts for sink ``name``; a fan-out's: its first sink's (the proxy
+    fronts that one)."""
+    return get_profile(name.split("+")[0], "chaos_target").commit_request_marker

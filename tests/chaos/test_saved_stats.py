@@ -17,7 +17,7 @@ from eosink import faults
 from eosink._saved_stats import keep_stats
 from eosink.connectors.reference import ReferenceSink
 from eosink.contracts._mini import FAST, FakeCheckpoint, MemoryBatch, make_rows, wait_until
-from eosink.spark import BatchWriter
+from eosink.spark import BatchWriter, FanOutWriter
 
 
 @pytest.fixture
@@ -57,5 +57,33 @@ def test_a_2pc_commit_after_the_last_batch_is_saved_before_close(tmp_path: Path,
         saved = _saved(stats)
         assert saved["ambiguous_commits"] == 1 and saved["ambiguous_resolved_committed"] == 1
         assert saved == writer.stats.to_json()
+    finally:
+        writer.close()
+
+
+def test_a_fan_outs_counters_are_saved_summed_and_per_sink(tmp_path: Path, no_faults: None) -> None:
+    """A fan-out into two reference sinks (2PC, its watcher thread running) commits batch 0 after Spark's
+    commit log.
+
+    Pass: the stats file then says 2 batches committed (1 per sink, summed), and each sink's own counters
+    under ``sinks``."""
+    ckpt = FakeCheckpoint(tmp_path / "checkpoint")
+    stats = tmp_path / "stats.json"
+    writer = FanOutWriter(
+        {"a": ReferenceSink(tmp_path / "a.db"), "b": ReferenceSink(tmp_path / "b.db")},
+        app_id="chaos",
+        strategy="2pc",
+        checkpoint_location=ckpt.root,
+        policy=FAST,
+    )
+    keep_stats(writer, stats)
+    assert _saved(stats)["batches_committed"] == 0
+    try:
+        ckpt.write_offsets(0)
+        writer.fanout.process(0, MemoryBatch(make_rows(0)))
+        ckpt.write_commit(0)
+        assert wait_until(lambda: _saved(stats).get("batches_committed") == 2)
+        saved = _saved(stats)
+        assert {name: s["batches_committed"] for name, s in saved["sinks"].items()} == {"a": 1, "b": 1}
     finally:
         writer.close()
