@@ -20,6 +20,7 @@ participant whose records were not all acknowledged, whatever the reason.
 from __future__ import annotations
 
 import collections
+import functools
 import random
 import threading
 import time
@@ -40,9 +41,21 @@ _MAX_QUEUED_BYTES = 64 << 20
 """Encoded bytes handed to the producer and not yet acknowledged before ``send`` waits."""
 
 _BINARY = pa.binary()
-_EMPTY = pa.scalar(b"", _BINARY)
-_ZERO_ZERO = pa.scalar(b"\x00\x00", _BINARY)  # a record's attributes and timestamp delta (always 0)
-_NO_HEADERS = pa.scalar(b"\x00", _BINARY)
+_ZERO_ZERO = b"\x00\x00"  # a record's attributes and timestamp delta (always 0)
+_NO_HEADERS = b"\x00"
+
+
+@functools.cache
+def _constant(value: bytes) -> Any:
+    """A binary scalar, made at first use: pyarrow imports pandas (seconds) to make one, and every ``eosink``
+    command imports this module through the Kafka profile."""
+    return pa.scalar(value, _BINARY)
+
+
+def _empty() -> Any:
+    return _constant(b"")
+
+
 _MOST_VARINT_BYTES = 5  # a record's lengths and deltas are 32-bit
 I64 = npt.NDArray[np.int64]
 
@@ -81,14 +94,14 @@ def _header_sections(headers: pa.Array) -> pa.Array:
     value_lengths = np.where(values.is_valid().to_numpy(zero_copy_only=False), lengths(values), -1)
     encoded = pc.binary_join_element_wise(
         varints(lengths(keys)),
-        pc.fill_null(keys, _EMPTY),
+        pc.fill_null(keys, _empty()),
         varints(value_lengths),
-        pc.fill_null(values, _EMPTY),
-        _EMPTY,
+        pc.fill_null(values, _empty()),
+        _empty(),
     )
-    joined = pc.binary_join(pa.ListArray.from_arrays(headers.offsets, encoded), _EMPTY)
+    joined = pc.binary_join(pa.ListArray.from_arrays(headers.offsets, encoded), _empty())
     counts = pc.fill_null(pc.list_value_length(headers), 0).cast(pa.int64()).to_numpy(zero_copy_only=False)
-    return pc.binary_join_element_wise(varints(counts), pc.fill_null(joined, _EMPTY), _EMPTY)
+    return pc.binary_join_element_wise(varints(counts), pc.fill_null(joined, _empty()), _empty())
 
 
 def frame(records: Records, limit: int) -> Iterator[tuple[bytes, int, int]]:
@@ -99,11 +112,11 @@ def frame(records: Records, limit: int) -> Iterator[tuple[bytes, int, int]]:
     value_lengths = lengths(values)
     if records.keys is None:
         key_lengths = np.full(n, -1, dtype=np.int64)
-        keys: Any = _EMPTY
+        keys: Any = _empty()
     else:
         key_lengths = np.where(records.keys.is_valid().to_numpy(zero_copy_only=False), lengths(records.keys), -1)
-        keys = pc.fill_null(records.keys, _EMPTY)
-    headers: Any = _NO_HEADERS if records.headers is None else _header_sections(records.headers)
+        keys = pc.fill_null(records.keys, _empty())
+    headers: Any = _constant(_NO_HEADERS) if records.headers is None else _header_sections(records.headers)
     header_lengths = 1 if records.headers is None else lengths(headers)
     fixed = (
         2 + varint_sizes(key_lengths) + np.maximum(key_lengths, 0) + varint_sizes(value_lengths) + value_lengths
@@ -123,8 +136,8 @@ def frame(records: Records, limit: int) -> Iterator[tuple[bytes, int, int]]:
     deltas = np.arange(n, dtype=np.int64) - first
     body = fixed + varint_sizes(deltas)
     joined = pc.binary_join_element_wise(
-        varints(body), _ZERO_ZERO, varints(deltas), varints(key_lengths), keys,
-        varints(value_lengths), values, headers, _EMPTY,
+        varints(body), _constant(_ZERO_ZERO), varints(deltas), varints(key_lengths), keys,
+        varints(value_lengths), values, headers, _empty(),
     )  # fmt: skip
     offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32)[joined.offset : joined.offset + n + 1]
     data = joined.buffers()[2]
