@@ -396,6 +396,22 @@ class SparkCheckpoint:
     def delete_lease(self, app_id: str) -> None:
         self._io("delete the lease", self._fs.delete, f"{self._manifest_dir(app_id)}/lease.json")
 
+    # -- a fan-out's sinks: their names in commit order --------------------------------------------
+
+    def write_fanout(self, app_id: str, names: list[str]) -> None:
+        """Record fan-out ``app_id``'s sinks in their commit order (:mod:`eosink.fanout` checks every start)."""
+        path = f"{self._manifest_dir(app_id)}/fanout.json"
+        self._io("write the fan-out's sinks", self._fs.write_atomic, path, json.dumps({"sinks": names}))
+
+    def read_fanout(self, app_id: str) -> list[str] | None:
+        """Fan-out ``app_id``'s sinks in commit order, as first recorded; None before its first start."""
+        text = self._io("read the fan-out's sinks", self._fs.read_text, f"{self._manifest_dir(app_id)}/fanout.json")
+        try:
+            found = json.loads(text)["sinks"] if text else None
+        except (ValueError, KeyError, TypeError):
+            found = None
+        return [str(n) for n in found] if isinstance(found, list) else None
+
     # -- files, for the rewind ---------------------------------------------------------------------
 
     def names(self, *parts: str) -> list[str]:

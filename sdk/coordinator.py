@@ -591,8 +591,9 @@ class Coordinator(Engine[BatchInput]):
                 "eosink %s: batches %s stay in doubt until the next start", self.app_id, self._watcher.batch_ids()
             )
 
-    def finish_spark_committed(self) -> None:
-        """Commit the batches Spark's commit log holds but the sink does not, without fencing (2PC).
+    def finish_spark_committed(self) -> bool:
+        """Commit the batches Spark's commit log holds but the sink does not, without fencing (2PC); False when
+        it left some to a newer writer (fenced), so that a fan-out commits none in the sinks after this one.
 
         Called by :meth:`eosink.spark.BatchWriter.close` for a writer that processed no batch:
         a query restarted after a crash between Spark's commit log and the sink's commit, that
@@ -603,13 +604,15 @@ class Coordinator(Engine[BatchInput]):
         recovery makes at start: a batch Spark committed whose work the sink no longer has raises
         :class:`PreparedWorkLostError`.
         """
-        if self.epoch is not None or self._fenced is not None:
-            return
+        if self._fenced is not None:
+            return False
+        if self.epoch is not None:
+            return True  # this run started: close() commits what Spark committed
         lost = self.recovery_plan().lost  # read-only: the same check as recovery at start
         if lost:
             raise self._lost(lost[0].batch_id, lost[0].commit, lost[0].reason)
         if not self.strategy.commits_after_spark:
-            return
+            return True
         last = self._fetch_last_bundle()
         for batch_id in sorted(self.checkpoint.manifest_batches(self.app_id)):
             if (last is not None and last.batch.batch_id >= batch_id) or not self.checkpoint.is_committed(batch_id):
@@ -623,10 +626,11 @@ class Coordinator(Engine[BatchInput]):
                 )
             except FencedError:
                 log.info("eosink %s: a newer writer owns batch %d; leaving it to that writer", self.app_id, batch_id)
-                return
+                return False
             self.stats.recovered_forward += 1
             self.checkpoint.delete_manifest(self.app_id, batch_id)
             log.warning("eosink %s: committed batch %d, which Spark had committed, at close", self.app_id, batch_id)
+        return True
 
     # -- helpers -------------------------------------------------------------------------------------
 

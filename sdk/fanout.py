@@ -45,7 +45,7 @@ from eosink.participant import WritePlan
 from eosink.recovery import Action, RecoveryPlan
 from eosink.strategies import Strategy
 
-__all__ = ["FanOut", "FanOutInput", "member_app_id", "name_sinks"]
+__all__ = ["FanOut", "FanOutInput", "check_order", "member_app_id", "name_sinks", "valid_name"]
 
 log = logging.getLogger("eosink")
 
@@ -80,7 +80,7 @@ def name_sinks(sinks: Sequence[Sink[Any]] | Mapping[str, Sink[Any]]) -> list[tup
     for name, sink in named:
         if not isinstance(sink, Sink):
             raise ConfigurationError(f"{sink!r} is not an eosink Sink.", "Pass a connector's sink object.")
-        if not isinstance(name, str) or not name or not all(ch.isalnum() or ch in "-_" for ch in name):
+        if not isinstance(name, str) or not valid_name(name):
             raise ConfigurationError(
                 f"Fan-out sink name {name!r} is not a name of letters, digits, '-' and '_'.",
                 "Name the sinks with a mapping, e.g. {'ledger': PostgresSink(...), 'events': KafkaSink(...)}.",
@@ -94,6 +94,29 @@ def name_sinks(sinks: Sequence[Sink[Any]] | Mapping[str, Sink[Any]]) -> list[tup
             "names are part of each sink's app_id, so keep them for good.",
         )
     return named
+
+
+def check_order(checkpoint: SparkCheckpoint, app_id: str, names: Sequence[str], *, record: bool) -> None:
+    """Refuse sinks named or ordered otherwise than fan-out ``app_id``'s first start on this checkpoint recorded
+    (the order is the commit order, the names the sinks' app_ids); with ``record``, record them the first time."""
+    recorded = checkpoint.read_fanout(app_id)
+    if recorded is None:
+        if record and checkpoint.exists():
+            checkpoint.write_fanout(app_id, list(names))
+        return
+    if list(names) != recorded:
+        raise ConfigurationError(
+            f"The fan-out {app_id!r} writes into sinks {recorded} in this order (its checkpoint recorded them at "
+            f"its first start), not {list(names)}: the order is the commit order, and each name is its sink's "
+            "app_id.",
+            f"Give the sinks as {recorded}, in that order; to change the set of sinks, start a new query (a new "
+            "app_id and checkpoint).",
+        )
+
+
+def valid_name(name: str) -> bool:
+    """Whether ``name`` can name a fan-out's sink: letters, digits, ``-`` and ``_`` (it ends its app_id)."""
+    return bool(name) and all(ch.isalnum() or ch in "-_" for ch in name)
 
 
 def _connector_name(sink: Sink[Any]) -> str:
@@ -156,6 +179,8 @@ class FanOut(Engine[FanOutInput]):
         """Fence and recover each sink in order; a sink rolls forward only what the sinks before it hold
         (2pc: everything Spark committed, which they hold once their own recovery succeeded)."""
         with self._lock:
+            if not self.started:
+                check_order(self.checkpoint, self.app_id, self.names, record=True)
             held: int | None = None
             for coordinator in self.coordinators:
                 if not coordinator.started:
@@ -255,9 +280,17 @@ class FanOut(Engine[FanOutInput]):
 
     def finish_spark_committed(self) -> None:
         """For a run that processed no batch: each sink in order commits the batches Spark committed that it
-        lacks (2pc), after the check for lost work (see ``Coordinator.finish_spark_committed``)."""
-        for coordinator in self.coordinators:
-            coordinator.finish_spark_committed()
+        lacks (2pc), after the check for lost work (see ``Coordinator.finish_spark_committed``). Nothing after a
+        fenced writer, or after a sink that left a batch to a newer writer: the sinks after it would show the
+        batch first."""
+        if self._fenced is not None:
+            return
+        for name, coordinator in zip(self.names, self.coordinators, strict=True):
+            if not coordinator.finish_spark_committed():
+                log.info(
+                    "eosink %s: sink %r is a newer writer's now; the sinks after it are left to it", self.app_id, name
+                )
+                return
 
     def close(self) -> None:
         """Commit what Spark has committed (in order), stop the watcher, close every sink."""

@@ -16,7 +16,7 @@ import json
 import os
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pyarrow as pa
 
@@ -166,6 +166,8 @@ def _close_all() -> None:  # backstop on interpreter exit: commit what Spark com
             writer.close()
 
 
+_W = TypeVar("_W", bound="_StreamWriter")
+
 Engine = Coordinator | FanOut
 """What drives a writer's batches: one sink's coordinator, or a fan-out's."""
 
@@ -239,7 +241,7 @@ class _StreamWriter:
         _require_pyspark()
         return stream.option("checkpointLocation", self.checkpoint.location).foreachBatch(self).start()
 
-    def __enter__(self) -> Any:
+    def __enter__(self: _W) -> _W:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -12,7 +12,8 @@ in the fan-out's commit order (:mod:`eosink.fanout`):
   rows add up over the sinks, and the verdict keeps each sink's;
 * the reader reads the sinks from the last to the first in each poll and reports an **order break**
   when a later sink shows rows of a batch that an earlier sink, read after it, has not committed:
-  the fan-out's promise under 2pc and txid-check.
+  the fan-out's promise under 2pc and txid-check. Each sink's partial views count too, as failures
+  only where every sink declares atomic batches (:meth:`FanOutTarget.atomic`).
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class FanOutTarget:
                 for batch_id in sorted(after.rows_per_batch.keys() - before.bundles):
                     breaks.append(f"batch {batch_id} visible in {later} before {first} committed it")
             last = snaps[-1][1]
-            return Snapshot(last.rows_per_batch, last.bundles, last.reader, tuple(breaks))
+            others = tuple(snap for _, snap in snaps[:-1])
+            return Snapshot(last.rows_per_batch, last.bundles, last.reader, tuple(breaks), others)
 
         return poll
 

@@ -56,8 +56,8 @@ class Reader:
         return 0 if self.atomic else self.partial
 
     def check(self, snap: Snapshot) -> list[str]:
-        """The partial views in one snapshot."""
-        seen = []
+        """The partial views in one snapshot (and in a fan-out's other sinks' snapshots, ``others``)."""
+        seen = [view for other in snap.others for view in self.check(other)]
         for batch_id, n in sorted(snap.rows_per_batch.items()):
             want = self.expected(batch_id)
             if n != want:

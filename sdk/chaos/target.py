@@ -64,13 +64,15 @@ class Names:
 @dataclass(frozen=True)
 class Snapshot:
     """One consistent read: visible rows per batch_id and the batch_ids with a bundle; ``reader`` names the
-    engine that read it, where a target polls with several; ``order_breaks`` (a fan-out's,
-    :mod:`eosink.chaos.fanout`) say where a later sink showed a batch an earlier one had not committed."""
+    engine that read it, where a target polls with several. A fan-out's (:mod:`eosink.chaos.fanout`) is its
+    last sink's, with the other sinks' in ``others`` and ``order_breaks`` saying where a later sink showed a
+    batch an earlier one had not committed."""
 
     rows_per_batch: dict[int, int]
     bundles: frozenset[int]
     reader: str = ""
     order_breaks: tuple[str, ...] = ()
+    others: tuple[Snapshot, ...] = ()
 
 
 def oracle_rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:

@@ -22,7 +22,7 @@ from typing import Any
 from eosink.admin import SinkAdmin
 from eosink.cli._common import EXIT_USAGE, Usage, run
 from eosink.errors import EosinkError
-from eosink.fanout import member_app_id
+from eosink.fanout import member_app_id, valid_name
 
 __all__ = ["Member", "fanned_out", "run_fanout"]
 
@@ -94,6 +94,9 @@ def run_fanout(
         names = [n for n, *_ in parsed]
         if len(set(names)) != len(names):
             raise Usage(f"two sinks named alike in {names}: name them, --sink NAME=KIND, as the query does")
+        bad = [n for n in names if not valid_name(n)]
+        if bad:
+            raise Usage(f"sink name {bad[0]!r} is not a name of letters, digits, '-' and '_' (--sink NAME=KIND)")
         ap = argparse.ArgumentParser(prog=f"eosink {name}", description=description)
         add(ap)
         args = ap.parse_args(rest)

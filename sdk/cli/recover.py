@@ -13,14 +13,15 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from eosink.admin import AppStatus, SinkAdmin
 from eosink.checkpoint import SparkCheckpoint
-from eosink.cli._common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, Usage, command, opt, table
+from eosink.cli._common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, command, opt, table
 from eosink.cli._fanout import Member, fanned_out, run_fanout
 from eosink.coordinator import Coordinator
 from eosink.errors import ConfigurationError
-from eosink.fanout import FanOut
+from eosink.fanout import FanOut, check_order
 from eosink.recovery import RecoveryPlan, recorded_strategy
 from eosink.rewind import lease_holder, plan_rewind, rewind
 from eosink.strategies import STRATEGY_NAMES
@@ -43,6 +44,13 @@ DESCRIPTION = (
 
 
 def main(argv: Sequence[str]) -> int:
+    if fanned_out(argv) and "--rewind" in argv:
+        print(
+            "eosink recover: --rewind takes the one sink that lost work: eosink recover --rewind --sink KIND "
+            "<its options> --checkpoint DIR --app-id <app-id>.<name>",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if fanned_out(argv):
         return run_fanout("recover", f"{DESCRIPTION} {FENCE_NOTE}", argv, _options, _recover_fanout)
     return command("recover", DESCRIPTION, FENCE_NOTE, argv, _options, _recover)
@@ -132,15 +140,24 @@ def _recover(args: argparse.Namespace, admin: SinkAdmin) -> int:
 
 def _recover_fanout(args: argparse.Namespace, members: list[Member]) -> int:
     """Recover a fan-out's sinks in their commit order, as its driver would at start (:meth:`FanOut.start`)."""
-    if args.rewind:
-        raise Usage(
-            "--rewind takes the one sink that lost work: eosink recover --rewind --sink KIND <its options> "
-            "--checkpoint DIR --app-id <app-id>.<name>"
-        )
     checkpoint = _checkpoint(args.checkpoint)
+    check_order(checkpoint, args.app_id, [m.name for m in members], record=False)
     apps = [_before(m.admin, m.app_id(args.app_id)) for m in members]
+    unknown = [m.app_id(args.app_id) for m, a in zip(members, apps, strict=True) if a.epoch is None]
+    if unknown:
+        raise ConfigurationError(
+            f"No writer of {', '.join(map(repr, unknown))} ever ran there: nothing to recover.",
+            "Check each --sink NAME=KIND against the query's sink names (a sink's app_id is <app-id>.<name>).",
+        )
     strategy = recorded_strategy(checkpoint, members[0].app_id(args.app_id), args.strategy, apps[0].last_strategy)
-    sinks = [(m.name, m.admin.make_sink()) for m in members]
+    sinks: list[tuple[str, Any]] = []
+    try:
+        for m in members:
+            sinks.append((m.name, m.admin.make_sink()))
+    except BaseException:
+        for _, sink in sinks:
+            sink.close()
+        raise
     fanout = FanOut(sinks, args.app_id, strategy, checkpoint, threaded=False)
     try:
         for name, sink in sinks:

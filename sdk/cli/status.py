@@ -18,6 +18,7 @@ from eosink.checkpoint import SparkCheckpoint
 from eosink.cli._common import EXIT_FAIL, EXIT_OK, Usage, age, command, opt, table
 from eosink.cli._fanout import Member, fanned_out, run_fanout
 from eosink.errors import ConfigurationError
+from eosink.fanout import check_order
 from eosink.recovery import BatchPlan, recorded_strategy
 from eosink.strategies import TwoPhaseCommit
 
@@ -87,6 +88,8 @@ def _lost(location: str, app_id: str, admin: SinkAdmin, status: SinkStatus) -> t
 
 def _fanout_status(args: argparse.Namespace, members: list[Member]) -> int:
     """Each sink of the fan-out ``args.app_id``, in commit order: one table, then what is in doubt, behind or lost."""
+    if args.checkpoint is not None:
+        check_order(SparkCheckpoint(args.checkpoint), args.app_id, [m.name for m in members], record=False)
     views = []
     for m in members:
         app_id = m.app_id(args.app_id)

@@ -1003,7 +1003,9 @@ def test_transient_failures_while_looking_for_leftover_attempts_are_retried(tmp_
 
     Pass: every batch is committed in one run; exact.
     """
-    ms = mini(tmp_path, variant, sink_factory=lambda p: FlakyRecoverSink(p, fail=0))
+    # FAST gives up 50 ms after the first failure: two slow SQLite reads on a loaded machine took longer
+    policy = replace(FAST, transient_timeout_s=10.0)
+    ms = mini(tmp_path, variant, sink_factory=lambda p: FlakyRecoverSink(p, fail=0), policy=policy)
     ms.coordinator.start()  # start-time recovery has its own bound; the retries under test are per batch
     sink = ms.coordinator.sink
     assert isinstance(sink, FlakyRecoverSink)

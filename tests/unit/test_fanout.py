@@ -387,3 +387,93 @@ def test_status_and_recover_show_and_settle_the_sinks_side_by_side(tmp_path: Pat
     assert code == 0 and "every sink holds the same batches" in out, out
     code, out = _cli(ms, "recover", "--rewind")
     assert code == 2 and "--rewind takes the one sink" in out
+
+
+def test_a_restart_with_the_sinks_in_another_order_or_named_otherwise_is_refused(tmp_path: Path) -> None:
+    """The first start records the sinks' names in commit order in the checkpoint.
+
+    Pass: a restart with the sinks swapped (or one renamed) stops with ConfigurationError naming the recorded
+    order, before anything is written; the CLI given them swapped exits 1 the same way; in order, it runs on."""
+    ms = mini(tmp_path, VARIANTS[1])
+    ms.crash("F1@1:raise")
+    assert ms.ckpt.spark().read_fanout(APP) == ["a", "b"]
+    a, b = ReferenceSink(ms.dbs["a"]), ReferenceSink(ms.dbs["b"])
+    for sinks in ([("b", b), ("a", a)], [("a", a), ("c", b)]):
+        swapped = FanOut(sinks, APP, VARIANTS[1].make(), ms.ckpt.spark(), FAST, threaded=False)
+        with pytest.raises(ConfigurationError, match=r"sinks \['a', 'b'\] in this order") as info:
+            swapped.start()
+        assert info.value.fix and "['a', 'b']" in info.value.fix
+    argv = [
+        *("--sink", "b=reference", "--path", str(ms.dbs["b"])),
+        *("--sink", "a=reference", "--path", str(ms.dbs["a"])),
+    ]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        from eosink.cli.status import main as status
+
+        code = status([*argv, "--app-id", APP, "--checkpoint", str(ms.ckpt.root)])
+    assert code == 1 and "in this order" in out.getvalue()
+    ms.restart()
+    ms.run()
+    ms.assert_exact()
+
+
+def test_a_dry_run_of_txid_check_shows_the_later_sink_kept_behind(tmp_path: Path) -> None:
+    """txid-check: both sinks recorded batch 1, the driver died inside a's commit (F6) and a's work vanished;
+    the restart's recovery gave batch 1 up in a, then died before recovering b.
+
+    Pass: ``recover --dry-run`` plans batch 1 in b as an abort (the sink before it holds batches up to 0
+    only), not a roll-forward, and changes nothing; ``--yes`` then aborts it there and the replay lands
+    every batch once in both sinks, in order."""
+    ms = mini(tmp_path, VARIANTS[1])
+    ms.crash("F6@1:raise")
+    ms.lose_work("a")
+    ms.restart()
+    ms.fanout.coordinators[0].start()  # a's recovery: its roll-forward finds the work gone, Spark replays
+    ms.restart()  # the driver dies before b's recovery
+    for coordinator in ms.fanout.coordinators:
+        coordinator.sink.close()
+    code, out = _cli(ms, "recover", "--dry-run")
+    assert code == 0, out
+    plan_b = out.split("sink 'b':")[1]
+    assert "abort" in plan_b and "roll-forward" not in plan_b and "holds batches up to 0 only" in plan_b, out
+    assert ms.ckpt.spark().manifest_batches(member_app_id(APP, "b")) == [1]
+    code, out = _cli(ms, "recover", "--yes")
+    assert code == 0, out
+    ms.restart()
+    ms.run()
+    ms.assert_exact()
+
+
+def test_a_run_with_no_new_batch_commits_what_spark_committed_in_order_at_close(tmp_path: Path) -> None:
+    """2pc: the driver died between a's and b's commit of the last batch (F14 of batch 2); the restart finds
+    no new input, so foreachBatch never runs and only ``close()`` can finish the batch.
+
+    Pass: close commits batch 2 in b (a holds it: the OrderedSink lets it); exact."""
+    ms = mini(tmp_path, VARIANTS[0])
+    ms.crash("F14@2:raise")
+    ms.restart()
+    ms.fanout.finish_spark_committed()
+    ms.fanout.close()
+    assert ms.sink("b").commits == [2]
+    ms.assert_exact()
+
+
+def test_at_close_nothing_is_committed_after_a_sink_a_newer_writer_owns(tmp_path: Path) -> None:
+    """2pc: the driver died at F5 of batch 2 (Spark committed it, no sink did); before the restarted writer
+    closes, a newer writer fences sink a (and does nothing else yet).
+
+    Pass: the close leaves batch 2 to the newer writer in a (fenced) and so commits nothing in b: b never
+    shows batch 2 before a holds it."""
+    ms = mini(tmp_path, VARIANTS[0])
+    ms.crash("F5@2:raise")
+    ms.restart()
+    newer = ReferenceSink(ms.dbs["a"])
+    newer.fence(member_app_id(APP, "a"))
+    newer.close()
+    ms.fanout.finish_spark_committed()
+    ms.fanout.close()
+    for name in NAMES:
+        reader = ReferenceSink(ms.dbs[name])
+        assert [b.batch.batch_id for b in reader.bundles(member_app_id(APP, name))] == [0, 1], name
+        reader.close()
