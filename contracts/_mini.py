@@ -55,6 +55,7 @@ __all__ = [
     "canon",
     "chunks",
     "make_rows",
+    "run_in_spark_order",
     "wait_until",
 ]
 
@@ -238,6 +239,20 @@ class FakeCheckpoint:
         return SparkCheckpoint(self.root)
 
 
+def run_in_spark_order(engine: Any, ckpt: FakeCheckpoint, batches: Sequence[Any], *, two_pc: bool) -> None:
+    """Every batch Spark has not committed, in order, around ``engine`` (a Coordinator or a FanOut): offsets,
+    foreachBatch, commit log, then (2pc) what the commit-log watcher does; then make sure recovery ran."""
+    for batch_id, batch in enumerate(batches):
+        if ckpt.has_commit(batch_id):
+            continue
+        ckpt.write_offsets(batch_id)
+        engine.process(batch_id, batch)
+        ckpt.write_commit(batch_id)
+        if two_pc:
+            engine.commit_ready()
+    engine.start()
+
+
 class NoWatcherCoordinator(Coordinator):
     """The Coordinator without its background commit-log watcher thread.
 
@@ -270,15 +285,7 @@ class SparkOrderDriver(Generic[C]):
 
     def run(self, batches: Sequence[MemoryBatch]) -> None:
         """Process every batch Spark has not committed, in order; then make sure recovery ran."""
-        for batch_id, batch in enumerate(batches):
-            if self.ckpt.has_commit(batch_id):
-                continue
-            self.ckpt.write_offsets(batch_id)
-            self.coordinator.process(batch_id, batch)
-            self.ckpt.write_commit(batch_id)
-            if self.variant.two_pc:
-                self.coordinator.commit_ready()
-        self.coordinator.start()
+        run_in_spark_order(self.coordinator, self.ckpt, batches, two_pc=self.variant.two_pc)
 
     def fail(
         self, batches: Sequence[MemoryBatch], error: type[EosinkError] | tuple[type[EosinkError], ...]

@@ -70,6 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "eosink_contract: a case of eosink's sink contract suite")
+    config.addinivalue_line("markers", "full: a longer case (eosink's make test leaves it to make test-full)")
     config.pluginmanager.register(_Summary(), "eosink-contract-summary")
 
 

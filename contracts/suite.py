@@ -33,16 +33,16 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from eosink import faults
 from eosink.contract import BatchRef, Capabilities, CommitStatus, Committable, Sink
+from eosink.contracts._cases import HarnessCases
 from eosink.contracts._mini import (
     FAST,
     VARIANTS,
@@ -179,28 +179,10 @@ sys.stdin.read()  # wait to be killed
 # -- the suite ---------------------------------------------------------------------------------
 
 
-class SinkContract:
+class SinkContract(HarnessCases):
     """The contract suite. Subclass with ``harness = MyHarness()`` (or use :func:`contract_tests`)."""
 
-    harness: ClassVar[SinkHarness]
-
     # -- fixtures --------------------------------------------------------------------------
-
-    @pytest.fixture(autouse=True)
-    def _disarmed_faults(self, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-        monkeypatch.delenv("EOSINK_FAULTS", raising=False)
-        monkeypatch.delenv("EOSINK_FAULT_LOG", raising=False)
-        faults.reset()
-        yield
-        faults.reset()
-
-    @pytest.fixture
-    def ns(self, tmp_path: Path) -> Iterator[Namespace]:
-        """A fresh namespace for one case."""
-        namespace = Namespace(f"eo{uuid.uuid4().hex[:10]}", tmp_path / "ns")
-        namespace.path.mkdir()
-        yield namespace
-        self.harness.cleanup(namespace)
 
     @pytest.fixture
     def sink(self, ns: Namespace) -> Iterator[Sink[Any]]:

@@ -24,6 +24,7 @@ import eosink
 from eosink import faults
 from eosink.connectors.reference import ReferenceSink
 from eosink.contract import BatchRef, Bundle, Committable
+from eosink.contracts._mini import run_in_spark_order
 from eosink.errors import ConfigurationError, InjectedFault, NonDeterministicReplayError, PreparedWorkLostError
 from eosink.fanout import FanOut, member_app_id, name_sinks
 from eosink.spark import BatchWriter, FanOutWriter
@@ -70,15 +71,7 @@ class MiniFanOut:
 
     def run(self) -> None:
         """Every batch Spark has not committed, in order; then make sure recovery ran."""
-        for batch_id, batch in enumerate(self.batches):
-            if self.ckpt.has_commit(batch_id):
-                continue
-            self.ckpt.write_offsets(batch_id)
-            self.fanout.process(batch_id, batch)
-            self.ckpt.write_commit(batch_id)
-            if self.variant.two_pc:
-                self.fanout.commit_ready()
-        self.fanout.start()
+        run_in_spark_order(self.fanout, self.ckpt, self.batches, two_pc=self.variant.two_pc)
 
     def crash(self, spec: str, error: type[BaseException] = InjectedFault) -> BaseException:
         faults.configure(spec)

@@ -13,6 +13,7 @@ import pytest
 
 from eosink.connectors.delta.testing import DeltaHarness
 from eosink.contracts import contract_tests
+from eosink.contracts.fanout import fanout_contract_tests
 from eosink.services.hdfs import HdfsServer
 
 _HDFS = DeltaHarness("hdfs")
@@ -30,4 +31,5 @@ def private_hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 TestDeltaLocalContract = contract_tests(DeltaHarness("file"), name="TestDeltaLocalContract")
 TestDeltaS3Contract = contract_tests(DeltaHarness("s3"), name="TestDeltaS3Contract")
+TestDeltaS3FanOut = fanout_contract_tests(DeltaHarness("s3"), name="TestDeltaS3FanOut")
 TestDeltaHdfsContract = pytest.mark.usefixtures("private_hdfs")(contract_tests(_HDFS, name="TestDeltaHdfsContract"))

@@ -11,8 +11,10 @@ import pytest
 
 from eosink.connectors.hdfs.testing import HdfsHarness
 from eosink.contracts import contract_tests
+from eosink.contracts.fanout import fanout_contract_tests
 
 TestHdfsContract = contract_tests(HdfsHarness())
+TestHdfsFanOut = fanout_contract_tests(HdfsHarness())
 TestHdfsJsonLinesContract = pytest.mark.full(
     contract_tests(HdfsHarness(format="jsonl"), name="TestHdfsJsonLinesContract")
 )

@@ -10,8 +10,10 @@ import pytest
 
 from eosink.connectors.postgres.testing import PostgresHarness
 from eosink.contracts import contract_tests
+from eosink.contracts.fanout import fanout_contract_tests
 
 TestPostgresContract = contract_tests(PostgresHarness())
+TestPostgresFanOut = fanout_contract_tests(PostgresHarness())
 TestPostgresPerParticipantContract = pytest.mark.full(
     contract_tests(PostgresHarness(commit_mode="per-participant"), name="TestPostgresPerParticipantContract")
 )

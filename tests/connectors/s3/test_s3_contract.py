@@ -11,7 +11,9 @@ import pytest
 
 from eosink.connectors.s3.testing import S3Harness
 from eosink.contracts import contract_tests
+from eosink.contracts.fanout import fanout_contract_tests
 
 TestS3Contract = contract_tests(S3Harness())
+TestS3FanOut = fanout_contract_tests(S3Harness())
 TestS3JsonLinesContract = pytest.mark.full(contract_tests(S3Harness(format="jsonl"), name="TestS3JsonLinesContract"))
 TestS3SegmentsContract = pytest.mark.full(contract_tests(S3Harness(segment_batches=2), name="TestS3SegmentsContract"))

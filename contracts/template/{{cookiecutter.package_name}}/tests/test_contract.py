@@ -1,7 +1,8 @@
 """The eosink contract suite against {{ cookiecutter.class_name }}: every scenario, adopted in one line.
 
 Each case's docstring says what it proves; a case is skipped only when the sink's declared
-capabilities rule it out, and the skip reason names the capability.
+capabilities rule it out, and the skip reason names the capability. The fan-out cases pair the
+sink with eosink's reference sink in one query (one batch, exactly once in each, in order).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from eosink.contracts import Namespace, SinkHarness, contract_tests
+from eosink.contracts.fanout import fanout_contract_tests
 
 from {{ cookiecutter.package_name }} import (
     {{ cookiecutter.class_name }},
@@ -29,3 +31,4 @@ class {{ cookiecutter.class_name }}Harness(SinkHarness):
 
 
 Test{{ cookiecutter.class_name }}Contract = contract_tests({{ cookiecutter.class_name }}Harness())
+Test{{ cookiecutter.class_name }}FanOut = fanout_contract_tests({{ cookiecutter.class_name }}Harness())
