@@ -215,12 +215,13 @@ test-delta-full: venv java tools
 
 # Fan-out (one query into PostgreSQL, then Kafka; docs/fanout.md): a Spark kill between the two sinks' commits
 # per strategy (2pc, txid-check), with a reader that polls both for the order promise; test-fanout-full: the
-# kill at every fault point between the commits. The protocol tests run in make unit.
+# kill at every fault point between the commits, into PostgreSQL then Kafka and into S3 then PostgreSQL. The
+# protocol tests run in make unit, each connector's fan-out contract cases in its own stage.
 test-fanout: venv java
 	@$(call WITH_PG_KAFKA,$(PYTEST) tests/spark/test_fanout_pipeline.py -q -m 'not full' --durations=5)
 
-test-fanout-full: venv java
-	@$(call WITH_PG_KAFKA,$(PYTEST) tests/spark/test_fanout_pipeline.py -q --durations=5)
+test-fanout-full: venv java tools
+	@$(call WITH_SPARK_SERVICES,$(PYTEST) tests/spark/test_fanout_pipeline.py -q --durations=5)
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5

@@ -7,12 +7,12 @@ Each test kills the driver's whole session at a fault point of batch 1 that lies
 sinks' commits (or just before the first), restarts it on the same checkpoint, and checks each sink
 as its own pipeline test does: every input row once, one bundle per batch of Spark's commit log,
 nothing prepared, staged or open. An :class:`OrderReader` polls both systems throughout and fails
-the test if a Kafka record is ever readable before its row is committed in PostgreSQL.
+the test if a Kafka record is ever readable before its row is committed in PostgreSQL. The same kills,
+into S3 (Parquet objects) then PostgreSQL, run in ``make test-full``.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -22,16 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from psycopg import sql
 
-from eosink.connectors.kafka.testing import read_topic
 from eosink.fanout import member_app_id
 
 from .conftest import Pipeline, assert_clean, assert_killed
-from .test_kafka_pipeline import PARTITIONS, KafkaPipeline, kafka_bootstrap
+from .test_kafka_pipeline import KafkaPipeline, kafka_bootstrap
 from .test_postgres_pipeline import HARNESS, PgPipeline, pg_url
+from .test_s3_pipeline import S3Pipeline
 
 pytestmark = pytest.mark.spark
 
@@ -53,22 +52,41 @@ CASES = [
 
 @dataclass
 class FanOutPipeline(Pipeline):
-    """A :class:`Pipeline` whose driver writes each batch into a PostgreSQL table, then a Kafka topic."""
+    """A :class:`Pipeline` whose driver writes each batch into its sinks' pipelines, in commit order: each one
+    (a :class:`PgPipeline`, :class:`KafkaPipeline` or :class:`S3Pipeline` under app_id ``<APP>.<kind>``) reads
+    its own sink back. ``name`` is every sink's ``--target`` and ``--namespace``."""
 
     files: int = 3
-    pg: PgPipeline = field(default=None, repr=False)  # type: ignore[assignment]
-    kafka: KafkaPipeline = field(default=None, repr=False)  # type: ignore[assignment]
+    kinds: tuple[str, ...] = ()
+    members: tuple[Any, ...] = field(default=(), repr=False)
+    name: str = ""
 
     def environment(self) -> dict[str, str]:
-        return {**self.pg.environment(), **self.kafka.environment()}
+        env: dict[str, str] = {}
+        for m in self.members:
+            env.update(m.environment())
+        return env
 
     def command(self, mode: str, master: str) -> list[str]:
         return [
-            *(str(SINK_DRIVER), "--sink", "postgres+kafka"),
+            *(str(SINK_DRIVER), "--sink", "+".join(self.kinds)),
             *("--input", str(self.input), "--checkpoint", str(self.checkpoint)),
-            *("--target", self.pg.table, "--namespace", self.pg.control_schema, "--app-id", self.app_id),
+            *("--target", self.name, "--namespace", self.name, "--app-id", self.app_id),
             *("--strategy", self.strategy, "--master", master, "--stats-out", str(self.root / "stats.json")),
         ]
+
+    def member(self, kind: str) -> Any:
+        return self.members[self.kinds.index(kind)]
+
+    @property
+    def pg(self) -> PgPipeline:
+        pipeline: PgPipeline = self.member("postgres")
+        return pipeline
+
+    @property
+    def kafka(self) -> KafkaPipeline:
+        pipeline: KafkaPipeline = self.member("kafka")
+        return pipeline
 
     def url_free(self, text: str) -> bool:
         """Whether ``text`` is free of PostgreSQL's URL (it holds the password)."""
@@ -76,10 +94,11 @@ class FanOutPipeline(Pipeline):
 
     def assert_exact(self) -> None:
         """Each sink holds every input row once, one bundle per batch of Spark's commit log, nothing in doubt."""
-        self.pg.variant = self.strategy
-        self.pg.assert_exact()
-        self.kafka.strategy = self.strategy
-        self.kafka.assert_exact()
+        for m in self.members:
+            m.strategy = self.strategy
+            if isinstance(m, PgPipeline):
+                m.variant = self.strategy
+            m.assert_exact()
 
 
 @pytest.fixture
@@ -93,7 +112,9 @@ def fanout(tmp_path: Path, driver_java_opts: str, pg_url: str, kafka_bootstrap: 
     # sink_driver gives both sinks the same target and namespace: the topic, its progress topic and txn-id prefix
     kafka = KafkaPipeline(tmp_path, app_id=member_app_id(APP, "kafka"), bootstrap=kafka_bootstrap, topic=name, **common)
     kafka.create_topic()
-    pipeline = FanOutPipeline(tmp_path, app_id=APP, pg=pg, kafka=kafka, **common)
+    pipeline = FanOutPipeline(
+        tmp_path, app_id=APP, kinds=("postgres", "kafka"), members=(pg, kafka), name=name, **common
+    )
     yield pipeline
     kafka.close()
     pg.close()
@@ -135,9 +156,10 @@ def _operator_sees_kafka_behind(p: FanOutPipeline) -> None:
 
 
 class OrderReader:
-    """Polls Kafka, then PostgreSQL, until stopped: every record a read_committed consumer sees must have its
-    row committed in PostgreSQL by the time of the PostgreSQL read that follows (rows are never removed, so a
-    record read before its row was committed shows up as a record without a row)."""
+    """Polls the second sink, then the first, until stopped: every row a reader of the second sees (a Kafka
+    record, a row of a PostgreSQL table) must be committed in the first by the time of the read that follows
+    (rows are never removed, so a row read in the second before the first committed it shows up as a row of
+    the second without its row in the first)."""
 
     def __init__(self, p: FanOutPipeline) -> None:
         self.p = p
@@ -148,23 +170,18 @@ class OrderReader:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _poll(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        records = read_topic(self.p.kafka.admin(), self.p.kafka.topic, PARTITIONS)
-        ids = {json.loads(r.value)["id"] for r in records if r.value is not None}
-        try:
-            rows = conn.execute(sql.SQL("SELECT DISTINCT id FROM {}").format(sql.Identifier(self.p.pg.table)))
-            committed = {int(i) for (i,) in rows}
-        except psycopg.errors.UndefinedTable:
-            committed = set()
+    def _poll(self) -> None:
+        first, second = self.p.members[:2]
+        ids = {row[0] for row in second.found()}
+        committed = {row[0] for row in first.found()}
         self.polls += 1
         self.records_seen = max(self.records_seen, len(ids))
         self.ahead.extend(sorted(ids - committed)[:5])
 
     def _run(self) -> None:
         try:
-            with psycopg.connect(self.p.pg.url, autocommit=True) as conn:
-                while not self._stop.wait(0.05):
-                    self._poll(conn)
+            while not self._stop.wait(0.05):
+                self._poll()
         except BaseException as exc:  # reported by __exit__: a dead reader must not pass silently
             self.error = exc
 
@@ -195,12 +212,53 @@ def test_kill_between_the_sinks_then_restart_is_exact_in_both_in_order(
     with OrderReader(p) as reader:
         assert_killed(p.run(f"{point}@1:kill"), point)
         if point in ("F7", "F8", "F14"):
-            assert p.pg.bundles() == [0, 1] and p.kafka.bundles() == [0], (p.pg.bundles(), p.kafka.bundles())
+            held = [m.bundles() for m in p.members]
+            assert held == [[0, 1], [0]], f"bundles per sink after the kill: {held}"
         if (strategy, point) == ("2pc", "F14"):
             _operator_sees_kafka_behind(p)
         assert_clean(p.run())
     p.assert_exact()
     assert reader.polls > 0 and reader.records_seen > 0
-    assert not reader.ahead, f"Kafka records readable before their PostgreSQL rows: ids {reader.ahead[:5]}"
+    assert not reader.ahead, f"rows of the second sink readable before the first's: ids {reader.ahead[:5]}"
     stats = p.run().stats  # a third run finds no input: nothing to do, and it says so per sink
-    assert stats is not None and {n: s["batches_committed"] for n, s in stats.items()} == {"postgres": 0, "kafka": 0}
+    assert stats is not None and {n: s["batches_committed"] for n, s in stats.items()} == dict.fromkeys(p.kinds, 0)
+
+
+@pytest.fixture
+def s3_then_pg(tmp_path: Path, driver_java_opts: str, pg_url: str, minio: Any) -> Iterator[FanOutPipeline]:
+    """Raw records as Parquet objects in S3 first, then the same rows in a PostgreSQL table."""
+    name = f"fanout_{uuid.uuid4().hex[:10]}"
+    common: dict[str, Any] = {"java_opts": driver_java_opts, "files": 3}
+    s3 = S3Pipeline(tmp_path, app_id=member_app_id(APP, "s3"), store=minio, prefix=name, **common)
+    s3.harness().ensure_bucket()
+    pg = PgPipeline(
+        tmp_path, app_id=member_app_id(APP, "postgres"), url=pg_url, table=name, control_schema=name, **common
+    )
+    pipeline = FanOutPipeline(tmp_path, app_id=APP, kinds=("s3", "postgres"), members=(s3, pg), name=name, **common)
+    yield pipeline
+    s3.close()
+    pg.close()
+    HARNESS.drop(pg.control_schema, [sql.Identifier(pg.table)])
+
+
+@pytest.mark.full
+@pytest.mark.parametrize(("strategy", "point"), [c.values for c in CASES])
+def test_s3_then_postgres_killed_between_the_sinks_is_exact_in_both_in_order(
+    s3_then_pg: FanOutPipeline, strategy: str, point: str
+) -> None:
+    """S3 first, then PostgreSQL: SIGKILL of the driver's session at ``point`` of batch 1, then a restart.
+
+    Pass: as for PostgreSQL then Kafka: each sink exact (no incomplete upload left in S3), and a reader that
+    polls the table, then the committed objects, never sees a row in PostgreSQL whose batch S3 has not
+    committed."""
+    p = s3_then_pg
+    p.strategy = strategy
+    with OrderReader(p) as reader:
+        assert_killed(p.run(f"{point}@1:kill"), point)
+        if point in ("F7", "F8", "F14"):
+            held = [m.bundles() for m in p.members]
+            assert held == [[0, 1], [0]], f"bundles per sink after the kill: {held}"
+        assert_clean(p.run())
+    p.assert_exact()
+    assert reader.polls > 0 and reader.records_seen > 0
+    assert not reader.ahead, f"PostgreSQL rows readable before S3 committed their batch: ids {reader.ahead[:5]}"
