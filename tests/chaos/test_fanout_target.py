@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from eosink.chaos.fanout import FanOutTarget, member_names
 from eosink.chaos.oracle import Verdict, combined
 from eosink.chaos.reader import Reader
@@ -129,7 +127,6 @@ def test_a_record_keeps_its_key_under_either_name() -> None:
 
 def test_get_target_builds_a_fan_out_from_a_plus_joined_name() -> None:
     """Pass: ``postgres+kafka`` gives a FanOutTarget of the two sinks' own targets, in that order."""
-    pytest.importorskip("psycopg")
     target = get_target("postgres+kafka")
     assert isinstance(target, FanOutTarget)
     assert [m.name for m in target.members] == ["postgres", "kafka"]
