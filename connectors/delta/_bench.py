@@ -111,14 +111,16 @@ class DeltaAdapter(ObjectStoreBench):
     # -- parent side ------------------------------------------------------------------------------
 
     def goals(self) -> BenchGoals:
-        """Best exactly-once at least 1.0x Spark's Delta sink, 2pc at least 0.85x at-least-once, a 2pc batch
-        visible at most 150 ms p50 after Spark's commit log, driver memory flat across sizes."""
+        """Best exactly-once at least 1.0x Spark's Delta sink at every size (each judged on the median of three
+        rounds), 2pc at least 0.85x at-least-once, a 2pc batch visible at most 150 ms p50 after Spark's commit
+        log, driver memory flat across sizes."""
         return BenchGoals(
             baselines=(Baseline("spark-delta-sink", "spark-delta-sink", 1.0),),
             vs_at_least_once=(("2pc", 0.85),),
             commit_p50_ms=None,
             visible_after_commit_log_p50_ms=150.0,
             baselines_at_every_size=True,
+            rounds=(3, 3),
         )
 
     def runs(self) -> list[RunSpec]:
@@ -149,14 +151,16 @@ class DeltaAdapter(ObjectStoreBench):
 
         return {**super().spark_conf(), **DELTA_SPARK_CONF}
 
+    def eosink_sink(self, spec: RunSpec, ns: str) -> Any:
+        from eosink.connectors.delta import DeltaSink
+
+        return DeltaSink(self.delta_config(ns))
+
     def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
         from eosink.bench.session import eosink_function
 
         if spec.kind == "eosink":
-            from eosink.connectors.delta import DeltaSink
-
-            sink = DeltaSink(self.delta_config(ns))
-            return eosink_function(sink, spec.strategy, app_id(ns), checkpoint, participants)
+            return eosink_function(self.eosink_sink(spec, ns), spec.strategy, app_id(ns), checkpoint, participants)
         if spec.kind == "at-least-once":
             return _AtLeastOnce(self.delta_config(ns), participants)
         if spec.kind == "spark":  # Delta's own streaming sink: its commit log keeps the batches (txn: query, batch)
