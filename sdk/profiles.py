@@ -34,6 +34,7 @@ import logging
 import pkgutil
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from eosink.contracts.harness import SinkHarness
     from eosink.demo.target import DemoTarget
 
-__all__ = ["ENTRY_POINT_GROUP", "TOOLS", "SinkProfile", "get_profile", "profile_names", "profiles"]
+__all__ = ["ENTRY_POINT_GROUP", "TOOLS", "SinkProfile", "get_profile", "profile_names", "profiles", "sink_argument"]
 
 log = logging.getLogger("eosink")
 
@@ -186,6 +187,23 @@ def _instance(obj: Any) -> Any:
 def profile_names(tool: str | None = None) -> list[str]:
     """Names of the profiles (that offer ``tool``, if given), sorted."""
     return [n for n, p in profiles().items() if tool is None or p.offers(tool)]
+
+
+def sink_argument(tool: str) -> Callable[[str], str]:
+    """An ``argparse`` type for a command's ``--sink``: a sink whose profile offers ``tool``, or several joined
+    by ``+`` (a fan-out, in commit order), each named once."""
+    offered = profile_names(tool)
+
+    def check(text: str) -> str:
+        parts = text.split("+")
+        if any(part not in offered for part in parts) or len(set(parts)) != len(parts):
+            raise argparse.ArgumentTypeError(
+                f"invalid sink {text!r}: use one of {', '.join(offered)}, or several joined by '+' (a fan-out), "
+                "each once"
+            )
+        return text
+
+    return check
 
 
 def get_profile(name: str, tool: str | None = None) -> SinkProfile:

@@ -209,13 +209,16 @@ class HdfsAdapter:
 
         return HdfsConfig(f"{self._require_url()}{target_path(ns)}")
 
+    def eosink_sink(self, spec: RunSpec, ns: str) -> Any:
+        from eosink.connectors.hdfs import HdfsSink
+
+        return HdfsSink(self.config(ns))
+
     def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
         from eosink.bench.session import arrow_task_function, eosink_function, floor_function
 
         if spec.kind == "eosink":
-            from eosink.connectors.hdfs import HdfsSink
-
-            return eosink_function(HdfsSink(self.config(ns)), spec.strategy, app_id(ns), checkpoint, participants)
+            return eosink_function(self.eosink_sink(spec, ns), spec.strategy, app_id(ns), checkpoint, participants)
         if spec.kind == "at-least-once":
             config = self.config(ns)
             return arrow_task_function(lambda batch_id: _DirectWrite(config, batch_id), participants)

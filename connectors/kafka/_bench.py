@@ -253,15 +253,17 @@ class KafkaAdapter:
             compression=compression,
         )
 
+    def eosink_sink(self, spec: RunSpec, ns: str) -> Any:
+        from eosink.connectors.kafka import KafkaSink
+
+        return KafkaSink(self.config(ns, str(spec.options.get("compression", "none"))))
+
     def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
         from eosink.bench.session import arrow_task_function, eosink_function
 
         codec = str(spec.options.get("compression", "none"))
         if spec.kind == "eosink":
-            from eosink.connectors.kafka import KafkaSink
-
-            sink = KafkaSink(self.config(ns, codec))
-            return eosink_function(sink, spec.strategy, app_id(ns), checkpoint, participants)
+            return eosink_function(self.eosink_sink(spec, ns), spec.strategy, app_id(ns), checkpoint, participants)
         if spec.kind == "at-least-once":
             direct = _DirectProduce(self.config(ns, codec))
             return arrow_task_function(lambda batch_id: direct, participants)

@@ -214,14 +214,16 @@ class PostgresAdapter:
         mode: Any = commit_mode
         return PostgresConfig(self._require_url(), (SCHEMA, _table(ns)), control_schema=_control(ns), commit_mode=mode)
 
+    def eosink_sink(self, spec: RunSpec, ns: str) -> Any:
+        from eosink.connectors.postgres import PostgresSink
+
+        return PostgresSink(self.config(ns, str(spec.options.get("commit_mode", "atomic"))))
+
     def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
         from eosink.bench.session import arrow_task_function, eosink_function
 
         if spec.kind == "eosink":
-            from eosink.connectors.postgres import PostgresSink
-
-            sink = PostgresSink(self.config(ns, str(spec.options.get("commit_mode", "atomic"))))
-            return eosink_function(sink, spec.strategy, app_id(ns), checkpoint, participants)
+            return eosink_function(self.eosink_sink(spec, ns), spec.strategy, app_id(ns), checkpoint, participants)
         if spec.kind == "datasource":
             from eosink.bench.session import datasource_write
 

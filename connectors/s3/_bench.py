@@ -169,13 +169,16 @@ class S3Adapter(ObjectStoreBench):
             region=store.region,
         )
 
+    def eosink_sink(self, spec: RunSpec, ns: str) -> Any:
+        from eosink.connectors.s3 import S3Sink
+
+        return S3Sink(self.config(ns))
+
     def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
         from eosink.bench.session import arrow_task_function, eosink_function
 
         if spec.kind == "eosink":
-            from eosink.connectors.s3 import S3Sink
-
-            return eosink_function(S3Sink(self.config(ns)), spec.strategy, app_id(ns), checkpoint, participants)
+            return eosink_function(self.eosink_sink(spec, ns), spec.strategy, app_id(ns), checkpoint, participants)
         if spec.kind == "at-least-once":
             config = self.config(ns)
             return arrow_task_function(lambda batch_id: _DirectPut(config, batch_id), participants)

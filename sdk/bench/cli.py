@@ -74,7 +74,7 @@ def _ints(text: str) -> list[int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from eosink.profiles import profile_names
+    from eosink.profiles import profile_names, sink_argument
 
     ap = argparse.ArgumentParser(
         prog="eosink bench",
@@ -85,8 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--sink",
         default="postgres",
-        choices=sinks,
-        help=f"the sink to benchmark: {', '.join(sinks)} (default: postgres)",
+        type=sink_argument("bench_adapter"),
+        help=f"the sink to benchmark: {', '.join(sinks)} (default: postgres); several joined by '+', e.g. "
+        "postgres+kafka: one query writing each batch into each of them in turn, against a query per sink",
     )
     ap.add_argument("--rows", help="comma-separated data set sizes (default 1000000,5000000; quick 50000)")
     ap.add_argument("--quick", action="store_true", help="small sizes and short streaming runs (minutes, indicative)")
@@ -258,6 +259,8 @@ class _Bench:
             self.say(f"throughput {size:>9,} {spec.name:<34} FAILED: {problem[:300]}")
 
     def run_latency(self) -> list[LatencyResult]:
+        if not getattr(self.adapter, "latency_runs", True):
+            return []
         specs = {s.name: s for s in self.adapter.runs() if s.kind in LATENCY_KINDS and s.variant is None}
         results = []
         for rate in self.plan.rates:

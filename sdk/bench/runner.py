@@ -29,7 +29,7 @@ from eosink._driver import DriverRun
 from eosink._procs import processes
 from eosink.bench.job import Job
 from eosink.bench.runs import BenchAdapter
-from eosink.bench.session import SPARK_SCHEMA, finish_writer, floor_function, spark_session, start_query, warm_up
+from eosink.bench.session import SPARK_SCHEMA, finish_writer, floor_function, spark_session, start_queries, warm_up
 from eosink.bench.stream import latency_job
 from eosink.profiles import get_profile
 
@@ -52,7 +52,12 @@ RESULT_FILE = "result.json"
 
 
 def get_adapter(name: str) -> BenchAdapter:
-    """The benchmark adapter of sink ``name``, from its profile."""
+    """The benchmark adapter of sink ``name``, from its profile; ``a+b``: a fan-out into those sinks in that
+    order (:class:`~eosink.bench.fanout.FanOutAdapter`)."""
+    if "+" in name:
+        from eosink.bench.fanout import FanOutAdapter
+
+        return FanOutAdapter([get_adapter(part) for part in name.split("+")])
     return get_profile(name, "bench_adapter").bench_adapter()
 
 
@@ -90,8 +95,8 @@ def _throughput(job: Job, adapter: BenchAdapter, spark: Any) -> dict[str, Any]:
     fn = adapter.batch_function(job.spec, job.ns, checkpoint, job.participants)
     df = spark.readStream.schema(SPARK_SCHEMA).parquet(job.data)
     started = time.monotonic()
-    query = start_query(df, fn, checkpoint, job.participants, {"availableNow": True})
-    query.awaitTermination()
+    for query in start_queries(df, fn, checkpoint, job.participants, {"availableNow": True}):
+        query.awaitTermination()
     commit_ms = finish_writer(fn)
     seconds = time.monotonic() - started
     python, jvm = peak_rss_mb()

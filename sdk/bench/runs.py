@@ -31,6 +31,7 @@ __all__ = [
     "RssResult",
     "RunResult",
     "RunSpec",
+    "SeparateQueries",
     "datasource_runs",
     "generic_runs",
     "new_namespace",
@@ -55,8 +56,17 @@ class DataSourceWrite:
     format: str = "eosink"
 
 
-BatchFunction = Callable[[Any, int], None] | DataSourceWrite
-"""What ``writeStream.foreachBatch`` calls, ``(DataFrame, batch_id)``, or a data source write."""
+@dataclass(frozen=True)
+class SeparateQueries:
+    """A run of several streaming queries over the same input, started together and timed until the last
+    ends, each with its own checkpoint: what a user without a fan-out runs, one query per sink."""
+
+    queries: tuple[Callable[[Any, int], None] | DataSourceWrite, ...]
+
+
+BatchFunction = Callable[[Any, int], None] | DataSourceWrite | SeparateQueries
+"""What ``writeStream.foreachBatch`` calls, ``(DataFrame, batch_id)``, a data source write, or several
+queries (:class:`SeparateQueries`)."""
 
 
 @dataclass(frozen=True)
@@ -395,6 +405,10 @@ class BenchAdapter(Protocol):
 
     def batch_function(self, spec: RunSpec, ns: str, checkpoint: str, participants: int) -> BatchFunction:
         """The foreachBatch function of a Spark run (an eosink BatchWriter for the strategies)."""
+
+    def eosink_sink(self, spec: RunSpec, ns: str) -> Any:
+        """The eosink sink an ``eosink`` run of ``spec`` writes ``ns``'s target with (what its
+        :meth:`batch_function` hands ``eosink.foreach_batch``; a fan-out run takes each member's)."""
 
     def poll_visible(self, ns: str, after_id: int, warm_from_us: int) -> tuple[list[tuple[int, int]], int, int | None]:
         """Newly visible rows: ``([(latency_ms, count)...], highest id, highest committed batch or None)``.

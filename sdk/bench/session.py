@@ -17,8 +17,8 @@ import pyarrow as pa
 
 from eosink._procs import spark_cds_options
 from eosink.bench.job import Job
-from eosink.bench.runs import BatchFunction, BenchAdapter, DataSourceWrite, RunSpec
-from eosink.spark import BatchWriter
+from eosink.bench.runs import BatchFunction, BenchAdapter, DataSourceWrite, RunSpec, SeparateQueries
+from eosink.spark import BatchWriter, FanOutWriter
 
 __all__ = [
     "SPARK_SCHEMA",
@@ -27,7 +27,9 @@ __all__ = [
     "eosink_function",
     "finish_writer",
     "floor_function",
+    "query_checkpoint",
     "spark_session",
+    "start_queries",
     "start_query",
     "warm_up",
 ]
@@ -124,7 +126,8 @@ def _warm_write(spark: Any, adapter: BenchAdapter, job: Job) -> None:
         checkpoint = str(root / "checkpoint")
         fn = adapter.batch_function(job.spec, ns, checkpoint, job.participants)
         df = spark.readStream.schema(SPARK_SCHEMA).parquet(source)
-        start_query(df, fn, checkpoint, job.participants, {"availableNow": True}).awaitTermination()
+        for query in start_queries(df, fn, checkpoint, job.participants, {"availableNow": True}):
+            query.awaitTermination()
         finish_writer(fn)
     finally:
         adapter.drop(ns)
@@ -182,18 +185,42 @@ def start_query(df: Any, fn: BatchFunction, checkpoint: str, participants: int, 
         writer = df.coalesce(participants).writeStream.format("eosink").options(**fn.options)
     elif isinstance(fn, DataSourceWrite):
         writer = df.writeStream.format(fn.format).options(**fn.options)
+    elif isinstance(fn, SeparateQueries):
+        raise TypeError("several queries start through start_queries()")
     else:
         writer = df.writeStream.foreachBatch(fn)
     return writer.option("checkpointLocation", checkpoint).trigger(**trigger).start()
 
 
+def query_checkpoint(checkpoint: str, n: int) -> str:
+    """The checkpoint of the ``n``-th query of a :class:`~eosink.bench.runs.SeparateQueries` run."""
+    return str(Path(checkpoint) / f"query-{n}")
+
+
+def start_queries(df: Any, fn: BatchFunction, checkpoint: str, participants: int, trigger: dict[str, Any]) -> list[Any]:
+    """Start the run's streaming queries: one, or each of a :class:`~eosink.bench.runs.SeparateQueries` run's
+    over the same input, each with the checkpoint :func:`query_checkpoint` names."""
+    if not isinstance(fn, SeparateQueries):
+        return [start_query(df, fn, checkpoint, participants, trigger)]
+    return [
+        start_query(df, one, query_checkpoint(checkpoint, n), participants, trigger) for n, one in enumerate(fn.queries)
+    ]
+
+
 def finish_writer(fn: BatchFunction, strict: bool = True) -> list[float]:
-    """Flush and close an eosink writer; its per-batch commit times (ms). Not ``strict``: a batch that a
-    stopped query never logged stays prepared (the run's cleanup rolls it back) instead of failing the run."""
-    if not isinstance(fn, BatchWriter):
+    """Flush and close an eosink writer; its per-batch commit times (ms): a fan-out's, its sinks' commits of a
+    batch added up; several queries', every query's. Not ``strict``: a batch that a stopped query never logged
+    stays prepared (the run's cleanup rolls it back) instead of failing the run."""
+    if isinstance(fn, SeparateQueries):
+        return [ms for one in fn.queries for ms in finish_writer(one, strict)]
+    if not isinstance(fn, BatchWriter | FanOutWriter):
         return []
     if not fn.flush(600 if strict else 10) and strict:
         raise RuntimeError("eosink did not commit every batch within 600 s")
-    commit_ms = list(fn.stats.commit_latency_ms)
+    if isinstance(fn, FanOutWriter):
+        per_sink = [stats.commit_latency_ms for stats in fn.stats.values()]
+        commit_ms = [sum(batch) for batch in zip(*per_sink, strict=False)]
+    else:
+        commit_ms = list(fn.stats.commit_latency_ms)
     fn.close()
     return commit_ms

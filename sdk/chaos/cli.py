@@ -25,20 +25,14 @@ MODES = ("eosink", "naive", "nondeterministic")
 
 def _parser() -> argparse.ArgumentParser:
     from eosink.chaos.runner import STRATEGIES
-    from eosink.profiles import profile_names
+    from eosink.profiles import profile_names, sink_argument
 
     ap = argparse.ArgumentParser(prog="eosink chaos", description=__doc__.split("\n\n")[1] if __doc__ else None)
     sinks = profile_names("chaos_target")
-
-    def sink(text: str) -> str:
-        if not text or any(part not in sinks for part in text.split("+")):
-            raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(sinks)}, or several joined by + (a fan-out)")
-        return text
-
     ap.add_argument(
         "--sink",
         default="postgres",
-        type=sink,
+        type=sink_argument("chaos_target"),
         help=f"the sink to test: {', '.join(sinks)}; a fan-out: several joined by +, e.g. postgres+kafka "
         "(default: postgres)",
     )

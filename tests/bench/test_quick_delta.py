@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from eosink.bench.cli import plan_from_args, run
 from eosink.services.minio import S3Endpoint
+
+from ._quick import run_quick
 
 ROWS = 20_000
 RUNS = {"eosink-2pc", "eosink-at-least-once", "spark-delta-sink"}
@@ -27,18 +28,7 @@ def test_quick_delta_bench_run(s3_endpoint: S3Endpoint, tmp_path: Path, monkeypa
     for name, value in s3_endpoint.env().items():
         monkeypatch.setenv(name, value)
     out = tmp_path / "results"
-    plan = plan_from_args(
-        [
-            *("--sink", "delta", "--quick", "--rows", str(ROWS), "--rates", "0", "--rss-rows", "0", "--no-docs"),
-            *("--only", ",".join(sorted(RUNS)), "--out", str(out), "--cache", str(tmp_path / "cache")),
-        ]
-    )
-    report = run(plan)
-    runs = {r.name: r for r in report.throughput[ROWS]}
-    assert set(runs) == RUNS
-    for r in runs.values():
-        assert r.ok, (r.name, r.error)
-        assert r.verified_rows == ROWS and r.seconds > 0
+    runs = run_quick("delta", RUNS, ROWS, tmp_path)
     assert runs["eosink-2pc"].commit_ms
     body = json.loads((out / "bench-delta.json").read_text())
     targets = {t["id"]: t for t in body["targets"]}
