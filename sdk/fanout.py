@@ -45,7 +45,7 @@ from eosink.participant import WritePlan
 from eosink.recovery import Action, RecoveryPlan
 from eosink.strategies import Strategy
 
-__all__ = ["FanOut", "FanOutInput", "check_order", "member_app_id", "name_sinks", "valid_name"]
+__all__ = ["FanOut", "FanOutInput", "check_order", "member_app_id", "name_sinks", "repeated", "valid_name"]
 
 log = logging.getLogger("eosink")
 
@@ -85,8 +85,7 @@ def name_sinks(sinks: Sequence[Sink[Any]] | Mapping[str, Sink[Any]]) -> list[tup
                 f"Fan-out sink name {name!r} is not a name of letters, digits, '-' and '_'.",
                 "Name the sinks with a mapping, e.g. {'ledger': PostgresSink(...), 'events': KafkaSink(...)}.",
             )
-    names = [n for n, _ in named]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    twice = repeated([n for n, _ in named])
     if twice:
         raise ConfigurationError(
             f"The fan-out has more than one sink named {', '.join(map(repr, twice))}.",
@@ -112,6 +111,11 @@ def check_order(checkpoint: SparkCheckpoint, app_id: str, names: Sequence[str], 
             f"Give the sinks as {recorded}, in that order; to change the set of sinks, start a new query (a new "
             "app_id and checkpoint).",
         )
+
+
+def repeated(names: Sequence[str]) -> list[str]:
+    """The names given more than once, sorted (a fan-out's sinks need one name each)."""
+    return sorted({n for n in names if names.count(n) > 1})
 
 
 def valid_name(name: str) -> bool:
@@ -211,10 +215,7 @@ class FanOut(Engine[FanOutInput]):
     # -- one batch -------------------------------------------------------------------------------
 
     def _process(self, batch_id: int, data: FanOutInput) -> None:
-        with self._lock:
-            self.start()
-            self._settle_pending(batch_id)
-            plans = [c.begin_batch(batch_id) for c in self.coordinators]
+        plans = self.begin_batch(batch_id)
         writing = [(c, plan) for c, plan in zip(self.coordinators, plans, strict=True) if plan is not None]
         holding = [c for c, plan in zip(self.coordinators, plans, strict=True) if plan is None]
         try:
@@ -224,7 +225,29 @@ class FanOut(Engine[FanOutInput]):
             for coordinator, _ in writing:
                 coordinator.abort_batch(batch_id)
             raise
-        recorded = [(c, c.record_batch(batch_id, made)) for (c, _), made in zip(writing, written, strict=True)]
+        self.finish_written(batch_id, [(c, made) for (c, _), made in zip(writing, written, strict=True)])
+
+    def begin_batch(self, batch_id: int) -> list[WritePlan | None]:
+        """Start (fence, recover in order) if not started and settle earlier batches; per sink in order, the plan
+        its participants write ``batch_id`` with, or None where the sink holds the batch (a replay: see
+        :meth:`replay_versions`)."""
+        with self._lock:
+            self.start()
+            self._settle_pending(batch_id)
+            return [c.begin_batch(batch_id) for c in self.coordinators]
+
+    def replay_versions(self, plans: Sequence[WritePlan | None]) -> list[int | None]:
+        """Per sink, the row-hash version a replay must be fingerprinted in (where its plan is None), else None."""
+        versions: list[int | None] = []
+        for coordinator, plan in zip(self.coordinators, plans, strict=True):
+            last = coordinator.last_bundle
+            versions.append(last.fingerprint.version if plan is None and last is not None else None)
+        return versions
+
+    def finish_written(self, batch_id: int, written: Sequence[tuple[Coordinator, Sequence[Committable]]]) -> None:
+        """Record the batch's manifest in every sink that wrote it, then commit them in order: now (txid-check,
+        idempotent) or once Spark's commit log holds the batch (2pc)."""
+        recorded = [(c, c.record_batch(batch_id, made)) for c, made in written]
         if self.strategy.commits_after_spark:
             self._watcher.add(batch_id, recorded)
         else:

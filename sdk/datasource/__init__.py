@@ -18,7 +18,8 @@ The same coordinator, strategies, fencing, recovery and errors as ``foreach_batc
 (:mod:`eosink.datasource._writers` explains how a batch travels through Spark's workers).
 Options: :mod:`eosink.datasource._options`. Needs PySpark 4.0 or newer (Python data sources);
 2pc is refused here, see docs/datasource.md. ``df.write.format("eosink")`` writes a job as one
-batch (option ``batch_id``).
+batch (option ``batch_id``). Several sinks, ``.option("sink", "postgres,kafka")``, make a fan-out
+(:mod:`eosink.fanout`): one pass per batch, exactly once in each, committed in that order.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Spark hands a data source its options as strings, keys case-insensitive. eosink's own are
 ``sink``, ``app_id``, ``strategy`` and ``key_columns`` (and Spark's ``checkpointLocation``);
 a connector's are its config's fields under the sink's name: ``postgres.table``,
-``s3.part_size_bytes``. A field's value may come from an environment variable instead,
+``s3.part_size_bytes``. Several sinks (a fan-out, :mod:`eosink.fanout`) are listed in commit
+order, ``sink=postgres,kafka``, or named, ``sink=ledger=postgres,events=kafka``; each one's
+options go under its name (``ledger.table``). A field's value may come from an environment variable instead,
 named by ``<sink>.<field>_env`` (for secrets: ``postgres.conninfo_env=PG_URL``). Values are
 converted by the field's type; a wrong one is a :class:`~eosink.errors.ConfigurationError`
 that names the option (and never echoes a secret's value).
@@ -68,16 +70,21 @@ _SECRET = re.compile(r"pass|secret|token|conninfo|credential|keytab|key_id|sasl|
 
 @dataclass(frozen=True)
 class ParsedOptions:
-    """What the options say: the sink to write to and how."""
+    """What the options say: the sink (or, for a fan-out, the sinks) to write to and how."""
 
     sink_name: str
+    """The ``sink`` option as given, lower-cased: ``postgres``, or a fan-out's list."""
     sink: Sink[Any]
+    """The sink; a fan-out's first."""
     app_id: str
     strategy: Strategy
     checkpoint_location: str | None
     batch_id: int | None
     arrow: bool = True
     """Tasks take Spark's Arrow record batches (PySpark 4.1+ for streams); False: its row iterator."""
+    fanout: tuple[tuple[str, Sink[Any]], ...] = ()
+    """A fan-out's sinks by name, in commit order (each keeps its bookkeeping under ``<app_id>.<name>``);
+    empty for one sink."""
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> ParsedOptions:
@@ -85,10 +92,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> ParsedOptio
     opts = {str(k).lower(): str(v) for k, v in options.items()}
     sink_name = _required(opts, "sink", f"Name the sink: .option('sink', 'postgres'); one of {', '.join(CONNECTORS)}.")
     sink_name = sink_name.strip().lower()
-    if sink_name not in CONNECTORS:
-        raise ConfigurationError(
-            f"Unknown sink {sink_name!r} in option 'sink'.", f"Use one of: {', '.join(CONNECTORS)}."
-        )
+    members = _members(sink_name)
     app_id = _required(opts, "app_id", "Name this (query, sink) pair for good: .option('app_id', 'payments-ledger').")
     if not app_id.strip() or len(app_id) > 200:
         raise ConfigurationError(
@@ -103,20 +107,61 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> ParsedOptio
             "A streaming write through format('eosink') needs Spark's checkpoint location.",
             "Add .option('checkpointLocation', '/path/to/checkpoint') to the writeStream.",
         )
-    prefix = f"{sink_name}."
-    unknown = sorted(k for k in opts if k not in _OWN and k not in _SPARK_OWN and not k.startswith(prefix))
+    prefixes = tuple(f"{name}." for name, _ in members)
+    unknown = sorted(k for k in opts if k not in _OWN and k not in _SPARK_OWN and not k.startswith(prefixes))
     if unknown:
         other = [k for k in unknown if k.split(".", 1)[0] in CONNECTORS]
         hint = f" (options of sink {other[0].split('.', 1)[0]!r}, but the sink is {sink_name!r})" if other else ""
+        under = " or ".join(f"'{prefix}'" for prefix in prefixes)
         raise ConfigurationError(
             f"Unknown option(s) {unknown}{hint}.",
             f"eosink's options are {', '.join(o for o in _OWN if o != 'checkpointlocation')}, "
-            f"checkpointLocation, and the sink's under '{prefix}' (see docs/datasource.md).",
+            f"checkpointLocation, and the sink's under {under} (see docs/datasource.md).",
         )
     arrow = convert("arrow", opts.get("arrow", "true"), bool)
-    sink = _make_sink(sink_name, {k[len(prefix) :]: v for k, v in opts.items() if k.startswith(prefix)})
-    strategy.check(sink.capabilities, type(sink).__name__)
-    return ParsedOptions(sink_name, sink, app_id, strategy, checkpoint, batch_id, arrow)
+    sinks: list[tuple[str, Sink[Any]]] = []
+    for name, kind in members:
+        prefix = f"{name}."
+        sink = _make_sink(kind, {k[len(prefix) :]: v for k, v in opts.items() if k.startswith(prefix)}, name)
+        strategy.check(sink.capabilities, type(sink).__name__)
+        sinks.append((name, sink))
+    fanout = tuple(sinks) if len(sinks) > 1 else ()
+    return ParsedOptions(sink_name, sinks[0][1], app_id, strategy, checkpoint, batch_id, arrow, fanout)
+
+
+def _members(text: str) -> list[tuple[str, str]]:
+    """(name, connector) of each sink the ``sink`` option lists: ``postgres``, ``postgres,kafka`` or
+    ``ledger=postgres,events=kafka`` (a fan-out, in commit order); raises on an unknown connector or a bad name."""
+    from eosink.fanout import repeated, valid_name
+
+    members: list[tuple[str, str]] = []
+    for item in (part.strip() for part in text.split(",")):
+        name, _, kind = item.rpartition("=")
+        name, kind = (name.strip() or kind.strip()), kind.strip()
+        if kind not in CONNECTORS:
+            raise ConfigurationError(
+                f"Unknown sink {kind!r} in option 'sink'.", f"Use one of: {', '.join(CONNECTORS)}."
+            )
+        if not valid_name(name) or "." in name:
+            raise ConfigurationError(
+                f"Sink name {name!r} in option 'sink' is not a name of letters, digits, '-' and '_'.",
+                "Name each sink of a fan-out so: .option('sink', 'ledger=postgres,events=kafka').",
+            )
+        members.append((name, kind))
+    names = [name for name, _ in members]
+    twice = repeated(names)
+    if twice:
+        raise ConfigurationError(
+            f"Option 'sink' names more than one sink {', '.join(map(repr, twice))}.",
+            "Name each sink of a fan-out: .option('sink', 'orders=postgres,audit=postgres'); the names are part of "
+            "each sink's app_id, so keep them for good.",
+        )
+    if len(members) > 1 and any(name in _OWN for name in names):
+        raise ConfigurationError(
+            f"Sink names {names} in option 'sink' include one of eosink's own options.",
+            "Name the sinks otherwise: .option('sink', 'ledger=postgres,events=kafka').",
+        )
+    return members
 
 
 def _required(opts: Mapping[str, str], name: str, fix: str) -> str:
@@ -193,7 +238,8 @@ def batch_number(raw: str) -> int:
     )
 
 
-def _make_sink(name: str, raw: Mapping[str, str]) -> Sink[Any]:
+def _make_sink(name: str, raw: Mapping[str, str], prefix: str | None = None) -> Sink[Any]:
+    """Sink ``name`` (a connector) from its options ``raw``, given in the options under ``prefix`` (its name)."""
     module_name, config_name, sink_name, extra = CONNECTORS[name]
     try:
         module = importlib.import_module(module_name)
@@ -203,13 +249,15 @@ def _make_sink(name: str, raw: Mapping[str, str]) -> Sink[Any]:
         ) from None
     sink_cls = getattr(module, sink_name)
     target = getattr(module, config_name) if config_name else sink_cls
+    prefix = prefix or name
     try:
-        made = target(**_kwargs(name, target, raw))
+        made = target(**_kwargs(prefix, target, raw))
     except ConfigurationError:
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(
-            f"The options of sink {name!r} are not valid: {exc}", f"Check the '{name}.' options in docs/datasource.md."
+            f"The options of sink {prefix!r} are not valid: {exc}",
+            f"Check the '{prefix}.' options in docs/datasource.md.",
         ) from None
     sink: Sink[Any] = sink_cls(made) if config_name else made
     return sink

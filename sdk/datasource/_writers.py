@@ -42,8 +42,10 @@ from eosink.contract import Committable, Fingerprint
 from eosink.coordinator import Coordinator
 from eosink.datasource._options import ParsedOptions
 from eosink.errors import ConfigurationError
+from eosink.fanout import FanOut
 from eosink.faults import FaultPoint
-from eosink.participant import WritePlan, fingerprint_participant, run_participant
+from eosink.fingerprint import FINGERPRINT_VERSION, fingerprint_of
+from eosink.participant import WritePlan, run_participants
 
 try:  # PySpark 4.1+: tasks get Arrow record batches
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
@@ -60,12 +62,15 @@ _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 class EosinkMessage(WriterCommitMessage):
-    """What one task reports to the commit: the plan's epoch, and a committable or a replay's fingerprint."""
+    """What one task reports to the commit, per sink (one, or a fan-out's in order): the plan's epoch, and a
+    committable or a replay's fingerprint."""
 
-    def __init__(self, epoch: int, committable: dict[str, Any] | None, fingerprint: dict[str, Any] | None) -> None:
-        self.epoch = epoch
-        self.committable = committable
-        self.fingerprint = fingerprint
+    def __init__(
+        self, epochs: list[int], committables: list[dict[str, Any] | None], fingerprints: list[dict[str, Any] | None]
+    ) -> None:
+        self.epochs = epochs
+        self.committables = committables
+        self.fingerprints = fingerprints
 
 
 def planning() -> bool:
@@ -79,71 +84,128 @@ def planning() -> bool:
 
 
 class _Steps:
-    """What both writers do: plan a batch (a driver-side worker), run a task, finish or abort the batch."""
+    """What both writers do: plan a batch (a driver-side worker), run a task, finish or abort the batch.
+
+    A fan-out (several sinks) plans, writes and finishes each sink as :class:`~eosink.fanout.FanOut` does:
+    one pass over each task's rows into every sink that lacks the batch, each sink's replay check, every
+    manifest recorded, then the commits in the sinks' order.
+    """
 
     parsed: ParsedOptions
     schema: Any
     location: str
-    plan: WritePlan | None = None
+    plans: list[WritePlan | None] | None = None
     batch_id: int | None = None
-    epoch: int | None = None
-    replay_version: int | None = None
+    epochs: list[int] | None = None
+    replay_versions: list[int | None] | None = None
 
-    def _coordinator(self) -> Coordinator:
-        return Coordinator(self.parsed.sink, self.parsed.app_id, self.parsed.strategy, SparkCheckpoint(self.location))
+    def _engines(self) -> tuple[FanOut | None, list[Coordinator]]:
+        """The fan-out (None for one sink) and each sink's coordinator, in commit order."""
+        parsed, checkpoint = self.parsed, SparkCheckpoint(self.location)
+        if not parsed.fanout:
+            return None, [Coordinator(parsed.sink, parsed.app_id, parsed.strategy, checkpoint)]
+        fan = FanOut(parsed.fanout, parsed.app_id, parsed.strategy, checkpoint, threaded=False)
+        return fan, fan.coordinators
 
     def _begin(self, batch_id: int) -> None:
-        coordinator = self._coordinator()
-        coordinator.sink.bind_schema(spark_arrow_schema(self.schema))
+        fan, coordinators = self._engines()
+        for coordinator in coordinators:
+            coordinator.sink.bind_schema(spark_arrow_schema(self.schema))
         try:
-            self.plan = coordinator.begin_batch(batch_id)
-            self.epoch = coordinator.epoch
-            last = coordinator.last_bundle
-            if self.plan is None and last is not None:
-                self.replay_version = last.fingerprint.version
+            self.plans = [coordinators[0].begin_batch(batch_id)] if fan is None else fan.begin_batch(batch_id)
+            epochs = [c.epoch for c in coordinators]
+            assert all(e is not None for e in epochs)  # begin_batch started every sink
+            self.epochs = [e for e in epochs if e is not None]
+            self.replay_versions = [
+                c.last_bundle.fingerprint.version if plan is None and c.last_bundle is not None else None
+                for c, plan in zip(coordinators, self.plans, strict=True)
+            ]
         finally:
-            coordinator.sink.close()
+            for coordinator in coordinators:
+                coordinator.sink.close()
         self.batch_id = batch_id
 
     def _task(self, iterator: Iterator[Any], partition: int) -> EosinkMessage:
-        assert self.epoch is not None
-        batches = _arrow(iterator, self.schema)
-        if self.replay_version is not None:
-            fingerprint = fingerprint_participant(batches, self.replay_version)
-            return EosinkMessage(self.epoch, None, fingerprint.to_json())
-        assert self.plan is not None
-        committable = run_participant(self.plan, partition, batches)
-        return EosinkMessage(self.epoch, committable.to_json() if committable is not None else None, None)
+        assert self.epochs is not None and self.plans is not None and self.replay_versions is not None
+        writing = [plan for plan in self.plans if plan is not None]
+        # A replay's fingerprint: the write pass's where it takes one in the same row-hash version, else its own.
+        wanted = {v for v in self.replay_versions if v is not None and not (writing and v == FINGERPRINT_VERSION)}
+        tap = _FingerprintTap(_arrow(iterator, self.schema), wanted)
+        made = iter(run_participants(writing, partition, tap) if writing else tap.drain())
+        committables: list[dict[str, Any] | None] = []
+        fingerprints: list[dict[str, Any] | None] = []
+        written = Fingerprint()
+        for plan in self.plans:
+            committable = next(made) if plan is not None else None
+            if committable is not None:
+                written = committable.fingerprint
+            committables.append(committable.to_json() if committable is not None else None)
+        for version in self.replay_versions:
+            taken = tap.fingerprints.get(version) if version is not None else None
+            if version is not None and taken is None:
+                taken = written if written.rows else Fingerprint(version=version)
+            fingerprints.append(taken.to_json() if taken is not None else None)
+        return EosinkMessage(list(self.epochs), committables, fingerprints)
 
     def _finish(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         found = [m for m in messages if isinstance(m, EosinkMessage)]
         if not found:  # no task ran: nothing was written
             return
-        coordinator = self._coordinator()
+        fan, coordinators = self._engines()
         try:
-            coordinator.resume(max(m.epoch for m in found))
-            if any(m.fingerprint is not None for m in found):
-                fingerprint = sum(
-                    (Fingerprint.from_json(m.fingerprint) for m in found if m.fingerprint is not None), Fingerprint()
-                )
-                coordinator.skip_replay(batch_id, fingerprint)
-                return
-            committables = [Committable.from_json(m.committable) for m in found if m.committable is not None]
-            coordinator.finish_batch(batch_id, committables)
+            written: list[tuple[Coordinator, list[Committable]]] = []
+            for n, coordinator in enumerate(coordinators):
+                coordinator.resume(max(m.epochs[n] for m in found))
+            for n, coordinator in enumerate(coordinators):
+                taken = [Fingerprint.from_json(f) for m in found if (f := m.fingerprints[n]) is not None]
+                if taken:
+                    coordinator.skip_replay(batch_id, sum(taken, Fingerprint()))
+                else:
+                    written.append((coordinator, [Committable.from_json(c) for m in found if (c := m.committables[n])]))
+            if fan is not None:
+                fan.finish_written(batch_id, written)
+            elif written:
+                coordinator, committables = written[0]
+                coordinator.finish_batch(batch_id, committables)
         finally:
-            coordinator.sink.close()
+            for coordinator in coordinators:
+                coordinator.sink.close()
 
     def _abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:
         found = [m for m in messages if isinstance(m, EosinkMessage)]
-        coordinator = self._coordinator()
+        _, coordinators = self._engines()
         try:
-            if found:
-                coordinator.resume(max(m.epoch for m in found))
-            else:
-                coordinator.sink.setup(self.parsed.app_id)
-            coordinator.abort_batch(batch_id)
+            for n, coordinator in enumerate(coordinators):
+                if found:
+                    coordinator.resume(max(m.epochs[n] for m in found))
+                else:
+                    coordinator.sink.setup(coordinator.app_id)
+                coordinator.abort_batch(batch_id)
         finally:
-            coordinator.sink.close()
+            for coordinator in coordinators:
+                coordinator.sink.close()
+
+
+class _FingerprintTap:
+    """The task's record batches, passed through while fingerprinted in each row-hash version wanted (a replay's
+    check in a sink that holds the batch, in one pass with the writes into the sinks that lack it)."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch], versions: set[int]) -> None:
+        self.batches = batches
+        self.fingerprints = {v: Fingerprint(version=v) for v in versions}
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for batch in self.batches:
+            if batch.num_rows:
+                for version in self.fingerprints:
+                    self.fingerprints[version] += fingerprint_of(batch, version)
+            yield batch
+
+    def drain(self) -> list[Committable | None]:
+        """Read every batch (nothing to write: only fingerprints); no committables."""
+        for _ in self:
+            pass
+        return []
 
 
 class _StreamSteps(_Steps):

@@ -89,8 +89,9 @@ RIDE_OUT = {
 """What a user sets so that Spark's own checkpoint clients ride out a store restarting (docs/operations.md)."""
 
 
-def _datasource_options(args: argparse.Namespace, sink: Any) -> dict[str, str]:
-    """The format("eosink") options of the same sink and strategy (connection secrets named by variable)."""
+def _datasource_options(args: argparse.Namespace, sinks: dict[str, Any]) -> dict[str, str]:
+    """The format("eosink") options of the same sink (or fan-out, ``sink=postgres,kafka``) and strategy
+    (connection secrets named by variable)."""
     from eosink.datasource import options_from_config
 
     secrets = {
@@ -98,11 +99,12 @@ def _datasource_options(args: argparse.Namespace, sink: Any) -> dict[str, str]:
         "s3": {"secret_access_key": "EOSINK_S3_SECRET_KEY"},
         "delta": {"secret_access_key": "EOSINK_S3_SECRET_KEY"},
     }
-    from_env = secrets.get(args.sink)
-    options = {"sink": args.sink, "app_id": args.app_id, "strategy": args.strategy}
+    options = {"sink": ",".join(sinks), "app_id": args.app_id, "strategy": args.strategy}
     if args.key_columns:
         options.update(strategy="idempotent", key_columns=args.key_columns)
-    return {**options, **options_from_config(args.sink, sink.config, from_env=from_env)}
+    for kind, sink in sinks.items():
+        options.update(options_from_config(kind, sink.config, from_env=secrets.get(kind)))
+    return options
 
 
 KINDS = ("postgres", "kafka", "s3", "hdfs", "delta")
@@ -202,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     query = df.writeStream.outputMode(output_mode).option("checkpointLocation", args.checkpoint)
     writer: eosink.BatchWriter | eosink.FanOutWriter | None = None
     if args.way == "datasource":
-        query = query.format("eosink").options(**_datasource_options(args, sink))
+        query = query.format("eosink").options(**_datasource_options(args, sinks))
         eosink.spark.register(spark)
     else:
         writer = eosink.foreach_batch(

@@ -73,6 +73,7 @@ class FanOutPipeline(Pipeline):
             *("--input", str(self.input), "--checkpoint", str(self.checkpoint)),
             *("--target", self.name, "--namespace", self.name, "--app-id", self.app_id),
             *("--strategy", self.strategy, "--master", master, "--stats-out", str(self.root / "stats.json")),
+            *(("--way", "datasource") if mode == "datasource" else ()),
         ]
 
     def member(self, kind: str) -> Any:
@@ -197,7 +198,11 @@ class OrderReader:
 
 
 def _kill_restart_and_check(
-    p: FanOutPipeline, strategy: str, point: str, between: Callable[[FanOutPipeline], None] | None = None
+    p: FanOutPipeline,
+    strategy: str,
+    point: str,
+    between: Callable[[FanOutPipeline], None] | None = None,
+    mode: str = "eosink",
 ) -> None:
     """Kill the driver at ``point`` of batch 1 (``between`` runs while it is down), restart it, and check: the
     first sink alone holds batch 1 after a kill past its commit (F7, F8, F14), each sink is exact in the end,
@@ -205,13 +210,13 @@ def _kill_restart_and_check(
     held it."""
     p.strategy = strategy
     with OrderReader(p) as reader:
-        assert_killed(p.run(f"{point}@1:kill"), point)
+        assert_killed(p.run(f"{point}@1:kill", mode=mode), point)
         if point in ("F7", "F8", "F14"):
             held = [m.bundles() for m in p.members]
             assert held == [[0, 1], [0]], f"bundles per sink after the kill: {held}"
         if between is not None:
             between(p)
-        assert_clean(p.run())
+        assert_clean(p.run(mode=mode))
     p.assert_exact()
     assert reader.polls > 0 and reader.records_seen > 0
     assert not reader.ahead, f"rows of {p.kinds[1]} readable before {p.kinds[0]} held them: ids {reader.ahead[:5]}"
@@ -233,6 +238,29 @@ def test_kill_between_the_sinks_then_restart_is_exact_in_both_in_order(
     _kill_restart_and_check(p, strategy, point, between)
     stats = p.run().stats  # a third run finds no input: nothing to do, and it says so per sink
     assert stats is not None and {n: s["batches_committed"] for n, s in stats.items()} == dict.fromkeys(p.kinds, 0)
+
+
+# format("eosink") (2pc is refused there): the same query through the data source under txid-check, killed
+# inside the commit (a Python worker beside the driver) between the two sinks' commits (F14), inside
+# PostgreSQL's commit (F6), or after the manifests are recorded (F4). make test: F14.
+DATASOURCE_POINTS = [  # ids name the strategy: local-cluster and the PySpark matrix leave txid-check out
+    pytest.param("F14", id="txid-check-F14"),
+    *(pytest.param(p, id=f"txid-check-{p}", marks=pytest.mark.full) for p in ("F4", "F6")),
+]
+
+
+@pytest.mark.parametrize("point", DATASOURCE_POINTS)
+def test_format_eosink_into_both_killed_between_the_sinks_is_exact_in_both_in_order(
+    fanout: FanOutPipeline, point: str
+) -> None:
+    """``writeStream.format("eosink")`` with ``sink=postgres,kafka``: SIGKILL at ``point`` of batch 1, then a
+    restart from the checkpoint.
+
+    Pass: as through foreach_batch: after a kill at F14 PostgreSQL alone holds batch 1; in the end each sink
+    holds every input row once, one bundle per batch, nothing in doubt; the order reader never saw a Kafka
+    record whose row PostgreSQL did not hold.
+    """
+    _kill_restart_and_check(fanout, "txid-check", point, mode="datasource")
 
 
 @pytest.fixture

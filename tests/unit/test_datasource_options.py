@@ -221,3 +221,62 @@ def test_rows_become_the_arrow_batches_sparks_arrow_path_gives(monkeypatch: pyte
     assert str(batches[0].schema.field("at").type) == "timestamp[us, tz=UTC]"
     ats = [v for b in batches for v in b.column("at").to_pylist()]
     assert ats == [*instants, None]
+
+
+def test_several_sinks_make_a_fan_out_in_the_order_given() -> None:
+    """Pass: 'sink' lists the sinks in commit order, by connector or by name; each one's options go under its
+    name; the first is also ``sink``; one sink is no fan-out."""
+    both = {
+        "sink": "postgres, kafka",
+        "app_id": "payments",
+        "checkpointLocation": "/chk/p",
+        "postgres.table": "public.t",
+        "postgres.conninfo": SECRET,
+        "kafka.bootstrap_servers": "127.0.0.1:9092",
+        "kafka.topic": "events",
+    }
+    parsed = parse_options(both, streaming=True)
+    assert [name for name, _ in parsed.fanout] == ["postgres", "kafka"]
+    assert parsed.sink is parsed.fanout[0][1] and isinstance(parsed.sink, PostgresSink)
+    named = parse_options(
+        {
+            "sink": "orders=postgres,audit=postgres",
+            "app_id": "payments",
+            "checkpointLocation": "/chk/p",
+            "orders.conninfo": SECRET,
+            "orders.table": "public.orders",
+            "audit.conninfo": SECRET,
+            "audit.table": "public.audit",
+        },
+        streaming=True,
+    )
+    assert [(name, sink.config.table) for name, sink in named.fanout] == [  # type: ignore[attr-defined]
+        ("orders", "public.orders"),
+        ("audit", "public.audit"),
+    ]
+    assert parse_options({**BASE, "postgres.conninfo": SECRET}, streaming=True).fanout == ()
+
+
+PG = {"postgres.conninfo": SECRET, "postgres.table": "t"}
+
+
+@pytest.mark.parametrize(
+    ("sink", "extra", "problem"),
+    [
+        ("postgres,postgres", PG, "more than one sink 'postgres'"),
+        ("postgres,mongodb", PG, "Unknown sink 'mongodb'"),
+        ("led ger=postgres,kafka", {}, "Sink name 'led ger'"),
+        ("postgres,kafka", {**PG, "ledger.table": "t"}, r"Unknown option\(s\) \['ledger.table'\]"),
+        ("postgres,kafka", {**PG, "kafka.tpoic": "t"}, "Unknown option 'kafka.tpoic'"),
+        ("postgres,kafka", {**PG, "kafka.topic": "t"}, r"Option\(s\) kafka.bootstrap_servers missing"),
+        ("a=postgres,b=kafka", {"a.conninfo": SECRET, "a.table": "t", "b.topic": "t"}, "b.bootstrap_servers missing"),
+        ("a=postgres,b=kafka", {**PG, "b.topic": "t"}, r"under 'a\.' or 'b\.'"),
+    ],
+)
+def test_a_bad_fan_out_is_refused_before_any_write(sink: str, extra: dict[str, str], problem: str) -> None:
+    """Pass: a repeated or unknown sink, a bad name, options under no sink's name or a missing one: each a
+    ConfigurationError naming it (and the member's own prefix), never the secret."""
+    options = {"sink": sink, "app_id": "p", "checkpointLocation": "/c", **extra}
+    with pytest.raises(ConfigurationError, match=problem) as caught:
+        parse_options(options, streaming=True)
+    assert "s3cr3t-pw" not in str(caught.value)
