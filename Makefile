@@ -42,7 +42,7 @@ WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check
 	$(EOSINK) services down kafka minio; exit $$rc
 
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-kafka test-s3 test-hdfs test-delta test-fanout test-fanout-full test-secured test-secured-full spark services services-up services-check services-down \
-	services-status test test-full demo demo-kafka demo-s3 demo-hdfs demo-delta bench clean chaos chaos-quick examples example-files example-kafka \
+	services-status test test-full demo demo-kafka demo-fanout demo-s3 demo-hdfs demo-delta bench clean chaos chaos-quick examples example-files example-kafka \
 	example-files-to-kafka example-kafka-to-kafka example-fanout example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs example-files-to-delta \
 	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
 
@@ -52,6 +52,7 @@ help:
 	@echo "make demo-s3           the same into a private MinIO (S3), eosink vs Spark's Parquet writer on s3a://"
 	@echo "make demo-hdfs         the same into a private HDFS (MiniDFSCluster), eosink vs Spark's Parquet writer"
 	@echo "make demo-delta        the same into Delta tables on a private MinIO, eosink vs delta-spark's writer"
+	@echo "make demo-fanout       the same into PostgreSQL and Kafka at once (one query), crashed between the two"
 	@echo "make test       what CI runs, in timed stages (table at the end, build/test-times.json); <= 30 min"
 	@echo "make test-full  every fault point x strategy x sink, local-cluster, the PySpark matrix, chaos; <= 3 h"
 	@echo "make lint       ruff + mypy --strict"
@@ -214,14 +215,16 @@ test-delta-full: venv java tools
 	@$(call WITH_MINIO,$(call SINK_FULL_TESTS,delta,tests/bench/test_quick_delta.py,TestDeltaLocalContract or TestDeltaHdfsContract))
 
 # Fan-out (one query into PostgreSQL, then Kafka; docs/fanout.md): a Spark kill between the two sinks' commits
-# per strategy (2pc, txid-check), with a reader that polls both for the order promise; test-fanout-full: the
-# kill at every fault point between the commits, into PostgreSQL then Kafka and into S3 then PostgreSQL. The
-# protocol tests run in make unit, each connector's fan-out contract cases in its own stage.
+# per strategy (2pc, txid-check) and through format("eosink"), with a reader that polls both for the order
+# promise, beside one chaos schedule of five faults into private servers; test-fanout-full: the kill at every
+# fault point between the commits, into PostgreSQL then Kafka and into S3 then PostgreSQL, and a small real
+# benchmark run. The protocol tests run in make unit, each connector's fan-out contract cases in its own stage.
 test-fanout: venv java
-	@$(call WITH_PG_KAFKA,$(PYTEST) tests/spark/test_fanout_pipeline.py -q -m 'not full' --durations=5)
+	@$(call WITH_PG_KAFKA,$(TOGETHER) "$(PYTEST) tests/spark/test_fanout_pipeline.py -q -m 'not full' --durations=5" \
+		"$(PYTEST) tests/chaos/test_chaos_quick.py -q -m 'not full' -k fanout --durations=5")
 
 test-fanout-full: venv java tools
-	@$(call WITH_SPARK_SERVICES,$(PYTEST) tests/spark/test_fanout_pipeline.py -q --durations=5)
+	@$(call WITH_SPARK_SERVICES,$(PYTEST) tests/spark/test_fanout_pipeline.py tests/bench/test_quick_fanout.py -q --durations=5)
 
 contracts: venv
 	$(PYTEST) tests/contracts -q --durations=5
@@ -440,6 +443,12 @@ $(DEMO_KAFKA_STAMP): $(SOURCES)
 
 demo-kafka: $(DEMO_KAFKA_STAMP) java tools
 	$(EOSINK) demo --sink kafka $(ARGS)
+
+# `make demo-fanout`: the same story into the embedded PostgreSQL and a private Kafka broker at once, as one
+# query (a fan-out, committed PostgreSQL first), crashed once between the two sinks' commits; the plain writer
+# is one foreachBatch writing each sink in turn. Needs eosink[demo,kafka].
+demo-fanout: $(DEMO_KAFKA_STAMP) java tools
+	$(EOSINK) demo --sink postgres+kafka $(ARGS)
 
 # `make demo-s3`: the same story into a private MinIO (built from its Go module on the first run; the s3a
 # jars from Maven Central), with Spark's own Parquet writer on s3a:// as the plain writer; needs eosink[demo,s3].

@@ -27,10 +27,10 @@ from typing import Any
 import eosink
 from eosink._procs import error_line
 from eosink._saved_stats import keep_stats
+from eosink.demo.fanout import demo_target
 from eosink.demo.session import SCHEMA, job_session
 from eosink.demo.target import CONF_VAR, JARS_VAR
 from eosink.faults import export_crash_scope
-from eosink.profiles import get_profile
 from eosink.strategies import STRATEGY_NAMES
 
 __all__ = ["APP_ID", "SCHEMA", "main"]
@@ -41,7 +41,7 @@ EXIT_ERROR = 3
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="eosink.demo pipeline", description="The demo's Spark streaming driver.")
-    ap.add_argument("--sink", default="postgres", help="the sink (a profile offering the demo)")
+    ap.add_argument("--sink", default="postgres", help="the sink (a profile offering the demo), or several joined by +")
     ap.add_argument("--input", required=True, help="directory of payment files, one per micro-batch")
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--strategy", choices=STRATEGY_NAMES, default="2pc")
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the query to the end of its input; 0 when done, 3 on an error."""
     args = _args(argv)
     export_crash_scope()  # a fault point that fires in an executor crashes this whole driver
-    target = get_profile(args.sink, "demo_target").demo_target()
+    target = demo_target(args.sink)
     writer = eosink.foreach_batch(
         target.job_sink(APP_ID),
         app_id=APP_ID,

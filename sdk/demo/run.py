@@ -29,9 +29,9 @@ from typing import Any
 from eosink._driver import DriverRun
 from eosink._procs import driver_env, spark_cds_options
 from eosink.checkpoint import SparkCheckpoint
+from eosink.demo.fanout import commit_request_marker, demo_target
 from eosink.demo.scenario import Run, Scenario, describe_point, make_scenario
-from eosink.demo.target import SIDES, DemoTarget, Payment
-from eosink.profiles import get_profile
+from eosink.demo.target import SIDES, DemoTarget, Payment, Side
 from eosink.strategies import STRATEGY_NAMES
 
 __all__ = ["main"]
@@ -55,11 +55,15 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="Payments through a Spark streaming job into PostgreSQL, crashed and restarted under a "
         "seeded schedule: eosink's table beside a plain foreachBatch writer's.",
     )
-    from eosink.profiles import profile_names
+    from eosink.profiles import profile_names, sink_argument
 
     sinks = profile_names("demo_target")
     ap.add_argument(
-        "--sink", choices=sinks, default="postgres", help=f"the sink: {', '.join(sinks)} (default postgres)"
+        "--sink",
+        type=sink_argument("demo_target"),
+        default="postgres",
+        help=f"the sink: {', '.join(sinks)} (default postgres); several joined by '+', e.g. postgres+kafka: "
+        "one query writing each batch into each of them in turn",
     )
     ap.add_argument("--strategy", choices=STRATEGY_NAMES, default="2pc")
     ap.add_argument("--seed", type=int, default=7, help="the schedule and the payments (default: 7)")
@@ -130,9 +134,8 @@ class _Demo:
         self.tally = _Tally()
         self.proxies: dict[str, Any] = {}
         self.rows_per_batch = args.rows
-        profile = get_profile(args.sink, "demo_target")
-        self.target: DemoTarget = profile.demo_target()
-        self.marker = profile.commit_request_marker
+        self.target: DemoTarget = demo_target(args.sink)
+        self.marker = commit_request_marker(args.sink)
 
     def start(self) -> None:
         from eosink.services.proxy import FaultProxy
@@ -299,8 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from eosink.errors import EosinkError
 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 110)
-    plain_cuts = get_profile(args.sink, "demo_target").demo_target().plain_cuts
-    scenario = make_scenario(args.strategy, args.seed, args.batches, plain_cuts=plain_cuts)
+    plain_cuts = demo_target(args.sink).plain_cuts
+    scenario = make_scenario(args.strategy, args.seed, args.batches, plain_cuts=plain_cuts, fanout="+" in args.sink)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eosink-demo-"))
     if args.workdir:  # a fresh start: the checkpoint and the input of an earlier run would not match
         shutil.rmtree(work, ignore_errors=True)
@@ -323,8 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             demo.start()
             failure = demo.run_all()
             demo.refresh(0)
-        plain_found = demo.target.payments("plain")
-        eos_found = demo.target.payments("eosink")
+        plain_found = _payments(demo.target, "plain")
+        eos_found = _payments(demo.target, "eosink")
         in_doubt = demo.target.in_doubt()
     except EosinkError as exc:
         console.print(f"[bold red]eosink demo[/]: {exc}")
@@ -338,24 +341,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     found_committed = t.stat("ambiguous_resolved_committed")
     recommitted = t.stat("ambiguous_recommitted")
     resolved = f"asked the sink: {found_committed} committed, {recommitted} re-committed" if ambiguous else "-"
-    plain = _outcome(
-        demo.target.plain_title,
-        sent,
-        plain_found,
-        lost_replies=t.cuts["plain"],
-        how_resolved="task retried: wrote again" if t.cuts["plain"] else "-",
-        replays_skipped="- (written again)",
-    )
-    eos = _outcome(
-        f"eosink ({args.strategy})",
-        sent,
-        eos_found,
-        lost_replies=t.cuts["eosink"],
-        how_resolved=resolved,
-        replays_skipped=str(t.stat("replays_skipped")),
-    )
-    console.print()
-    console.print(final_table(plain, eos, batches=args.batches, crashes=t.crashes))
+    outcomes = []
+    for name in eos_found:
+        plain = _outcome(
+            demo.target.plain_title,
+            sent,
+            plain_found[name],
+            lost_replies=t.cuts["plain"],
+            how_resolved="task retried: wrote again" if t.cuts["plain"] else "-",
+            replays_skipped="- (written again)",
+        )
+        eos = _outcome(
+            f"eosink ({args.strategy})",
+            sent,
+            eos_found[name],
+            lost_replies=t.cuts["eosink"],
+            how_resolved=resolved,
+            replays_skipped=str(t.stat("replays_skipped")),
+        )
+        outcomes.append((plain, eos))
+        console.print()
+        title = f"result: {name}" if name else "result"
+        console.print(final_table(plain, eos, batches=args.batches, crashes=t.crashes, title=title))
     console.print(
         f"eosink after restarts: {t.stat('recovered_forward')} batch(es) rolled forward, "
         f"{t.stat('recovered_aborted')} aborted and redone, {t.stat('orphans_aborted')} leftover attempt(s) aborted; "
@@ -364,7 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failure is not None:
         console.print(f"[bold red]FAILED[/]: the pipeline stopped: {failure}")
         return 1
-    exact = eos.exact and in_doubt == 0
+    exact = all(eos.exact for _, eos in outcomes) and in_doubt == 0
+    plain_exact = all(plain.exact for plain, _ in outcomes)
     if exact:
         console.print(
             f"[bold green]EXACT[/]: every payment landed once in {demo.target.where('eosink')}, "
@@ -373,12 +381,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     else:
         console.print(f"[bold red]NOT EXACT[/]: {demo.target.where('eosink')} does not hold exactly the payments sent.")
-    if plain.exact:
+    if plain_exact:
         console.print("(the plain writer happened to come through intact under this schedule: try another --seed)")
     else:
-        console.print(
-            f"The plain writer's {demo.target.where('plain')} is off by {plain.duplicates} duplicated and "
-            f"{plain.lost} lost payment(s); "
-            f"{plain.accounts - plain.accounts_right} of {plain.accounts} balances are wrong."
-        )
+        for (plain, _), name in zip(outcomes, eos_found, strict=True):
+            console.print(
+                f"The plain writer's {f'{name} sink' if name else demo.target.where('plain')} is off by "
+                f"{plain.duplicates} duplicated and {plain.lost} lost payment(s); "
+                f"{plain.accounts - plain.accounts_right} of {plain.accounts} balances are wrong."
+            )
     return 0 if exact else 1
+
+
+def _payments(target: DemoTarget, side: Side) -> dict[str, Counter[Payment]]:
+    """Every payment ``side`` holds at the end: by sink name for a fan-out, else under the name ``""``."""
+    by_sink = getattr(target, "payments_by_sink", None)
+    if by_sink is not None:
+        found: dict[str, Counter[Payment]] = by_sink(side)
+        return found
+    return {"": target.payments(side)}

@@ -31,6 +31,7 @@ _POINTS = {
     "F5": "after Spark's commit log, before eosink's commit",
     "F6": "in the middle of the sink's commit",
     "F8": "after eosink's commit, before Spark's commit log",
+    "F14": "between the first sink's commit and the next one's",
 }
 
 
@@ -46,6 +47,8 @@ def describe_point(point: str, strategy: str) -> str:
     """Where ``point`` is in ``strategy``'s protocol, in words (2PC commits after Spark's commit log)."""
     if strategy == "2pc" and point == "F8":
         return "after eosink's commit, which follows Spark's commit log"
+    if strategy == "2pc" and point == "F14":
+        return "after Spark's commit log, between the first sink's commit and the next one's"
     return _POINTS.get(point, point)
 
 
@@ -95,20 +98,26 @@ class Scenario:
         return sum((r.cut_eosink_after is not None) + (r.cut_plain_after is not None) for r in self.runs)
 
 
-def make_scenario(strategy: str, seed: int, batches: int, *, plain_cuts: bool = True) -> Scenario:
+def make_scenario(strategy: str, seed: int, batches: int, *, plain_cuts: bool = True, fanout: bool = False) -> Scenario:
     """Up to three crashed runs (one per three batches), then a run to the end.
 
     Two distinct fault points and one random kill, in a seeded order; eosink loses a COMMIT reply
     in the first two crashed runs and the plain writer in one of them. Without ``plain_cuts``
-    the plain writer loses none, and the first fault point is one Spark replays.
+    the plain writer loses none, and the first fault point is one Spark replays. A ``fanout``
+    (several sinks) always crashes once between two sinks' commits (F14).
     """
     if strategy not in KILL_POINTS:
         raise ValueError(f"unknown strategy {strategy!r}; use one of {sorted(KILL_POINTS)}")
     rng = random.Random(f"demo-{seed}-{strategy}")
     crashes = max(1, min(3, (batches - 1) // 3))
     first, second = rng.sample(KILL_POINTS[strategy], 2)
-    if not plain_cuts and first not in REPLAYED[strategy]:
-        first = rng.choice([p for p in REPLAYED[strategy] if p != second])
+    replayed = REPLAYED[strategy] + (("F14",) if fanout and strategy != "2pc" else ())
+    if not plain_cuts and first not in replayed:
+        first = rng.choice([p for p in replayed if p != second])
+    if fanout and (plain_cuts or "F14" in replayed):
+        first = "F14"  # the first crashed run: every schedule shows it
+    elif fanout:
+        second = "F14"
     kills: list[Run] = [
         Run(kill_point=first, kill_offset=2),
         Run(random_kill_after=2, random_kill_delay_s=round(rng.uniform(0.0, 1.0), 2)),

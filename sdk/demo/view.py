@@ -138,9 +138,9 @@ class View:
         )
 
 
-def final_table(plain: Outcome, eos: Outcome, *, batches: int, crashes: int) -> Table:
+def final_table(plain: Outcome, eos: Outcome, *, batches: int, crashes: int, title: str = "result") -> Table:
     """Plain vs eosink, row by row."""
-    table = Table(title="result", show_lines=False)
+    table = Table(title=title, show_lines=False)
     table.add_column("")
     table.add_column(plain.label, justify="right")
     table.add_column(eos.label, justify="right")

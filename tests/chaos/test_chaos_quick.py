@@ -1,7 +1,8 @@
 """The chaos harness end to end, against a private server of the sink and real Spark drivers.
 
 ``make test`` runs one schedule per sink (2pc: two kills, a task failure, a lost COMMIT reply
-and a sink restart, five faults; ``make test-SINK`` runs its own). The ``full`` tests check the
+and a sink restart, five faults; ``make test-SINK`` runs its own), and one into PostgreSQL then
+Kafka as a fan-out (``make test-fanout``: per sink exact, and the order between them kept). The ``full`` tests check the
 harness's whole mode against PostgreSQL: schedules per strategy (``EOSINK_CHAOS_SCHEDULES``, 1 by
 default, ``EOSINK_CHAOS_JOBS`` at a time; ``make chaos-full`` runs 3, two at a time), the plain
 ``foreachBatch`` baseline under the same kills, and the non-deterministic mode. The harness runs
@@ -27,7 +28,9 @@ from eosink.chaos.runner import run_chaos
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 
 SEED = 7
-SINKS = ["postgres", "kafka", "s3", "hdfs", "delta"]
+SINKS = ["postgres", "kafka", "s3", "hdfs", "delta", pytest.param("postgres+kafka", id="fanout")]
+"""Each sink (``make test-SINK`` selects its own by name), and a fan-out: PostgreSQL then Kafka in one query
+(``make test-fanout``, by ``fanout``)."""
 SCHEDULES = int(os.environ.get("EOSINK_CHAOS_SCHEDULES", "1"))
 
 
@@ -65,6 +68,7 @@ def test_one_schedule_of_five_faults_is_exactly_once(tmp_path: Path, sink: str) 
     assert s["verdict"]["ok"] and s["verdict"]["found"] == s["verdict"]["expected"] > 0
     assert not any(s["leftovers"].values()), s["leftovers"]
     assert s["reader_polls"] > 0 and s["partial_reads"] == 0
+    assert s["order_breaks"] == 0, "a later sink showed a batch the one before it did not hold"
 
 
 @pytest.fixture(scope="module")

@@ -104,3 +104,21 @@ def test_delta_demo_is_exact_for_eosink_and_shows_delta_sparks_duplicates(tmp_pa
     _, flat = _demo(tmp_path, "--sink", "delta")
     assert "EXACT: every payment landed once in s3://eosink-demo/payments_eosink" in flat
     assert "delta-spark's writer in foreachBatch" in flat
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("strategy", ["2pc", "txid-check"])
+def test_fanout_demo_is_exact_in_both_sinks(tmp_path: Path, strategy: str) -> None:
+    """``eosink demo --sink postgres+kafka``: one query into the embedded PostgreSQL and a private broker (the
+    fan-out, PostgreSQL committed first), crashed once between the two sinks' commits (F14); the plain writer
+    is one foreachBatch writing each sink in turn.
+
+    Pass: as :func:`_demo`, and a result table per sink: eosink's side 0 duplicated and every balance right in
+    each, the plain writer's PostgreSQL table with duplicates."""
+    out, flat = _demo(tmp_path, "--sink", "postgres+kafka", "--strategy", strategy)
+    assert "EXACT: every payment landed once in payments_eosink and topic payments_eosink" in flat
+    assert "SIGKILL at F14" in flat and "result: postgres" in flat and "result: kafka" in flat
+    rows = re.findall(r"duplicated\s*│\s*(\d+)\s*│\s*(\d+)", out)
+    assert len(rows) == 2 and all(int(eos) == 0 for _, eos in rows), rows
+    balances = re.findall(r"account balances right\s*│\s*(\d+)/(\d+)\s*│\s*(\d+)/(\d+)", out)
+    assert len(balances) == 2 and all(b[2] == b[3] for b in balances), balances

@@ -6,6 +6,7 @@ import io
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -104,3 +105,117 @@ def test_demo_usage_errors_and_missing_java(
     assert demo_main([]) == 2
     err = capsys.readouterr().err
     assert "Java 17" in err and "apt-get install" in err and "make demo" in err
+
+
+@pytest.mark.parametrize("strategy", sorted(KILL_POINTS))
+@pytest.mark.parametrize("batches", [4, 7, 10])
+def test_a_fan_out_scenario_crashes_between_the_sinks(strategy: str, batches: int) -> None:
+    """Pass: a fan-out's schedule always has a kill at F14 (where the next sink has not committed yet), and
+    without plain cuts still one where Spark replays the batch; a single sink's never has F14."""
+    for seed in range(20):
+        s = make_scenario(strategy, seed, batches, fanout=True)
+        assert any(r.kill_point == "F14" for r in s.runs), (seed, s.runs)
+        assert not any(r.kill_point == "F14" for r in make_scenario(strategy, seed, batches).runs)
+        if batches == 10:
+            quiet = make_scenario(strategy, seed, batches, plain_cuts=False, fanout=True)
+            assert any(r.kill_point == "F14" for r in quiet.runs), (seed, quiet.runs)
+            assert any(
+                r.kill_point in (*REPLAYED[strategy], "F14") and (r.kill_point != "F14" or strategy != "2pc")
+                for r in quiet.runs
+            ), (seed, quiet.runs)
+    assert "between the first sink's commit and the next one's" in describe_point("F14", "txid-check")
+    assert "after Spark's commit log" in describe_point("F14", "2pc")
+
+
+class _StandIn:
+    """A demo target that records what the fan-out asks of it."""
+
+    plain_cuts = True
+
+    def __init__(self, name: str, jars: str, held: dict[str, Counter[tuple[int, str, int]]]) -> None:
+        self.name, self.jars, self.held = name, jars, held
+        self.title = f"a private {name}"
+        self.plain_title = f"{name}'s plain writer"
+        self.started = self.closed = False
+        self.env_ports: dict[str, int] = {}
+
+    def where(self, side: str) -> str:
+        return f"{self.name}:{side}"
+
+    def start(self) -> None:
+        self.started = True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def address(self, side: str) -> tuple[str, int]:
+        return ("127.0.0.1", 9)
+
+    def proxy_port(self, side: str) -> int:
+        return 0
+
+    def job_env(self, proxy_ports: dict[str, int]) -> dict[str, str]:
+        self.env_ports = dict(proxy_ports)
+        return {f"{self.name.upper()}_URL": "x", "EOSINK_DEMO_JARS": self.jars, "EOSINK_DEMO_SPARK_CONF": '{"a": 1}'}
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        return {side: (sum(self.held[side].values()), 1) for side in ("eosink", "plain")}
+
+    def payments(self, side: str) -> Counter[tuple[int, str, int]]:
+        return self.held[side]
+
+    def in_doubt(self) -> int:
+        return 1
+
+    def job_sink(self, app_id: str) -> str:
+        return f"{self.name}@{app_id}"
+
+    def job_plain_writer(self) -> Any:
+        return lambda df, batch_id: df.append((self.name, batch_id))
+
+    def scrub(self, text: str) -> str:
+        return text.replace(f"secret-{self.name}", "***")
+
+
+def test_the_fan_out_demo_target_drives_every_sink_and_judges_each() -> None:
+    """Pass: both sinks start and close; the first is reached through the demo's proxies and the second through
+    passthrough proxies of its own; their jars join and settings merge; each sink's payments are judged apart;
+    the job's sinks are named and keep the fan-out's member app_ids; the plain writer writes each sink in turn."""
+    from eosink.demo.fanout import FanOutDemoTarget
+    from eosink.demo.run import _payments
+
+    one = Counter({(1, "a", 5): 1})
+    pg = _StandIn("postgres", "/j/pg.jar", {"eosink": one, "plain": one + one})
+    kafka = _StandIn("kafka", "/j/k1.jar,/j/pg.jar", {"eosink": one, "plain": Counter()})
+    target = FanOutDemoTarget([("postgres", pg), ("kafka", kafka)])
+    target.start()
+    try:
+        env = target.job_env({"eosink": 1111, "plain": 2222})
+        assert pg.env_ports == {"eosink": 1111, "plain": 2222}
+        assert set(kafka.env_ports) == {"eosink", "plain"} and 1111 not in kafka.env_ports.values()
+        assert env["EOSINK_DEMO_JARS"] == "/j/pg.jar,/j/k1.jar" and json.loads(env["EOSINK_DEMO_SPARK_CONF"]) == {
+            "a": 1
+        }
+        assert {"POSTGRES_URL", "KAFKA_URL"} <= set(env)
+    finally:
+        target.close()
+    assert pg.started and kafka.started and pg.closed and kafka.closed
+    assert target.counts() == {"eosink": (1, 2), "plain": (0, 2)}
+    assert _payments(target, "plain") == {"postgres": one + one, "kafka": Counter()}
+    assert _payments(pg, "eosink") == {"": one}  # type: ignore[arg-type]
+    assert target.in_doubt() == 2
+    assert target.job_sink("demo") == {"postgres": "postgres@demo.postgres", "kafka": "kafka@demo.kafka"}
+    written: list[tuple[str, int]] = []
+
+    class _Df(list):  # type: ignore[type-arg]
+        def persist(self) -> None:
+            written.append(("persist", 0))
+
+        def unpersist(self) -> None:
+            written.append(("unpersist", 0))
+
+    df = _Df()
+    target.job_plain_writer()(df, 3)
+    assert list(df) == [("postgres", 3), ("kafka", 3)] and written == [("persist", 0), ("unpersist", 0)]
+    assert target.scrub("secret-postgres secret-kafka") == "*** ***"
+    assert target.title == "a private postgres, then a private kafka"
