@@ -414,7 +414,7 @@ def render_markdown(report: Report, chart: str | None = None, level: int = 1) ->
         for p, run, base in variants:
             ratio = None if run is None or base is None or not base.rows_per_s else run.rows_per_s / base.rows_per_s
             lines.append(
-                f"| {p.run} | {run.variant if run is not None else '-'} | "
+                f"| {p.run} | {(run.variant or '-') if run is not None else '-'} | "
                 f"{f'{run.rows_per_s:,.0f}' if run is not None else 'failed'} | {p.against} | "
                 f"{f'{base.rows_per_s:,.0f}' if base is not None else 'failed'} | {_fmt(ratio, 2)} |"
             )
