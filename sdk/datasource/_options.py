@@ -423,10 +423,13 @@ def _type_text(hint: Any) -> str:
     return {str: "text", int: "integer", float: "number", bool: "true / false"}.get(hint, "text")
 
 
-def options_from_config(sink: str, config: Any, *, from_env: Mapping[str, str] | None = None) -> dict[str, str]:
+def options_from_config(
+    sink: str, config: Any, *, from_env: Mapping[str, str] | None = None, name: str | None = None
+) -> dict[str, str]:
     """The ``format("eosink")`` options that make ``config`` (a connector's config object): its fields that
-    differ from their defaults, as strings. ``from_env`` maps a field to the environment variable that
-    holds its value (``{"conninfo": "PG_URL"}``): the option names the variable, not the secret.
+    differ from their defaults, as strings, under ``<name>.`` (the sink's name in a fan-out; default: the
+    connector's, ``sink``). ``from_env`` maps a field to the environment variable that holds its value
+    (``{"conninfo": "PG_URL"}``): the option names the variable, not the secret.
 
     Raises :class:`ConfigurationError` when a field has no text that reads back as its value, and when
     an option's text would hold a secret of the config (Spark shows options in plans and logs)."""
@@ -440,7 +443,7 @@ def options_from_config(sink: str, config: Any, *, from_env: Mapping[str, str] |
         if not f.init:
             continue
         value = getattr(config, f.name)
-        option = f"{sink}.{f.name}"
+        option = f"{name or sink}.{f.name}"
         if f.name in env:
             out[f"{option}_env"] = env[f.name]
             read_back[f.name] = value
@@ -473,7 +476,7 @@ def options_from_config(sink: str, config: Any, *, from_env: Mapping[str, str] |
         if f.init and getattr(rebuilt, f.name) != getattr(config, f.name):
             raise ConfigurationError(
                 f"Field {f.name!r} of this {config_name} has no option text that reads back as its value.",
-                f"Give '{sink}.{f.name}' yourself, or set the field from the environment with from_env.",
+                f"Give '{name or sink}.{f.name}' yourself, or set the field from the environment with from_env.",
             )
     return out
 

@@ -280,3 +280,19 @@ def test_a_bad_fan_out_is_refused_before_any_write(sink: str, extra: dict[str, s
     with pytest.raises(ConfigurationError, match=problem) as caught:
         parse_options(options, streaming=True)
     assert "s3cr3t-pw" not in str(caught.value)
+
+
+def test_options_from_config_names_a_fan_outs_sinks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pass: each config's options go under the name given, and the named fan-out parses back to the same
+    configs (two PostgreSQL tables, told apart by name)."""
+    from eosink.connectors.postgres import PostgresConfig
+
+    monkeypatch.setenv("EOSINK_TEST_PG", SECRET)
+    configs = {"orders": PostgresConfig(SECRET, "public.orders"), "audit": PostgresConfig(SECRET, "public.audit")}
+    options = {"sink": "orders=postgres,audit=postgres", "app_id": "p", "checkpointLocation": "/c"}
+    for name, config in configs.items():
+        made = options_from_config("postgres", config, from_env={"conninfo": "EOSINK_TEST_PG"}, name=name)
+        assert all(key.startswith(f"{name}.") for key in made) and "s3cr3t-pw" not in str(made)
+        options |= made
+    parsed = parse_options(options, streaming=True)
+    assert {name: sink.config for name, sink in parsed.fanout} == configs  # type: ignore[attr-defined]
