@@ -229,20 +229,12 @@ class FanOut(Engine[FanOutInput]):
 
     def begin_batch(self, batch_id: int) -> list[WritePlan | None]:
         """Start (fence, recover in order) if not started and settle earlier batches; per sink in order, the plan
-        its participants write ``batch_id`` with, or None where the sink holds the batch (a replay: see
-        :meth:`replay_versions`)."""
+        its participants write ``batch_id`` with, or None where the sink holds the batch (a replay, to be
+        fingerprinted in its bundle's row-hash version)."""
         with self._lock:
             self.start()
             self._settle_pending(batch_id)
             return [c.begin_batch(batch_id) for c in self.coordinators]
-
-    def replay_versions(self, plans: Sequence[WritePlan | None]) -> list[int | None]:
-        """Per sink, the row-hash version a replay must be fingerprinted in (where its plan is None), else None."""
-        versions: list[int | None] = []
-        for coordinator, plan in zip(self.coordinators, plans, strict=True):
-            last = coordinator.last_bundle
-            versions.append(last.fingerprint.version if plan is None and last is not None else None)
-        return versions
 
     def finish_written(self, batch_id: int, written: Sequence[tuple[Coordinator, Sequence[Committable]]]) -> None:
         """Record the batch's manifest in every sink that wrote it, then commit them in order: now (txid-check,

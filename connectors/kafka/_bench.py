@@ -106,6 +106,9 @@ class KafkaAdapter:
     name = "kafka"
     worker_modules = ("eosink.connectors.kafka", "kafka")
 
+    fanout_member = True
+    """Its target can be checked when written as a fan-out's sink (its rows are counted whatever the app_id)."""
+
     all_modes: tuple[str, ...] = ("default",)
 
     def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
@@ -199,9 +202,11 @@ class KafkaAdapter:
 
     def drop(self, ns: str) -> None:
         from eosink.connectors.kafka.admin import KafkaAdmin
+        from eosink.fanout import member_app_id
 
-        with contextlib.suppress(Exception):
-            KafkaAdmin(self.config(ns)).drop_app(app_id(ns))
+        for app in (app_id(ns), member_app_id(app_id(ns), self.name)):  # on its own, or as a fan-out's sink
+            with contextlib.suppress(Exception):
+                KafkaAdmin(self.config(ns)).drop_app(app)
         for topic in (_topic(ns), _progress(ns)):
             with contextlib.suppress(Exception):
                 self.admin().delete_topics([topic])

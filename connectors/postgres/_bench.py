@@ -85,6 +85,9 @@ class PostgresAdapter:
     name = "postgres"
     worker_modules = ("eosink.connectors.postgres", "psycopg")
 
+    fanout_member = True
+    """Its target can be checked when written as a fan-out's sink (its rows are counted whatever the app_id)."""
+
     all_modes: tuple[str, ...] = _COMMIT_MODES
 
     def __init__(self, modes: tuple[str, ...] = ("atomic",)) -> None:

@@ -112,6 +112,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> ParsedOptio
     if unknown:
         other = [k for k in unknown if k.split(".", 1)[0] in CONNECTORS]
         hint = f" (options of sink {other[0].split('.', 1)[0]!r}, but the sink is {sink_name!r})" if other else ""
+        if other and len(members) > 1:
+            names = [name for name, _ in members]
+            hint = f" (the fan-out's sinks are named {names}: give each one's options under its name)"
         under = " or ".join(f"'{prefix}'" for prefix in prefixes)
         raise ConfigurationError(
             f"Unknown option(s) {unknown}{hint}.",
@@ -135,9 +138,15 @@ def _members(text: str) -> list[tuple[str, str]]:
     from eosink.fanout import repeated, valid_name
 
     members: list[tuple[str, str]] = []
-    for item in (part.strip() for part in text.split(",")):
-        name, _, kind = item.rpartition("=")
-        name, kind = (name.strip() or kind.strip()), kind.strip()
+    items = [part.strip() for part in text.split(",")]
+    for item in items:
+        named, _, kind = item.rpartition("=")
+        name, kind = (named.strip() if "=" in item else kind.strip()), kind.strip()
+        if "=" in item and len(items) == 1:
+            raise ConfigurationError(
+                f"Option 'sink' names its one sink ({item!r}): names are for the sinks of a fan-out.",
+                f"Give the connector alone, .option('sink', {kind!r}), with its options under '{kind}.'.",
+            )
         if kind not in CONNECTORS:
             raise ConfigurationError(
                 f"Unknown sink {kind!r} in option 'sink'.", f"Use one of: {', '.join(CONNECTORS)}."

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from eosink.demo.target import CONF_VAR, JARS_VAR, SIDES, DemoTarget, Payment, Side
+from eosink.errors import ConfigurationError
 
 __all__ = ["FanOutDemoTarget", "demo_target"]
 
@@ -98,9 +99,16 @@ class FanOutDemoTarget:
         env: dict[str, str] = {}
         jars: list[str] = []
         conf: dict[str, Any] = {}
-        for one in envs:
+        for name, one in zip(self.names, envs, strict=True):
             jars += [j for j in one.pop(JARS_VAR, "").split(",") if j and j not in jars]
             conf.update(json.loads(one.pop(CONF_VAR, "") or "{}"))
+            clash = sorted(k for k, v in one.items() if k in env and env[k] != v)
+            if clash:
+                raise ConfigurationError(
+                    f"The demo's sink {name!r} reaches its server through the same variables as an earlier sink "
+                    f"({', '.join(clash)}), with other values: the two cannot run in one fan-out demo.",
+                    "Pair sinks of different servers, e.g. --sink postgres+kafka.",
+                )
             env.update(one)
         if jars:
             env[JARS_VAR] = ",".join(jars)

@@ -342,21 +342,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     recommitted = t.stat("ambiguous_recommitted")
     resolved = f"asked the sink: {found_committed} committed, {recommitted} re-committed" if ambiguous else "-"
     outcomes = []
-    for name in eos_found:
+    for n, name in enumerate(eos_found):
+        cuts = t.cuts if n == 0 else {"plain": 0, "eosink": 0}  # the proxies cut the first sink's replies only
         plain = _outcome(
             demo.target.plain_title,
             sent,
             plain_found[name],
-            lost_replies=t.cuts["plain"],
-            how_resolved="task retried: wrote again" if t.cuts["plain"] else "-",
+            lost_replies=cuts["plain"],
+            how_resolved="task retried: wrote again" if cuts["plain"] else "-",
             replays_skipped="- (written again)",
         )
         eos = _outcome(
             f"eosink ({args.strategy})",
             sent,
             eos_found[name],
-            lost_replies=t.cuts["eosink"],
-            how_resolved=resolved,
+            lost_replies=cuts["eosink"],
+            how_resolved=resolved if n == 0 else "-",
             replays_skipped=str(t.stat("replays_skipped")),
         )
         outcomes.append((plain, eos))

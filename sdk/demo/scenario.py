@@ -114,15 +114,16 @@ def make_scenario(strategy: str, seed: int, batches: int, *, plain_cuts: bool = 
     replayed = REPLAYED[strategy] + (("F14",) if fanout and strategy != "2pc" else ())
     if not plain_cuts and first not in replayed:
         first = rng.choice([p for p in replayed if p != second])
-    if fanout and (plain_cuts or "F14" in replayed):
-        first = "F14"  # the first crashed run: every schedule shows it
-    elif fanout:
-        second = "F14"
+    if fanout:  # F14 takes the kill that every schedule keeps; the point Spark replays, if needed, the next one
+        first, second = "F14", (first if not plain_cuts and "F14" not in replayed else second)
     kills: list[Run] = [
         Run(kill_point=first, kill_offset=2),
         Run(random_kill_after=2, random_kill_delay_s=round(rng.uniform(0.0, 1.0), 2)),
         Run(kill_point=second, kill_offset=2),
-    ][:crashes]
+    ]
+    if fanout:  # both named points before the random kill: two crashes keep both
+        kills = [kills[0], kills[2], kills[1]]
+    kills = kills[:crashes]
     rng.shuffle(kills)
     plain_cut = rng.randrange(min(2, crashes))
     runs = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ class _Member:
     """A stand-in sink adapter: records what it is asked, holds ``rows`` rows after any run."""
 
     all_modes = ("default",)
+    fanout_member = True
 
     def __init__(self, name: str, rows: int = 10, jars: str = "") -> None:
         self.name = name
@@ -61,7 +63,8 @@ class _Member:
         return text.replace(f"secret-{self.name}", "***")
 
     def spark_conf(self) -> dict[str, str]:
-        return {"spark.jars": self.jars} if self.jars else {}
+        conf = {"spark.driver.extraClassPath": f"/cp/{self.name}", "spark.ui.enabled": "false"}
+        return {"spark.jars": self.jars, **conf} if self.jars else conf
 
     def eosink_sink(self, spec: RunSpec, ns: str) -> Any:
         return f"sink-{self.name}-{ns}"
@@ -114,7 +117,14 @@ def test_parent_side_goes_to_every_member() -> None:
     adapter.drop("ns1")
     assert a.calls == b.calls == [("prepare", "ns1", True), ("drop", "ns1")]
     assert adapter.child_env() == {"ENV_A": "a", "ENV_B": "b"}
-    assert adapter.spark_conf() == {"spark.jars": "/j/a.jar,/j/b1.jar,/j/b2.jar"}
+    assert adapter.spark_conf() == {
+        "spark.jars": "/j/a.jar,/j/b1.jar,/j/b2.jar",
+        "spark.driver.extraClassPath": f"/cp/a{os.pathsep}/cp/b",
+        "spark.ui.enabled": "false",
+    }
+    b.spark_conf = lambda: {"spark.ui.enabled": "true"}  # type: ignore[method-assign]
+    with pytest.raises(ConfigurationError, match=r"different values of Spark setting 'spark\.ui\.enabled'"):
+        adapter.spark_conf()
     assert adapter.scrub("x secret-a y secret-b") == "x *** y ***"
     order: list[str] = []
     a.stop = lambda: order.append("a")  # type: ignore[method-assign]
@@ -169,6 +179,8 @@ def test_a_fan_out_needs_two_sinks_and_the_cli_takes_joined_names() -> None:
     """Pass: one member is refused; ``--sink postgres+kafka`` is a fan-out; unknown or repeated names are refused."""
     with pytest.raises(ConfigurationError, match="at least two sinks"):
         FanOutAdapter([_Member("a")])
+    with pytest.raises(ConfigurationError, match="cannot yet check a fan-out into s3"):
+        get_adapter("postgres+s3")
     assert plan_from_args(["--sink", "postgres+kafka", "--quick"]).sink == "postgres+kafka"
     for bad in ("postgres+nosuch", "postgres+postgres"):
         with pytest.raises(SystemExit):

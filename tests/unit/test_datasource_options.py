@@ -296,3 +296,18 @@ def test_options_from_config_names_a_fan_outs_sinks(monkeypatch: pytest.MonkeyPa
         options |= made
     parsed = parse_options(options, streaming=True)
     assert {name: sink.config for name, sink in parsed.fanout} == configs  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"sink": "ledger=postgres", "ledger.conninfo": SECRET, "ledger.table": "t"}, "names its one sink"),
+        ({"sink": "=postgres,kafka", **PG}, "Sink name ''"),
+        ({"sink": "a=postgres,b=kafka", **PG, "b.topic": "t"}, r"sinks are named \['a', 'b'\]"),
+    ],
+)
+def test_sink_names_belong_to_a_fan_out(options: dict[str, str], problem: str) -> None:
+    """Pass: one sink with a name, an empty name, or a connector's options under a named fan-out are refused,
+    naming the fix."""
+    with pytest.raises(ConfigurationError, match=problem):
+        parse_options({"app_id": "p", "checkpointLocation": "/c", **options}, streaming=True)
