@@ -113,7 +113,7 @@ lint: venv
 	$(VENV)/bin/mypy -p eosink
 
 unit: venv
-	$(PYTEST) tests/unit tests/bench tests/chaos -q -m "not spark"
+	$(PYTEST) tests/unit tests/bench tests/chaos -q -m "not spark" --durations=15
 
 package: venv
 	$(PY) tests/packaging/check_dist.py

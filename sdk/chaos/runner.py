@@ -417,9 +417,13 @@ def _wait_all(ended: list[threading.Event]) -> None:
     for as stopped though it still runs, and a second join then returns at once; the command would exit
     under a running schedule (its result lost, its server left running, the interpreter's exit aborted by
     a thread inside native code).
+
+    Each wait wakes every half second: a signal that lands just before the main thread blocks is otherwise
+    handled only once the wait ends, and Ctrl-C would seem ignored until a schedule finished.
     """
     for event in ended:
-        event.wait()
+        while not event.wait(0.5):
+            pass
 
 
 class _Pool:

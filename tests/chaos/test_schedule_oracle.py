@@ -434,7 +434,7 @@ def test_an_interrupted_parallel_run_starts_no_new_schedule_and_stops_its_server
         real_init(self, *args, **kwargs)
         pools.append(self)
 
-    both = threading.Barrier(2, timeout=10.0)
+    both = threading.Barrier(2, timeout=60.0)  # generous bounds: a loaded machine is slow, never wrong
     finished: list[str] = []
 
     def run(self: object, schedule: object) -> Any:
@@ -442,7 +442,7 @@ def test_an_interrupted_parallel_run_starts_no_new_schedule_and_stops_its_server
         # stopped the pool
         if both.wait() == 0:
             signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-        assert wait_until(lambda: not pools[0].todo, 10.0), "the interrupted pool still takes schedules"
+        assert wait_until(lambda: not pools[0].todo, 60.0), "the interrupted pool still takes schedules"
         if threading.current_thread().name == "chaos-0":
             time.sleep(1.0)  # a schedule still running: its length, not a synchronisation
         finished.append(threading.current_thread().name)
