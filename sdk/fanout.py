@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from eosink import faults
@@ -45,7 +45,16 @@ from eosink.participant import WritePlan
 from eosink.recovery import Action, RecoveryPlan
 from eosink.strategies import Strategy
 
-__all__ = ["FanOut", "FanOutInput", "check_order", "member_app_id", "name_sinks", "repeated", "valid_name"]
+__all__ = [
+    "FanOut",
+    "FanOutInput",
+    "check_order",
+    "member_app_id",
+    "name_sinks",
+    "repeated",
+    "replay_fingerprints",
+    "valid_name",
+]
 
 log = logging.getLogger("eosink")
 
@@ -250,17 +259,15 @@ class FanOut(Engine[FanOutInput]):
     ) -> None:
         """Each sink that already holds the batch compares the replay's fingerprint with its bundle's; the
         fingerprint comes from the write pass when it took one in the same row-hash version."""
-        by_version: dict[int, Fingerprint] = {}
-        if written:
-            taken = sum((c.fingerprint for c in written[0]), Fingerprint())
-            by_version[taken.version] = taken
-        for coordinator in holding:
-            last = coordinator.last_bundle
-            assert last is not None  # begin_batch returned no plan: the sink holds this batch
-            version = last.fingerprint.version
-            if version not in by_version:
-                by_version[version] = data.fingerprint(version)
-            coordinator.skip_replay(last.batch.batch_id, by_version[version])
+        bundles = [c.last_bundle for c in holding]
+        assert all(b is not None for b in bundles)  # begin_batch returned no plan: each sink holds this batch
+        versions = [b.fingerprint.version if b is not None else None for b in bundles]
+        passed = sum((c.fingerprint for c in written[0]), Fingerprint()) if written else None
+        for coordinator, bundle, taken in zip(
+            holding, bundles, replay_fingerprints(versions, passed, data.fingerprint), strict=True
+        ):
+            assert bundle is not None and taken is not None
+            coordinator.skip_replay(bundle.batch.batch_id, taken)
 
     def _commit_in_order(self, batch_id: int, recorded: Recorded, *, spark_committed: bool) -> None:
         for n, (coordinator, pending) in enumerate(recorded):
@@ -332,3 +339,21 @@ class _Member(Coordinator):
     """A fan-out's sink: the fan-out's watcher commits its 2pc batches, so it starts no thread of its own."""
 
     watch_in_background = False
+
+
+def replay_fingerprints(
+    versions: Sequence[int | None], written: Fingerprint | None, take: Callable[[int], Fingerprint]
+) -> list[Fingerprint | None]:
+    """Per sink, the replay's fingerprint in the row-hash version of the bundle it holds (None: the sink lacks
+    the batch and writes it).
+
+    ``written`` is what the pass that wrote the other sinks fingerprinted (None if no sink wrote): reused
+    where its version matches, so one pass serves both; any other version is taken once, by ``take``.
+    """
+    taken: dict[int, Fingerprint] = {} if written is None else {written.version: written}
+    out: list[Fingerprint | None] = []
+    for version in versions:
+        if version is not None and version not in taken:
+            taken[version] = take(version)
+        out.append(None if version is None else taken[version])
+    return out

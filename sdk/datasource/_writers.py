@@ -42,7 +42,7 @@ from eosink.contract import Committable, Fingerprint
 from eosink.coordinator import Coordinator
 from eosink.datasource._options import ParsedOptions
 from eosink.errors import ConfigurationError
-from eosink.fanout import FanOut
+from eosink.fanout import FanOut, replay_fingerprints
 from eosink.faults import FaultPoint
 from eosink.fingerprint import FINGERPRINT_VERSION, fingerprint_of
 from eosink.participant import WritePlan, run_participants
@@ -128,23 +128,19 @@ class _Steps:
     def _task(self, iterator: Iterator[Any], partition: int) -> EosinkMessage:
         assert self.epochs is not None and self.plans is not None and self.replay_versions is not None
         writing = [plan for plan in self.plans if plan is not None]
-        # A replay's fingerprint: the write pass's where it takes one in the same row-hash version, else its own.
+        # The write pass fingerprints in FINGERPRINT_VERSION; the tap takes a replay's other versions beside it.
         wanted = {v for v in self.replay_versions if v is not None and not (writing and v == FINGERPRINT_VERSION)}
         tap = _FingerprintTap(_arrow(iterator, self.schema), wanted)
         made = iter(run_participants(writing, partition, tap) if writing else tap.drain())
         committables: list[dict[str, Any] | None] = []
-        fingerprints: list[dict[str, Any] | None] = []
-        written = Fingerprint()
+        written = Fingerprint(version=FINGERPRINT_VERSION) if writing else None
         for plan in self.plans:
             committable = next(made) if plan is not None else None
-            if committable is not None:
+            if committable is not None and committable.fingerprint.rows:
                 written = committable.fingerprint
             committables.append(committable.to_json() if committable is not None else None)
-        for version in self.replay_versions:
-            taken = tap.fingerprints.get(version) if version is not None else None
-            if version is not None and taken is None:
-                taken = written if written.rows else Fingerprint(version=version)
-            fingerprints.append(taken.to_json() if taken is not None else None)
+        taken = replay_fingerprints(self.replay_versions, written, tap.fingerprints.__getitem__)
+        fingerprints = [f.to_json() if f is not None else None for f in taken]
         return EosinkMessage(list(self.epochs), committables, fingerprints)
 
     def _finish(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> None:

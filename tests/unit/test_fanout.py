@@ -470,3 +470,27 @@ def test_at_close_nothing_is_committed_after_a_sink_a_newer_writer_owns(tmp_path
         reader = ReferenceSink(ms.dbs[name])
         assert [b.batch.batch_id for b in reader.bundles(member_app_id(APP, name))] == [0, 1], name
         reader.close()
+
+
+def test_a_replay_reuses_the_write_pass_fingerprint_in_its_version_and_takes_each_other_version_once() -> None:
+    """The rule `foreach_batch`'s fan-out and `format("eosink")`'s tasks share (`replay_fingerprints`).
+
+    Pass: a sink that writes gets None; a holder in the write pass's version gets that fingerprint, not a new
+    one; holders in another version share one taken fingerprint; with no write pass every version is taken.
+    """
+    from eosink.contract import Fingerprint
+    from eosink.fanout import replay_fingerprints
+
+    asked: list[int] = []
+
+    def take(version: int) -> Fingerprint:
+        asked.append(version)
+        return Fingerprint(rows=version, version=version)
+
+    passed = Fingerprint(rows=5, version=2)
+    got = replay_fingerprints([None, 2, 3, 3], passed, take)
+    assert got[0] is None and got[1] is passed and got[2] is got[3] and got[2] == Fingerprint(rows=3, version=3)
+    assert asked == [3]
+    asked.clear()
+    assert replay_fingerprints([1, 2], None, take) == [Fingerprint(rows=1, version=1), Fingerprint(rows=2, version=2)]
+    assert asked == [1, 2]
