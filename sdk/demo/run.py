@@ -120,8 +120,9 @@ class _Tally:
     cuts: dict[str, int] = field(default_factory=lambda: {"eosink": 0, "plain": 0})
     stats: list[dict[str, Any]] = field(default_factory=list)
 
-    def stat(self, key: str) -> int:
-        return sum(int(s.get(key, 0)) for s in self.stats)
+    def stat(self, key: str, sink: str = "") -> int:
+        """A counter summed over the runs: one fan-out sink's own where ``sink`` names it, else every sink's."""
+        return sum(int(s.get("sinks", {}).get(sink, s).get(key, 0) if sink else s.get(key, 0)) for s in self.stats)
 
 
 class _Demo:
@@ -358,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             eos_found[name],
             lost_replies=cuts["eosink"],
             how_resolved=resolved if n == 0 else "-",
-            replays_skipped=str(t.stat("replays_skipped")),
+            replays_skipped=str(t.stat("replays_skipped", name)),
         )
         outcomes.append((plain, eos))
         console.print()

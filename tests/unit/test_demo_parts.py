@@ -218,3 +218,21 @@ def test_the_fan_out_demo_target_drives_every_sink_and_judges_each() -> None:
     assert list(df) == [("postgres", 3), ("kafka", 3)] and written == [("persist", 0), ("unpersist", 0)]
     assert target.scrub("secret-postgres secret-kafka") == "*** ***"
     assert target.title == "a private postgres, then a private kafka"
+
+
+def test_a_fan_out_demo_counts_each_sinks_replays_on_its_own_table() -> None:
+    """A fan-out driver's saved counters hold each sink's own under ``sinks`` and their sum at the top.
+
+    Pass: a sink's table gets that sink's count over every run, not the sum of both sinks; with no sink named
+    (one sink's demo), the top-level count.
+    """
+    from eosink.demo.run import _Tally
+
+    tally = _Tally()
+    tally.stats = [
+        {"replays_skipped": 3, "sinks": {"postgres": {"replays_skipped": 1}, "kafka": {"replays_skipped": 2}}},
+        {"replays_skipped": 1, "sinks": {"postgres": {"replays_skipped": 0}, "kafka": {"replays_skipped": 1}}},
+    ]
+    assert (tally.stat("replays_skipped", "postgres"), tally.stat("replays_skipped", "kafka")) == (1, 3)
+    assert tally.stat("replays_skipped") == 4
+    assert _Tally(stats=[{"replays_skipped": 2}]).stat("replays_skipped") == 2
