@@ -94,10 +94,15 @@ class FanOutAdapter:
     # -- parent side ------------------------------------------------------------------------------
 
     def start(self) -> dict[str, Any]:
-        started = {}
-        for m in self.members:
-            m.modes = m.all_modes[:1]
-            started[m.name] = m.start()
+        started: dict[str, dict[str, Any]] = {}
+        try:
+            for m in self.members:
+                m.modes = m.all_modes[:1]
+                started[m.name] = m.start()
+        except BaseException:  # a sink that failed to start: the ones already started stop again
+            for m in reversed([m for m in self.members if m.name in started]):
+                m.stop()
+            raise
         return {
             "server_version": ", ".join(f"{name} {s.get('server_version')}" for name, s in started.items()),
             "settings": {f"{name} {k}": v for name, s in started.items() for k, v in s.get("settings", {}).items()},
@@ -135,8 +140,15 @@ class FanOutAdapter:
         return runs
 
     def prepare(self, ns: str, *, keyed: bool = False) -> None:
-        for m in self.members:
-            m.prepare(ns, keyed=keyed)
+        prepared: list[BenchAdapter] = []
+        try:
+            for m in self.members:
+                m.prepare(ns, keyed=keyed)
+                prepared.append(m)
+        except BaseException:  # a target that could not be made: the ones already made are dropped again
+            for m in reversed(prepared):
+                m.drop(ns)
+            raise
 
     def verify(self, ns: str) -> int:
         """The rows every sink holds; a failure when the sinks hold different counts (each named)."""

@@ -133,6 +133,25 @@ def test_parent_side_goes_to_every_member() -> None:
     assert order == ["b", "a"]
 
 
+def test_a_member_that_fails_to_start_or_prepare_undoes_the_others() -> None:
+    """Pass: when the second sink's server fails to start, the first one's is stopped again; when its target
+    cannot be made, the first one's target is dropped again; each failure comes out unchanged."""
+    adapter, a, b = _fanout()
+
+    def fail(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("b is down")
+
+    b.start = fail  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="b is down"):
+        adapter.start()
+    assert a.calls == [("stop",)] and b.calls == []
+    a.calls.clear()
+    b.prepare = fail  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="b is down"):
+        adapter.prepare("ns2")
+    assert a.calls == [("prepare", "ns2", False), ("drop", "ns2")] and b.calls == []
+
+
 def test_verify_fails_when_the_sinks_disagree() -> None:
     """Pass: equal counts are the run's rows; different counts are an error naming each sink's count."""
     assert _fanout((10, 10))[0].verify("ns") == 10
