@@ -7,7 +7,7 @@ same pass, pre-commits, and hands back only a small :class:`~eosink.contract.Com
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,6 +15,7 @@ import pyarrow as pa
 import uuid6
 
 from eosink import faults
+from eosink._lanes import Lane
 from eosink._retry import retry_transient
 from eosink.contract import BatchRef, Committable, Fingerprint, Sink, TaskRef
 from eosink.faults import FaultPoint
@@ -88,27 +89,63 @@ def run_participants(
     :mod:`eosink.fanout`); per plan, its committable, or None when the participant had no rows."""
     if not plans:
         return []
-    keys = [KeyGenerator(p.batch.app_id, p.batch.batch_id, p.time_ms) if p.generate_keys else None for p in plans]
-    txns: list[Any] = [None] * len(plans)
+    writers = [_SinkWriter(plan, participant) for plan in plans]
+    if len(writers) == 1:
+        fingerprint = _pass(batches, writers[0].write, plans[0].batch.batch_id)
+        made = [writers[0].pre_commit()]
+    else:  # a fan-out: each sink in a lane of its own, fed the same batches in the same order
+        lanes = [Lane(w.write, w.pre_commit) for w in writers]
+        try:
+
+            def to_every_lane(batch: pa.RecordBatch) -> None:
+                for lane in lanes:
+                    lane.put(batch)
+
+            fingerprint = _pass(batches, to_every_lane, plans[0].batch.batch_id)
+            for lane in lanes:  # every sink pre-commits at once
+                lane.finish()
+            made = [lane.result() for lane in lanes]
+        except BaseException:
+            for lane in lanes:
+                lane.stop()
+            raise
+    if not fingerprint.rows:  # no rows: every sink's transaction is still unopened
+        return [None] * len(plans)
+    committables: list[Committable | None] = [
+        None if c is None else replace(c, rows=fingerprint.rows, fingerprint=fingerprint) for c in made
+    ]
+    faults.hit(FaultPoint.F11, plans[0].batch.batch_id)
+    return committables
+
+
+def _pass(batches: Iterable[pa.RecordBatch], write: Callable[[pa.RecordBatch], None], batch_id: int) -> Fingerprint:
+    """Read the participant's batches once: fingerprint each and hand it to ``write``; the whole fingerprint."""
     fingerprint = Fingerprint()
     for batch in batches:
         if batch.num_rows == 0:
             continue
         fingerprint += fingerprint_of(batch)
-        for i, plan in enumerate(plans):
-            if txns[i] is None:
-                txns[i] = _begin(plan, participant)
-            generator = keys[i]
-            plan.sink.write(txns[i], batch if generator is None else generator.add_keys(batch))
-        faults.hit(FaultPoint.F2, plans[0].batch.batch_id)
-    if txns[0] is None:  # no rows: every sink's transaction is still unopened
-        return [None] * len(plans)
-    made: list[Committable | None] = [
-        replace(plan.sink.pre_commit(txn), rows=fingerprint.rows, fingerprint=fingerprint)
-        for plan, txn in zip(plans, txns, strict=True)
-    ]
-    faults.hit(FaultPoint.F11, plans[0].batch.batch_id)
-    return made
+        write(batch)
+        faults.hit(FaultPoint.F2, batch_id)
+    return fingerprint
+
+
+class _SinkWriter:
+    """One sink's side of a participant: its transaction, opened at the first row, its keys, its pre-commit."""
+
+    def __init__(self, plan: WritePlan, participant: int) -> None:
+        self.plan, self.participant = plan, participant
+        self.keys = KeyGenerator(plan.batch.app_id, plan.batch.batch_id, plan.time_ms) if plan.generate_keys else None
+        self.txn: Any = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if self.txn is None:
+            self.txn = _begin(self.plan, self.participant)
+        self.plan.sink.write(self.txn, batch if self.keys is None else self.keys.add_keys(batch))
+
+    def pre_commit(self) -> Committable | None:
+        """The sink's committable (rows and fingerprint filled in by the caller); None if it wrote no rows."""
+        return None if self.txn is None else self.plan.sink.pre_commit(self.txn)
 
 
 def _begin(plan: WritePlan, participant: int) -> Any:
