@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
         default="postgres",
         type=sink_argument("bench_adapter"),
         help=f"the sink to benchmark: {', '.join(sinks)} (default: postgres); several joined by '+', e.g. "
-        "postgres+kafka: one query writing each batch into each of them in turn, against a query per sink",
+        "postgres+kafka: one query writing each batch into all of them, against a query per sink",
     )
     ap.add_argument("--rows", help="comma-separated data set sizes (default 1000000,5000000; quick 50000)")
     ap.add_argument("--quick", action="store_true", help="small sizes and short streaming runs (minutes, indicative)")

@@ -63,7 +63,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=sink_argument("demo_target"),
         default="postgres",
         help=f"the sink: {', '.join(sinks)} (default postgres); several joined by '+', e.g. postgres+kafka: "
-        "one query writing each batch into each of them in turn",
+        "one query writing each batch into all of them, committed in that order",
     )
     ap.add_argument("--strategy", choices=STRATEGY_NAMES, default="2pc")
     ap.add_argument("--seed", type=int, default=7, help="the schedule and the payments (default: 7)")
