@@ -81,6 +81,10 @@ def fail(line, linger=False):
 
 
 def main():
+    # PostgreSQL is stopped with SIGINT and installs its own handler whatever it inherited; so does this
+    # stand-in (a test run started in the background by a shell inherits SIGINT ignored, and each stop would
+    # wait out its timeout before the SIGKILL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if Path(sys.argv[0]).name == "initdb":
         Path(ARGS[ARGS.index("-D") + 1]).mkdir(parents=True, exist_ok=True)
         return
