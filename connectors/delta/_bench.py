@@ -104,6 +104,9 @@ class DeltaAdapter(ObjectStoreBench):
     jar_groups = ("s3", "delta")
     settings = {"bucket": BUCKET, "format": "Delta (Parquet, snappy)", "writer": "delta-rs"}
 
+    fanout_member = True
+    """Its target can be checked when written as a fan-out's sink (a Delta reader counts the table's rows)."""
+
     def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
         super().__init__(modes)
         self._logs: dict[str, _Poll] = {}

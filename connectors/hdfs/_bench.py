@@ -41,7 +41,7 @@ from eosink.bench.file_sinks import (
     file_sink_runs,
     latency_buckets,
 )
-from eosink.bench.runs import BatchFunction, BenchGoals, RunSpec
+from eosink.bench.runs import BatchFunction, BenchGoals, RunSpec, run_app_ids
 from eosink.errors import ConfigurationError
 
 __all__ = ["HdfsAdapter", "app_id", "target_path"]
@@ -109,6 +109,9 @@ class HdfsAdapter:
     name = "hdfs"
     worker_modules = ("eosink.connectors.hdfs", "hdfs_native", "pyarrow.parquet")
 
+    fanout_member = True
+    """Its target can be checked when written as a fan-out's sink (its rows are counted whatever the app_id)."""
+
     all_modes: tuple[str, ...] = ("default",)
 
     def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
@@ -166,10 +169,14 @@ class HdfsAdapter:
         fs = Fs(config)
         if not fs.exists(f"{config.path}/{OWN_DIR}"):
             return sum(_parquet_rows(fs, path) for path in visible_files(fs, config.path))
-        batches = committed_batches(config, app_id(ns))
-        if any(record.keys for _, record in batches):
-            return int(read_committed(config, app_id(ns), columns=["id"]).num_rows)  # newest row per id
-        return sum(_parquet_rows(fs, f"{d}/{rel}") for d, record in batches for rel in record.files)
+        total = 0
+        for app in run_app_ids(app_id(ns), self.name):  # on its own, or as a fan-out's sink
+            batches = committed_batches(config, app)
+            if any(record.keys for _, record in batches):
+                total += int(read_committed(config, app, columns=["id"]).num_rows)  # newest row per id
+            else:
+                total += sum(_parquet_rows(fs, f"{d}/{rel}") for d, record in batches for rel in record.files)
+        return total
 
     def drop(self, ns: str) -> None:
         """Delete the namespace's directory."""

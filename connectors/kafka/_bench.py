@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from eosink.bench.runs import Baseline, BatchFunction, BenchGoals, Pair, RunSpec, generic_runs
+from eosink.bench.runs import Baseline, BatchFunction, BenchGoals, Pair, RunSpec, generic_runs, run_app_ids
 from eosink.errors import ConfigurationError
 
 __all__ = ["KafkaAdapter"]
@@ -202,9 +202,8 @@ class KafkaAdapter:
 
     def drop(self, ns: str) -> None:
         from eosink.connectors.kafka.admin import KafkaAdmin
-        from eosink.fanout import member_app_id
 
-        for app in (app_id(ns), member_app_id(app_id(ns), self.name)):  # on its own, or as a fan-out's sink
+        for app in run_app_ids(app_id(ns), self.name):
             with contextlib.suppress(Exception):
                 KafkaAdmin(self.config(ns)).drop_app(app)
         for topic in (_topic(ns), _progress(ns)):

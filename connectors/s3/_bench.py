@@ -44,7 +44,7 @@ from eosink.bench.file_sinks import (
     latency_buckets,
 )
 from eosink.bench.object_store import BUCKET, ObjectStoreBench, app_id, object_prefix
-from eosink.bench.runs import BatchFunction, BenchGoals, RunSpec
+from eosink.bench.runs import BatchFunction, BenchGoals, RunSpec, run_app_ids
 from eosink.errors import ConfigurationError
 
 __all__ = ["S3Adapter", "app_id", "object_prefix"]
@@ -107,6 +107,9 @@ class S3Adapter(ObjectStoreBench):
     worker_modules: tuple[str, ...] = ("eosink.connectors.s3", "boto3", "pyarrow.parquet")
     settings = {"bucket": BUCKET, "part size": "8 MiB", "format": "parquet (snappy)"}
 
+    fanout_member = True
+    """Its target can be checked when written as a fan-out's sink (its rows are counted whatever the app_id)."""
+
     def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
         super().__init__(modes)
         self._polls: dict[str, _Poll] = {}
@@ -119,13 +122,14 @@ class S3Adapter(ObjectStoreBench):
 
     def verify(self, ns: str) -> int:
         """Rows readers of the run's own commit protocol see: for eosink, the objects its markers name (distinct
-        ids when its markers carry upsert keys); otherwise every Parquet object under the prefix."""
+        ids when its markers carry upsert keys; on its own or as a fan-out's sink); otherwise every Parquet
+        object under the prefix."""
         from eosink.connectors.s3 import committed_markers
 
         config = self.config(ns)
         if not self._has_bookkeeping(ns):
             return int(self._dataset(config, None).count_rows())
-        markers = committed_markers(config, app_id(ns))
+        markers = [m for app in run_app_ids(app_id(ns), self.name) for m in committed_markers(config, app)]
         keys = [o.key for m in markers for o in m.objects]
         if not keys:
             return 0

@@ -79,9 +79,10 @@ class FanOutAdapter:
         unready = [m.name for m in members if not getattr(m, "fanout_member", False)]
         if unready:
             raise ConfigurationError(
-                f"The benchmark cannot yet check a fan-out into {', '.join(unready)}: its adapter counts the rows "
-                "one eosink app_id committed, and a fan-out's sink commits under <app_id>.<name>.",
-                "Benchmark a fan-out of PostgreSQL and Kafka (--sink postgres+kafka), or each sink on its own.",
+                f"The benchmark cannot check a fan-out into {', '.join(unready)}: its adapter does not say it "
+                "counts the rows a fan-out's sink commits (under <app_id>.<name>, eosink.fanout.member_app_id).",
+                "Benchmark that sink on its own; or make its adapter's verify and drop take the member app_id "
+                "too (eosink.bench.runs.run_app_ids) and set fanout_member = True on it.",
             )
         self.members = list(members)
         self.name = "+".join(m.name for m in self.members)

@@ -35,6 +35,7 @@ __all__ = [
     "datasource_runs",
     "generic_runs",
     "new_namespace",
+    "run_app_ids",
 ]
 
 Kind = Literal["eosink", "datasource", "at-least-once", "floor", "spark", "external"]
@@ -201,6 +202,14 @@ def target_size(sizes: Iterable[int]) -> int | None:
 def new_namespace() -> str:
     """A fresh namespace for one run's target and bookkeeping (8 hex digits: safe in SQL names)."""
     return secrets.token_hex(4)
+
+
+def run_app_ids(app_id: str, sink: str) -> tuple[str, str]:
+    """The app_ids a run of sink ``sink`` may have committed under: ``app_id`` on its own, or the member
+    app_id of a fan-out's sink (:func:`eosink.fanout.member_app_id`)."""
+    from eosink.fanout import member_app_id
+
+    return app_id, member_app_id(app_id, sink)
 
 
 def generic_runs(modes: tuple[str, ...] = ("atomic",), moded: tuple[str, ...] = EO_STRATEGIES) -> list[RunSpec]:

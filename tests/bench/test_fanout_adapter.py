@@ -198,8 +198,12 @@ def test_a_fan_out_needs_two_sinks_and_the_cli_takes_joined_names() -> None:
     """Pass: one member is refused; ``--sink postgres+kafka`` is a fan-out; unknown or repeated names are refused."""
     with pytest.raises(ConfigurationError, match="at least two sinks"):
         FanOutAdapter([_Member("a")])
-    with pytest.raises(ConfigurationError, match="cannot yet check a fan-out into s3"):
-        get_adapter("postgres+s3")
+    unready = _Member("c")
+    unready.fanout_member = False  # type: ignore[misc]
+    with pytest.raises(ConfigurationError, match="cannot check a fan-out into c"):
+        FanOutAdapter([_Member("a"), unready])
+    for pair in ("postgres+s3", "s3+postgres", "hdfs+kafka", "delta+postgres"):  # every sink's adapter counts
+        assert [m.name for m in get_adapter(pair).members] == pair.split("+")  # type: ignore[attr-defined]
     assert plan_from_args(["--sink", "postgres+kafka", "--quick"]).sink == "postgres+kafka"
     for bad in ("postgres+nosuch", "postgres+postgres"):
         with pytest.raises(SystemExit):

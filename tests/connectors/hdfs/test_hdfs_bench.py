@@ -22,6 +22,7 @@ from eosink.connectors.hdfs.testing import files_under
 from eosink.contract import BatchRef
 from eosink.contracts._steps import bundle_for
 from eosink.errors import ConfigurationError
+from eosink.fanout import member_app_id
 from eosink.participant import WritePlan, run_participant
 from eosink.services.hdfs import HdfsEndpoint
 
@@ -105,6 +106,15 @@ def test_a_batch_is_stamped_at_its_directory_and_verified_through_its_record(ada
     rows, hi, batch = adapter.poll_visible(ns, -1, 0)
     assert sum(c for _, c in rows) == 45 and hi == 44 and batch == 0
     assert adapter.verify(ns) == 45
+
+
+def test_a_batch_a_fan_out_committed_is_counted_under_its_member_app_id(adapter: HdfsAdapter, ns: str) -> None:
+    """Pass: rows committed as a fan-out's sink ``hdfs`` (app_id ``<app>.hdfs``) count, as they would on their own."""
+    member = member_app_id(app_id(ns), adapter.name)
+    sink = HdfsSink(adapter.config(ns))
+    sink.setup(member)
+    _commit(sink, member, 0, [_rows(0, 12), _rows(12, 9)])
+    assert adapter.verify(ns) == 21
 
 
 def test_files_of_a_batch_that_never_committed_are_not_counted(adapter: HdfsAdapter, ns: str) -> None:

@@ -22,6 +22,7 @@ from eosink.connectors.s3._bench import BUCKET, S3Adapter, _DirectPut, app_id, o
 from eosink.connectors.s3._fold import Folder
 from eosink.contract import BatchRef
 from eosink.contracts._steps import bundle_for
+from eosink.fanout import member_app_id
 from eosink.participant import WritePlan, run_participant
 from eosink.services.minio import S3Endpoint
 from eosink.services.spark_jars import SparkJars
@@ -135,6 +136,16 @@ def test_a_batch_is_stamped_at_its_marker_and_verified_through_markers(adapter: 
     rows, hi, batch = adapter.poll_visible(ns, -1, 0)
     assert sum(c for _, c in rows) == 45 and hi == 44 and batch == 0
     assert adapter.verify(ns) == 45
+
+
+def test_a_batch_a_fan_out_committed_is_counted_under_its_member_app_id(adapter: S3Adapter, ns: str) -> None:
+    """Pass: objects whose markers a fan-out's sink ``s3`` wrote (app_id ``<app>.s3``) count, as they would on
+    their own."""
+    member = member_app_id(app_id(ns), adapter.name)
+    sink = S3Sink(adapter.config(ns))
+    sink.setup(member)
+    _commit(sink, member, 0, [_rows(0, 12, 0), _rows(12, 9, 0)])
+    assert adapter.verify(ns) == 21
 
 
 def test_objects_without_a_marker_are_not_counted(adapter: S3Adapter, ns: str) -> None:
