@@ -139,10 +139,7 @@ class DeltaChaosTarget(MinioSide):
 
     def job_naive_writer(self, table: str) -> Callable[[Any, int], None]:
         """Spark's Delta writer appending each batch (delta-spark, ``s3a://``; at-least-once without its
-        ``txnAppId`` options: what eosink replaces). It passes fault point ``F8`` after its write, the window in
-        which a crash duplicates the batch."""
-        from eosink import faults
-        from eosink.faults import FaultPoint
+        ``txnAppId`` options: what eosink replaces)."""
         from eosink.stores.s3 import S3Connection, s3a_options
 
         connection = S3Connection.from_env(endpoint_url=os.environ[DIRECT_VAR])
@@ -151,7 +148,6 @@ class DeltaChaosTarget(MinioSide):
 
         def write(df: Any, batch_id: int) -> None:
             df.write.format("delta").mode("append").options(**options).save(target)
-            faults.hit(FaultPoint.F8, batch_id)
 
         return write
 

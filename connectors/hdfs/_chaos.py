@@ -120,15 +120,11 @@ class HdfsChaosTarget(ServerSide):
         return df  # HdfsSink reserves no column name
 
     def job_naive_writer(self, table: str) -> Callable[[Any, int], None]:
-        """Spark's Parquet writer appending each batch under ``hdfs://`` (at-least-once: what eosink replaces).
-        It passes fault point ``F8`` after its write, the window in which a crash duplicates the batch."""
-        from eosink import faults
-        from eosink.faults import FaultPoint
+        """Spark's Parquet writer appending each batch under ``hdfs://`` (at-least-once: what eosink replaces)."""
 
         target = f"{os.environ[DIRECT_VAR]}{ROOT}/{table}"
 
         def write(df: Any, batch_id: int) -> None:
             df.write.mode("append").parquet(target)
-            faults.hit(FaultPoint.F8, batch_id)
 
         return write

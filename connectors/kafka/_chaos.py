@@ -211,16 +211,12 @@ class KafkaChaosTarget(ServerSide):
         return df.withColumnRenamed("key", KEY)
 
     def job_naive_writer(self, table: str) -> Callable[[Any, int], None]:
-        """Spark's Kafka sink, appending each batch as JSON records (at-least-once: what eosink replaces).
-        It passes fault point ``F8`` after its write, the window in which a crash duplicates the batch."""
-        from eosink import faults
-        from eosink.faults import FaultPoint
+        """Spark's Kafka sink, appending each batch as JSON records (at-least-once: what eosink replaces)."""
 
         bootstrap = os.environ[DIRECT_VAR]
 
         def write(df: Any, batch_id: int) -> None:
             out = df.selectExpr("to_json(struct(*)) AS value")
             out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", table).save()
-            faults.hit(FaultPoint.F8, batch_id)
 
         return write

@@ -193,12 +193,8 @@ class PostgresChaosTarget(ServerSide):
         return df  # the table's columns are the job's
 
     def job_naive_writer(self, table: str) -> Callable[[Any, int], None]:
-        """Spark's JDBC writer, appending each batch (at-least-once: what eosink replaces). It passes
-        fault point ``F8`` after its write, the window in which a crash duplicates the batch."""
+        """Spark's JDBC writer, appending each batch (at-least-once: what eosink replaces)."""
         from psycopg.conninfo import conninfo_to_dict
-
-        from eosink import faults
-        from eosink.faults import FaultPoint
 
         params = conninfo_to_dict(os.environ[DIRECT_URL_VAR])
         jdbc = f"jdbc:postgresql://{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}/{params.get('dbname')}"
@@ -212,6 +208,5 @@ class PostgresChaosTarget(ServerSide):
 
         def write(df: Any, batch_id: int) -> None:
             df.write.format("jdbc").options(**options).mode("append").save()
-            faults.hit(FaultPoint.F8, batch_id)
 
         return write

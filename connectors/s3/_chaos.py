@@ -112,12 +112,9 @@ class S3ChaosTarget(MinioSide):
         return df  # S3Sink reserves no column name
 
     def job_naive_writer(self, table: str) -> Callable[[Any, int], None]:
-        """Spark's Parquet writer appending each batch under ``s3a://`` (at-least-once: what eosink replaces).
-        It passes fault point ``F8`` after its write, the window in which a crash duplicates the batch."""
-        from eosink import faults
+        """Spark's Parquet writer appending each batch under ``s3a://`` (at-least-once: what eosink replaces)."""
         from eosink.connectors.s3 import S3Connection
         from eosink.connectors.s3.spark import s3a_options
-        from eosink.faults import FaultPoint
 
         connection = S3Connection.from_env(endpoint_url=os.environ[DIRECT_VAR])
         target = f"s3a://{BUCKET}/{table}"
@@ -126,6 +123,5 @@ class S3ChaosTarget(MinioSide):
 
         def write(df: Any, batch_id: int) -> None:
             df.write.mode("append").options(**options).parquet(target)
-            faults.hit(FaultPoint.F8, batch_id)
 
         return write

@@ -88,6 +88,21 @@ def _append_line(path: str, record: dict[str, Any]) -> None:
         os.fsync(fh.fileno())
 
 
+def plain_writer(target: Any, table: str) -> Callable[[Any, int], None]:
+    """The baseline's foreachBatch: the target's plain writer, then fault point ``F8``, its crash window
+    (written, into every sink of a fan-out, and not yet in Spark's commit log)."""
+    from eosink import faults
+    from eosink.faults import FaultPoint
+
+    write_plain = target.job_naive_writer(table)
+
+    def write(df: Any, batch_id: int) -> None:
+        write_plain(df, batch_id)
+        faults.hit(FaultPoint.F8, batch_id)
+
+    return write
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the query until its input is exhausted; 0 when done, 3 on an error."""
     args = _args(argv)
@@ -114,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     writer: eosink.BatchWriter | eosink.FanOutWriter | None = None
     naive_write: Callable[[Any, int], None] | None = None
     if args.strategy == "naive":
-        naive_write = target.job_naive_writer(args.table)
+        naive_write = plain_writer(target, args.table)
     else:
         writer = eosink.foreach_batch(
             target.job_sink(args.table, args.control_schema),

@@ -8,10 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
+from eosink import faults
 from eosink.chaos.fanout import FanOutTarget, member_names
+from eosink.chaos.job import plain_writer
 from eosink.chaos.oracle import Verdict, combined
 from eosink.chaos.reader import Reader
 from eosink.chaos.target import KEY_ALIAS, Names, Snapshot, get_target, key_of, oracle_rows
+from eosink.errors import InjectedFault
 
 NAMES = Names("chaos_t", "chaos_t_ctl", "chaos-app")
 
@@ -49,6 +54,12 @@ class StandIn:
 
     def atomic(self, strategy: str) -> bool:
         return strategy != "idempotent"
+
+    def job_naive_writer(self, table: str) -> Callable[[Any, int], None]:
+        def write(df: Any, batch_id: int) -> None:
+            self.calls.append(f"plain write {table} {batch_id}")
+
+        return write
 
 
 def fanout() -> tuple[FanOutTarget, StandIn, StandIn]:
@@ -130,3 +141,33 @@ def test_get_target_builds_a_fan_out_from_a_plus_joined_name() -> None:
     target = get_target("postgres+kafka")
     assert isinstance(target, FanOutTarget)
     assert [m.name for m in target.members] == ["postgres", "kafka"]
+
+
+def test_the_baselines_crash_point_comes_after_every_sinks_plain_write() -> None:
+    """The plain writer's F8 (written, not yet in Spark's commit log) fires once the last sink has the batch, so
+    a kill there leaves a batch to be replayed into every sink."""
+    target, pg, kafka = fanout()
+    write = plain_writer(target, "chaos_t")
+    faults.configure("F8@1:raise")
+    try:
+        write(None, 0)
+        with pytest.raises(InjectedFault):
+            write(None, 1)
+    finally:
+        faults.reset()
+    assert [c for c in pg.calls if c.startswith("plain")] == ["plain write chaos_t 0", "plain write chaos_t 1"]
+    assert [c for c in kafka.calls if c.startswith("plain")] == ["plain write chaos_t 0", "plain write chaos_t 1"]
+
+
+@pytest.mark.parametrize("sink", ["postgres", "kafka", "s3", "hdfs", "delta"])
+def test_no_sinks_plain_writer_takes_a_fault_point_itself(sink: str) -> None:
+    """Pass: the job alone puts F8 after the plain write; a member's own F8 would crash a fan-out's baseline
+    before its later sinks were written (no duplicate there to show)."""
+    import importlib
+    import inspect
+
+    module = importlib.import_module(f"eosink.connectors.{sink}._chaos")
+    targets = [c for n, c in vars(module).items() if n.endswith("ChaosTarget") and inspect.isclass(c)]
+    assert targets
+    for cls in targets:
+        assert "faults" not in inspect.getsource(cls.job_naive_writer)
