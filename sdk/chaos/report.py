@@ -2,7 +2,9 @@
 
 Per strategy the schedules' counts add up (the non-deterministic mode's detections join its
 strategy's row); the plain baseline and each non-deterministic schedule get rows of their own;
-every failed schedule comes with the command that replays it alone.
+every failed schedule comes with the command that replays it alone. In a fan-out each row also
+breaks its lost and duplicated rows down by sink (``sinks``), so that a baseline that duplicates
+in one sink only cannot hide behind the total.
 """
 
 from __future__ import annotations
@@ -14,6 +16,16 @@ from eosink.chaos.oracle import Workload
 from eosink.chaos.results import ScheduleResult
 
 __all__ = ["build_report", "format_table"]
+
+
+def _by_sink(results: Sequence[ScheduleResult]) -> dict[str, dict[str, int]]:
+    sinks: dict[str, dict[str, int]] = {}
+    for r in results:
+        for name, (lost, duplicated) in r.by_sink.items():
+            counts = sinks.setdefault(name, {"lost": 0, "duplicated": 0})
+            counts["lost"] += lost
+            counts["duplicated"] += duplicated
+    return sinks
 
 
 def _aggregate(results: Sequence[ScheduleResult]) -> dict[str, Any]:
@@ -31,6 +43,7 @@ def _aggregate(results: Sequence[ScheduleResult]) -> dict[str, Any]:
         "divergent_replays_detected": sum(r.divergent_replays_detected for r in results),
         "failed": sum(not r.ok for r in results),
         "duration_s": round(sum(r.duration_s for r in results), 1),
+        "sinks": _by_sink(results),
     }
 
 
@@ -57,6 +70,7 @@ def _naive_row(naive: Sequence[ScheduleResult]) -> dict[str, Any]:
         "lost": agg["lost"],
         "duplicated": agg["duplicated"],
         "shows_problem": agg["lost"] + agg["duplicated"] > 0,
+        "sinks": agg["sinks"],
     }
 
 
@@ -163,6 +177,10 @@ def format_table(report: dict[str, Any]) -> str:
     lines.append(
         f"{'naive':<12}{n['schedules']:>10}{'':>7}{n['crashes']:>8}{'':>10}{'':>8}{n['lost']:>5}{n['duplicated']:>6}"
     )
+    for r in [*report["results"], {"strategy": "naive", **n}]:
+        if r.get("sinks"):
+            per_sink = ", ".join(f"{name} lost {c['lost']} dupl. {c['duplicated']}" for name, c in r["sinks"].items())
+            lines.append(f"  {r['strategy']} by sink: {per_sink}")
     for nd in report["nondeterministic"]:
         what = (
             f"NonDeterministicReplayError at batch {nd['detected_batch']}"

@@ -69,6 +69,12 @@ class ScheduleResult:
     def duplicated(self) -> int:
         return int(self.verdict.get("duplicated", 0))
 
+    @property
+    def by_sink(self) -> dict[str, tuple[int, int]]:
+        """Each sink's (lost, duplicated) in a fan-out; empty for one sink."""
+        sinks: dict[str, dict[str, Any]] = self.verdict.get("sinks") or {}
+        return {name: (int(v.get("lost", 0)), int(v.get("duplicated", 0))) for name, v in sinks.items()}
+
     def replay_command(self, sink: str, kills: int = 3) -> str:
         """The command that runs this schedule alone (same seed, workload and number of kills)."""
         only = {"eosink": "", "naive": " --only naive", "nondeterministic": " --only nondeterministic"}[self.mode]

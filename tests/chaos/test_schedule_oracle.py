@@ -470,3 +470,56 @@ def test_schedule_result_round_trips_through_json() -> None:
     res.runs.append(RunRecord(0, ["kill at F3 (+1 batches)"], "F3@1:kill", outcome="killed", injected=["F3@1:kill"]))
     back = ScheduleResult.from_json(json.loads(json.dumps(res.to_json())))
     assert back == res and back.duplicated == 1 and back.ok
+
+
+def _report(results: list[Any], sink: str) -> dict[str, Any]:
+    from eosink.chaos.report import build_report
+
+    return build_report(
+        results,
+        sink=sink,
+        seed=1,
+        schedules=1,
+        kills=3,
+        workload=W,
+        master="local[2]",
+        strategies=["2pc"],
+        atomic=lambda _: True,
+        duration_s=1.0,
+        jobs=1,
+        resumed=0,
+    )
+
+
+def test_report_breaks_a_fanouts_counts_down_by_sink() -> None:
+    from eosink.chaos.results import ScheduleResult
+
+    def result(mode: str, seed: int, postgres: tuple[int, int], kafka: tuple[int, int]) -> ScheduleResult:
+        sinks = {
+            name: {"lost": lost, "duplicated": dup} for name, (lost, dup) in (("postgres", postgres), ("kafka", kafka))
+        }
+        total = {"lost": postgres[0] + kafka[0], "duplicated": postgres[1] + kafka[1], "sinks": sinks}
+        return ScheduleResult(strategy="2pc", seed=seed, mode=mode, schedule={}, verdict=total)
+
+    naive = [result("naive", 1, (0, 7), (0, 0)), result("naive", 2, (0, 3), (1, 5))]
+    report = _report([result("eosink", 1, (0, 0), (0, 0)), *naive], "postgres+kafka")
+    assert report["naive"]["duplicated"] == 15
+    assert report["naive"]["sinks"] == {
+        "postgres": {"lost": 0, "duplicated": 10},
+        "kafka": {"lost": 1, "duplicated": 5},
+    }
+    assert report["results"][0]["sinks"] == {
+        "postgres": {"lost": 0, "duplicated": 0},
+        "kafka": {"lost": 0, "duplicated": 0},
+    }
+    text = format_table(report)
+    assert "naive by sink: postgres lost 0 dupl. 10, kafka lost 1 dupl. 5" in text
+    assert "2pc by sink: postgres lost 0 dupl. 0, kafka lost 0 dupl. 0" in text
+
+
+def test_report_of_one_sink_has_no_breakdown() -> None:
+    from eosink.chaos.results import ScheduleResult
+
+    one = ScheduleResult(strategy="2pc", seed=1, mode="naive", schedule={}, verdict={"lost": 0, "duplicated": 4})
+    report = _report([one], "postgres")
+    assert report["naive"]["sinks"] == {} and "by sink" not in format_table(report)
