@@ -11,6 +11,7 @@ from eosink.contract import Committable
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
+    from eosink.connectors.delta._rules import TableRules
     from eosink.connectors.delta._store import Store
 
 __all__ = ["_SinkBase"]
@@ -35,6 +36,9 @@ class _SinkBase:
         raise NotImplementedError
 
     def _columns(self, table: DeltaTable) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _rules(self, table: DeltaTable) -> TableRules:
         raise NotImplementedError
 
     def _partition_by(self, table: DeltaTable | None) -> tuple[str, ...]:

@@ -227,11 +227,18 @@ class _CommitSide(_SinkBase):
         from deltalake import Field, Schema
 
         current = table_columns(table)
+        required = self._rules(table).required_columns  # also refuses a rule added since the batch was written
         evolve = self.config.schema_evolution == "add_columns"
         schemas = _schemas(committables)
         for schema in schemas:
             check_batch(
-                current, delta_columns(schema), self._partition_by(table), evolve, f"batch {batch}", (KEY_COLUMN,)
+                current,
+                delta_columns(schema),
+                self._partition_by(table),
+                evolve,
+                f"batch {batch}",
+                (KEY_COLUMN,),
+                required,
             )
         new: dict[str, Any] = {}
         for schema in schemas:

@@ -159,7 +159,7 @@ class DataFiles:
         return list(self.done)
 
     def discard(self) -> None:
-        """Forget open files after an error (the attempt's files are removed by its abort or by recovery)."""
+        """Forget open files after an error (the sweep at the app's next fence removes the attempt's files)."""
         self.open.clear()
 
 

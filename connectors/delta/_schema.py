@@ -55,12 +55,14 @@ def check_batch(
     evolve: bool,
     where: str,
     allowed: tuple[str, ...] = (),
+    required: tuple[str, ...] = (),
 ) -> None:
     """Refuse a batch whose columns do not fit the table's, before anything of it is written.
 
     Every column the batch has must have the table's type; without ``evolve`` the batch must have
     every column of the table and no other; ``allowed`` columns (eosink's own key column) may be
-    there or not; with ``evolve``, new columns are allowed (and added at commit)."""
+    there or not; with ``evolve``, new columns are allowed (and added at commit), and columns may be
+    left out, but never a ``required`` (NOT NULL) one."""
     wrong = [f"{c} ({batch[c]} where the table has {table[c]})" for c in batch if c in table and batch[c] != table[c]]
     if wrong:
         raise SchemaError(
@@ -69,10 +71,11 @@ def check_batch(
         )
     missing = [c for c in table if c not in batch and c not in partition_by and c not in allowed]
     extra = [c for c in batch if c not in table and c not in allowed]
-    if (missing and not evolve) or (missing and any(c in partition_by for c in missing)):
+    if missing and (not evolve or any(c in partition_by or c in required for c in missing)):
         raise SchemaError(
             f"{where} lacks the Delta table's columns {missing}.",
-            "Select every column of the table in the query (or write to another table).",
+            "Select every column of the table in the query (or write to another table)"
+            + (f"; {[c for c in missing if c in required]} are NOT NULL in the table." if evolve else "."),
         )
     if extra and not evolve:
         raise SchemaError(

@@ -4,7 +4,8 @@
 
     begin(task)            the epoch checked against the table's log (FencedError)
     write(txn, batch)      first write: the batch's columns against the table's (SchemaError) before
-                           a byte is written; then rows stream into Parquet files of the attempt's own
+                           a byte is written; every write: no null where the table says NOT NULL
+                           (BadRecordError); then rows stream into Parquet files of the attempt's own
                            names in the table's directory (invisible: no add action names them yet)
     pre_commit(txn)        every file closed (written through to the store), the epoch checked again,
                            and the attempt's manifest (its committable) written under
@@ -23,6 +24,7 @@ import pyarrow as pa
 from eosink._attempts import attempt_closed, columns_changed
 from eosink.connectors.delta._base import _SinkBase
 from eosink.connectors.delta._files import DataFiles, file_prefix
+from eosink.connectors.delta._rules import TableRules
 from eosink.connectors.delta._schema import check_batch, delta_columns
 from eosink.contract import Committable, TaskRef
 from eosink.errors import SchemaError
@@ -40,6 +42,7 @@ class _Txn:
     files: DataFiles
     pid: int
     table_columns: dict[str, Any] | None
+    rules: TableRules
     rows: int = 0
     schema: pa.Schema | None = None
     done: bool = False
@@ -55,6 +58,7 @@ class _WriteSide(_SinkBase):
             table = self._table()
             self._check_epoch(table, app, task.epoch, "begin")
             columns = self._columns(table) if table is not None else None
+            rules = self._rules(table) if table is not None else TableRules()
             store = self._storage()
         prefix = file_prefix(app, task.batch.batch_id, task.participant, task.attempt)
 
@@ -69,7 +73,7 @@ class _WriteSide(_SinkBase):
             self.config.file_rows,
             opened,
         )
-        return _Txn(task, prefix, files, os.getpid(), columns)
+        return _Txn(task, prefix, files, os.getpid(), columns, rules)
 
     def _open(self, txn: _Txn, what: str) -> None:
         if txn.done or txn.pid != os.getpid():
@@ -91,6 +95,7 @@ class _WriteSide(_SinkBase):
                         self.config.schema_evolution == "add_columns",
                         where,
                         (KEY_COLUMN,),
+                        txn.rules.required_columns,
                     )
                 missing = [c for c in txn.files.partition_by if c not in data.schema.names]
                 if missing:
@@ -98,6 +103,8 @@ class _WriteSide(_SinkBase):
                 txn.schema = data.schema
             elif data.schema.names != txn.schema.names:
                 raise columns_changed(txn.schema.names, data.schema.names)
+            txn.rules.check_rows(data, where)
+            data = txn.rules.conform(data)
             txn.rows += data.num_rows
             with self._errors(f"write ({where})"):
                 txn.files.add(data)
@@ -106,7 +113,8 @@ class _WriteSide(_SinkBase):
             raise
 
     def _fail(self, txn: _Txn) -> None:
-        """Forget the attempt after an error; its files are removed by recovery (they have no manifest yet)."""
+        """Forget the attempt after an error. Its files, unnamed by the log and so invisible, stay until the
+        sweep at the app's next fence (recorded under ``writing/`` before each was created)."""
         txn.done = True
         txn.files.discard()
 

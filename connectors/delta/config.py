@@ -130,6 +130,18 @@ class DeltaConfig:
                 )
 
     @classmethod
+    def from_env(cls, table: str, **options: Any) -> DeltaConfig:
+        """A configuration whose S3 connection comes from :meth:`S3Connection.from_env` (the harness's
+        ``EOSINK_S3_*``, else the ``AWS_*`` chain), with ``options`` winning one by one: giving the endpoint
+        keeps the environment's credentials and region (the constructor, given any, takes none from it)."""
+        conn = S3Connection.from_env()
+        reach = ("endpoint_url", "region", "path_style", "access_key_id", "secret_access_key", "session_token")
+        settings: dict[str, Any] = {name: getattr(conn, name) for name in reach}
+        if conn.ca_bundle is not None:
+            settings["ca_bundle"] = conn.ca_bundle
+        return cls(table, **{**settings, **options})
+
+    @classmethod
     def on_endpoint(cls, table: str, endpoint: Any, **options: Any) -> DeltaConfig:
         """A table on an S3-compatible store described as the service harness describes MinIO (an object with
         ``endpoint_url``, ``access_key``, ``secret_key`` and ``region``); ``options`` may override any of them."""

@@ -36,6 +36,10 @@ class DeltaProfile(SinkProfile):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--table", required=True, help="the table: s3://bucket/path, hdfs://nn:port/path or a dir")
         parser.add_argument("--endpoint-url", help="an S3-compatible store's endpoint (default: $EOSINK_S3_* / AWS_*)")
+        parser.add_argument("--region", help="an s3:// table's region")
+        parser.add_argument(
+            "--path-style", action="store_true", default=None, help="path-style addressing (default for --endpoint-url)"
+        )
         parser.add_argument(
             "--ca-bundle", help="the CA (PEM) that signed an https:// store's certificate (default: $AWS_CA_BUNDLE)"
         )
@@ -44,8 +48,14 @@ class DeltaProfile(SinkProfile):
         from eosink.connectors.delta.admin import DeltaAdmin
         from eosink.connectors.delta.config import DeltaConfig
 
-        ca_bundle = getattr(args, "ca_bundle", None) or os.environ.get("AWS_CA_BUNDLE") or None
-        return DeltaAdmin(DeltaConfig(args.table, endpoint_url=args.endpoint_url, ca_bundle=ca_bundle))
+        options: dict[str, Any] = {}
+        for name in ("endpoint_url", "region", "path_style", "ca_bundle"):
+            value = getattr(args, name, None)
+            if value is not None:
+                options[name] = value
+        if "ca_bundle" not in options and os.environ.get("AWS_CA_BUNDLE"):
+            options["ca_bundle"] = os.environ["AWS_CA_BUNDLE"]
+        return DeltaAdmin(DeltaConfig.from_env(args.table, **options))
 
     def secrets_note(self) -> str:
         return (

@@ -41,6 +41,7 @@ from eosink.connectors.delta import _log
 from eosink.connectors.delta._commit_side import _CommitSide
 from eosink.connectors.delta._errors import translated
 from eosink.connectors.delta._files import app_key
+from eosink.connectors.delta._rules import TableRules, table_rules
 from eosink.connectors.delta._schema import table_columns
 from eosink.connectors.delta._store import Store, _S3Store, open_store
 from eosink.connectors.delta._write_side import _Txn, _WriteSide
@@ -120,6 +121,9 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
     def _columns(self, table: DeltaTable) -> dict[str, Any]:
         return table_columns(table)
 
+    def _rules(self, table: DeltaTable) -> TableRules:
+        return table_rules(table, self.config.table)
+
     def _partition_by(self, table: DeltaTable | None) -> tuple[str, ...]:
         if table is None:
             return self.config.partition_by
@@ -176,10 +180,13 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
     # -- setup, fencing ------------------------------------------------------------------------
 
     def setup(self, app_id: str) -> None:
-        """Check that the table can be reached (and, if it exists, that its columns fit the stream's); on S3, that
-        the store refuses a second create-only PUT (once per process and store)."""
+        """Check that the table can be reached (and, if it exists, that it declares no rule eosink would not
+        enforce and that its columns fit the stream's); on S3, that the store refuses a second create-only PUT
+        (once per process and store)."""
         with self._errors("opening the table"):
             table = self._table()
+        if table is not None:
+            self._rules(table)
         if self.config.scheme == "s3" and self.config.check_conditional_writes:
             self._probe_create_only()
         if table is not None and self._stream_schema is not None:
@@ -192,6 +199,7 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
                 self.config.schema_evolution == "add_columns",
                 "the query's output",
                 (KEY_COLUMN,),
+                self._rules(table).required_columns,
             )
 
     def _probe_create_only(self) -> None:

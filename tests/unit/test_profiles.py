@@ -106,3 +106,30 @@ def test_every_sink_is_in_the_readmes_list_of_connectors_and_its_docs_page_in_th
         assert f"| `{profile.name}` |" in table, f"README's Connectors table lacks {profile.name!r}"
         assert profile.docs and (root / "docs" / profile.docs).is_file(), f"{profile.name}: docs page missing"
         assert profile.docs in nav, f"{profile.docs} is not in mkdocs.yml's nav"
+
+
+@pytest.mark.parametrize(("sink", "where"), [("s3", ["--bucket", "bkt"]), ("delta", ["--table", "s3://bkt/t"])])
+def test_an_admin_given_the_endpoint_keeps_the_environments_credentials_and_region(
+    sink: str, where: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``eosink status --sink S --endpoint-url URL``: the flag replaces the environment's endpoint only.
+    Pass: the access key, secret and region of ``EOSINK_S3_*`` are still there; ``--region`` wins over it."""
+    import argparse
+
+    monkeypatch.setenv("EOSINK_S3_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("EOSINK_S3_ACCESS_KEY", "env-key")
+    monkeypatch.setenv("EOSINK_S3_SECRET_KEY", "env-secret")
+    monkeypatch.setenv("EOSINK_S3_REGION", "eu-west-3")
+    profile = get_profile(sink)
+    for flags, region in (([], "eu-west-3"), (["--region", "ap-south-1"], "ap-south-1")):
+        parser = argparse.ArgumentParser()
+        profile.add_arguments(parser)
+        args = parser.parse_args([*where, "--endpoint-url", "http://127.0.0.1:10", *flags])
+        config = profile.admin(args).config  # type: ignore[attr-defined]
+        conn = config.s3 if sink == "delta" else config.connection()
+        assert (conn.endpoint_url, conn.access_key_id, conn.secret_access_key, conn.region) == (
+            "http://127.0.0.1:10",
+            "env-key",
+            "env-secret",
+            region,
+        )

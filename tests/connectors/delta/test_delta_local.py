@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from eosink.contracts._steps import bundle_for, canon, prepare, rows_for
 from eosink.contracts.harness import CONTRACT_SCHEMA
 from eosink.errors import (
     AmbiguousCommitError,
+    BadRecordError,
     CommitAbortedError,
     ConfigurationError,
     EosinkError,
@@ -396,3 +398,100 @@ def test_storage_options_that_say_how_to_reach_s3_are_refused_and_sse_c_keys_are
         "s3://lake/t", access_key_id="a", secret_access_key="b", storage_options={"aws_sse_customer_key_base64": "K3Y"}
     )
     assert "K3Y" not in repr(config) and config.scrub("key K3Y") == "key ***"
+
+
+def strict_table(tmp_path: Path, **options: Any) -> DeltaSink:
+    """A table made outside eosink whose ``id`` and ``tag.code`` (in a nullable struct) are NOT NULL."""
+    from deltalake import write_deltalake
+
+    code = pa.struct([pa.field("code", pa.string(), nullable=False)])
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()), ("tag", code)])
+    write_deltalake(str(tmp_path / "table"), pa.table({"id": [0], "name": ["seed"], "tag": [{"code": "a"}]}, schema))
+    sink = DeltaSink(DeltaConfig(str(tmp_path / "table"), **options))
+    sink.bind_schema(
+        pa.schema([("id", pa.int64()), ("name", pa.string()), ("tag", pa.struct([("code", pa.string())]))])
+    )
+    return sink
+
+
+def test_a_null_where_the_table_says_not_null_is_a_bad_record_and_nothing_lands(tmp_path: Path) -> None:
+    """The table's ``id`` and ``tag.code`` are NOT NULL; Spark's batches declare every column nullable. Pass: a
+    batch with a null id, or a present tag whose code is null, raises BadRecordError naming the place and the
+    fix, before any file is written; a null tag (the struct itself may be null) is fine; after the fix the
+    batch lands once and the table still reads."""
+    from deltalake import DeltaTable
+
+    sink = strict_table(tmp_path)
+    epoch = sink.fence(APP)
+    kinds = pa.schema([("id", pa.int64()), ("name", pa.string()), ("tag", pa.struct([("code", pa.string())]))])
+    for rows, place in (
+        ([{"id": 1, "name": "a", "tag": None}, {"id": None, "name": "b", "tag": None}], "id (1 null)"),
+        ([{"id": 1, "name": "a", "tag": {"code": None}}, {"id": 2, "name": "b", "tag": None}], "tag.code (1 null)"),
+    ):
+        txn = sink.begin(TaskRef(BatchRef(APP, 0), epoch, 0, f"bad-{place[:3]}"))
+        with pytest.raises(BadRecordError, match=re.escape(place)) as err:
+            sink.write(txn, pa.RecordBatch.from_pylist(rows, schema=kinds))
+        assert err.value.fix and "coalesce" in err.value.fix
+    assert [p.name for p in (tmp_path / "table").glob("*.parquet") if "eosink" in p.name] == []
+    batch = BatchRef(APP, 0)
+    txn = sink.begin(TaskRef(batch, epoch, 0, "fixed"))
+    sink.write(txn, pa.RecordBatch.from_pylist([{"id": 1, "name": "a", "tag": None}], schema=kinds))
+    made = [sink.pre_commit(txn)]
+    sink.commit(batch, made, bundle_for(batch, epoch, made))
+    assert sorted(r["id"] for r in DeltaTable(str(tmp_path / "table")).to_pyarrow_table().to_pylist()) == [0, 1]
+
+
+def test_with_add_columns_a_batch_may_leave_out_a_nullable_column_but_never_a_not_null_one(tmp_path: Path) -> None:
+    """Pass: under add_columns a batch without ``name`` (nullable) is written; one without ``id`` (NOT NULL)
+    is a SchemaError naming it, at setup and at the first write."""
+    sink = strict_table(tmp_path, schema_evolution="add_columns")
+    epoch = sink.fence(APP)
+    txn = sink.begin(TaskRef(BatchRef(APP, 0), epoch, 0, "no-name"))
+    sink.write(
+        txn,
+        pa.RecordBatch.from_pylist(
+            [{"id": 5, "tag": None}],
+            schema=pa.schema([("id", pa.int64()), ("tag", pa.struct([("code", pa.string())]))]),
+        ),
+    )
+    txn = sink.begin(TaskRef(BatchRef(APP, 0), epoch, 1, "no-id"))
+    with pytest.raises(SchemaError, match=r"\['id'\] are NOT NULL"):
+        sink.write(txn, pa.RecordBatch.from_pylist([{"name": "x"}]))
+    sink.bind_schema(pa.schema([("name", pa.string())]))
+    with pytest.raises(SchemaError, match=r"\['id'\] are NOT NULL"):
+        sink.setup(APP)
+
+
+@pytest.mark.parametrize(
+    ("declare", "named"),
+    [
+        (("constraint", ""), "CHECK constraint 'positive' (id > 0)"),
+        (("delta.generationExpression", "id * 2"), "generated column 'twice'"),
+        (("delta.invariants", '{"expression": {"expression": "twice > 0"}}'), "column invariant 'twice'"),
+        (("delta.identity.start", "1"), "identity column 'twice'"),
+    ],
+)
+def test_a_table_with_rules_eosink_would_not_enforce_is_refused_before_a_write(
+    tmp_path: Path, declare: tuple[str, str], named: str
+) -> None:
+    """A CHECK constraint, or a generated, invariant or identity column (as field metadata), would not be
+    evaluated on the rows eosink writes. Pass: setup and begin raise SchemaError naming the rule and the fix;
+    the table's log is unchanged."""
+    from deltalake import DeltaTable
+
+    where = str(tmp_path / "table")
+    key, value = declare
+    meta = {} if key == "constraint" else {key: value}
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("twice", pa.int64(), metadata=meta)])
+    DeltaTable.create(where, schema)
+    if key == "constraint":
+        DeltaTable(where).alter.add_constraint({"positive": "id > 0"})
+    version = DeltaTable(where).version()
+    sink = DeltaSink(DeltaConfig(where))
+    sink.bind_schema(schema)
+    with pytest.raises(SchemaError, match=re.escape(named)) as err:
+        sink.setup(APP)
+    assert err.value.fix and "query" in err.value.fix
+    with pytest.raises(SchemaError, match=re.escape(named)):
+        sink.begin(TaskRef(BatchRef(APP, 0), 1, 0, "a"))
+    assert DeltaTable(where).version() == version
