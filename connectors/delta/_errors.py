@@ -34,6 +34,8 @@ from eosink.errors import (
     TlsError,
     TransientError,
 )
+from eosink.stores.hdfs_errors import is_connection_error as is_hdfs_connection_error
+from eosink.stores.hdfs_errors import is_quota_exceeded, quota_error
 
 __all__ = ["translate", "translated"]
 
@@ -134,9 +136,12 @@ def translate(config: DeltaConfig, exc: BaseException, what: str) -> EosinkError
             f"{where}: the store speaks TLS only, and the request was plain HTTP ({detail}).",
             "Use an https:// endpoint_url (with ca_bundle if its certificate is signed by a CA of your own).",
         )
+    if config.scheme == "hdfs" and is_quota_exceeded(exc):
+        return quota_error(where, detail, "the table")
     lowered = text.lower()
     if (
-        isinstance(exc, ConnectionError | TimeoutError)
+        (config.scheme == "hdfs" and is_hdfs_connection_error(exc))
+        or isinstance(exc, ConnectionError | TimeoutError)
         or any(m.lower() in lowered for m in _TRANSIENT)
         or any(code >= 500 for code in status)
     ):

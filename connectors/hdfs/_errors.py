@@ -22,40 +22,9 @@ from contextlib import contextmanager
 from eosink.connectors.hdfs.config import HdfsConfig
 from eosink.connectors.hdfs.grants import refused
 from eosink.errors import ConfigurationError, EosinkError, PermissionDeniedError, TransientError
+from eosink.stores.hdfs_errors import is_connection_error, is_quota_exceeded, quota_error
 
 __all__ = ["is_connection_error", "translate", "translated"]
-
-_TRANSIENT_MARKERS = (
-    "SafeModeException",
-    "StandbyException",
-    "RetriableException",
-    "ConnectException",
-    "connection",
-    "broken pipe",
-    "timed out",
-    "timeout",
-    "unexpected eof",
-    "early eof",
-    "reset by peer",
-    "no route to host",
-    "Failed to connect",
-    "failed to read",
-    "channel closed",
-    "disconnected",
-    "failed to complete file in time",  # close() could not confirm the file with the NameNode
-    "DataTransferError",  # hdfs-native lost its DataNodes mid-block ("All nodes failed for write", ...)
-)
-_QUOTA = ("DSQuotaExceededException", "NSQuotaExceededException", "QuotaExceededException")
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is a dropped or refused connection (the request may or may not have reached HDFS)."""
-    if isinstance(exc, ConnectionError | TimeoutError):
-        return True
-    if isinstance(exc, FileNotFoundError | FileExistsError | PermissionError):
-        return False
-    text = str(exc).lower()
-    return isinstance(exc, OSError | RuntimeError) and any(m.lower() in text for m in _TRANSIENT_MARKERS)
 
 
 def _detail(config: HdfsConfig, exc: BaseException) -> str:
@@ -83,12 +52,8 @@ def translate(config: HdfsConfig, exc: BaseException, what: str) -> EosinkError:
             "then restart the query.",
             permission=needed.permission if needed is not None else what,
         )
-    if any(q in text for q in _QUOTA):
-        return ConfigurationError(
-            f"{where}: the directory's quota is exceeded: {detail}.",
-            "Raise the quota (hdfs dfsadmin -setSpaceQuota / -setQuota) or free space under the target, then restart "
-            "the query; nothing of the failed batch is visible.",
-        )
+    if is_quota_exceeded(exc):
+        return quota_error(where, detail, "the target")
     if "ParentNotDirectoryException" in text or "is not a directory" in text:
         return ConfigurationError(
             f"{where}: a file stands where a directory belongs: {detail}.",

@@ -11,6 +11,7 @@ A file sink keeps only its commit protocol in its own folder; reaching the store
 * :mod:`eosink.stores.hdfs`: ``hdfs://`` targets (name services, ``fs.defaultFS``), one
   ``hdfs_native`` client per process, and :class:`~eosink.stores.hdfs.Fs`, the guarded file
   operations (checked renames, create-only files, bounded waits on stalled DataNodes);
+* :mod:`eosink.stores.hdfs_errors`: which of hdfs-native's failures a retry can cure, and a full quota;
 * :mod:`eosink.stores.encoding`: rows into bytes: Parquet row groups streamed into any write-only
   file, JSON lines, and the checks that refuse a row before its batch is written;
 * :mod:`eosink.stores.partitions`: rows grouped by their partition values (in Arrow) and Hive-style

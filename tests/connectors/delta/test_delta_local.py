@@ -27,6 +27,7 @@ from eosink.errors import (
     EosinkError,
     FencedError,
     SchemaError,
+    TransientError,
 )
 
 APP = "delta-app"
@@ -495,3 +496,32 @@ def test_a_table_with_rules_eosink_would_not_enforce_is_refused_before_a_write(
     with pytest.raises(SchemaError, match=re.escape(named)):
         sink.begin(TaskRef(BatchRef(APP, 0), 1, 0, "a"))
     assert DeltaTable(where).version() == version
+
+
+@pytest.mark.parametrize(
+    ("raised", "kind"),
+    [
+        (RuntimeError('DataTransferError("All nodes failed for write")'), TransientError),
+        (RuntimeError("failed to complete file in time"), TransientError),
+        (RuntimeError('RPCError("org.apache.hadoop.ipc.RetriableException", "NameNode not started")'), TransientError),
+        (RuntimeError("channel closed"), TransientError),
+        (OSError("Connection refused"), TransientError),
+        (
+            RuntimeError('RPCError("org.apache.hadoop.hdfs.protocol.DSQuotaExceededException", "quota")'),
+            ConfigurationError,
+        ),
+    ],
+)
+def test_hdfs_failures_of_a_delta_table_are_read_as_the_hdfs_sink_reads_them(
+    raised: BaseException, kind: type[EosinkError]
+) -> None:
+    """The store kit's reading of hdfs-native's failures (eosink.stores.hdfs_errors), shared with the HDFS sink.
+    Pass: a lost DataNode, a file the NameNode could not confirm, a NameNode not serving yet and a dropped
+    connection are TransientErrors (a retry writes new files); an exceeded quota is a ConfigurationError naming
+    the fix."""
+    from eosink.connectors.delta._errors import translate
+
+    error = translate(DeltaConfig("hdfs://127.0.0.1:9/table"), raised, "write")
+    assert type(error) is kind, (raised, error)
+    if kind is ConfigurationError:
+        assert error.fix and "setSpaceQuota" in error.fix
