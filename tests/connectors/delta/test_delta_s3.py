@@ -1,0 +1,84 @@
+"""DeltaSink on MinIO: what only a real S3 store shows. A zombie's commit racing a fence takes the same
+version and is refused by the store's create-only PUT (``If-None-Match: *``); a store that ignores that
+condition is refused at setup, before anything is written."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eosink.connectors.delta import DeltaSink, _log
+from eosink.connectors.delta.testing import DeltaHarness, read_table
+from eosink.contract import BatchRef, CommitStatus
+from eosink.contracts._steps import bundle_for, prepare, rows_for
+from eosink.contracts.harness import CONTRACT_SCHEMA, Namespace
+from eosink.errors import ConfigurationError, FencedError
+from tests.connectors._no_conditions import NoConditionsProxy
+
+HARNESS = DeltaHarness("s3")
+APP = "delta-s3-app"
+
+
+@pytest.fixture
+def ns(tmp_path: Path) -> Iterator[Namespace]:
+    where = Namespace(f"race_{uuid.uuid4().hex[:10]}", tmp_path)
+    yield where
+    HARNESS.cleanup(where)
+
+
+def sink_of(ns: Namespace, **options: Any) -> DeltaSink:
+    sink = DeltaSink(HARNESS.config(ns, **options))
+    sink.bind_schema(CONTRACT_SCHEMA)
+    return sink
+
+
+def test_a_zombie_whose_snapshot_predates_a_fence_loses_the_create_only_put_on_s3(ns: Namespace) -> None:
+    """A writer checks its epoch on snapshot v; before its commit (the PUT of entry v + 1), a newer writer
+    fences, taking v + 1 first. Pass: MinIO refuses the zombie's PUT, the zombie reads the log again and
+    raises FencedError (no commit at v + 2); nothing of its batch is visible; its work is still PREPARED."""
+    zombie = sink_of(ns)
+    epoch = zombie.fence(APP)
+    batch = BatchRef(APP, 0)
+    made = [prepare(zombie, batch, epoch, p, rows_for(APP, 0, p, 3)) for p in range(2)]
+    real = _log.commit_at
+    fenced: list[int] = []
+
+    def fence_first(*args: Any, **kwargs: Any) -> None:
+        if not fenced:
+            fenced.append(sink_of(ns).fence(APP))
+        real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_log, "commit_at", fence_first)
+        with pytest.raises(FencedError):
+            zombie.commit(batch, made, bundle_for(batch, epoch, made))
+    assert fenced == [epoch + 1]
+    assert read_table(zombie.config) == []
+    assert sink_of(ns).commit_status(batch, made) is CommitStatus.PREPARED
+
+
+def test_a_store_that_ignores_if_none_match_is_refused_at_setup(ns: Namespace) -> None:
+    """Reached through a proxy that drops the conditions (as a store without conditional writes would).
+    Pass: setup raises ConfigurationError naming If-None-Match and the fix, and writes no table; the same
+    sink on MinIO itself sets up, and its first batch lands."""
+    proxy = NoConditionsProxy(HARNESS._minio())
+    try:
+        bad = sink_of(ns, endpoint_url=proxy.url)
+        with pytest.raises(ConfigurationError, match="If-None-Match") as err:
+            bad.setup(APP)
+        assert err.value.fix and "conditional writes" in err.value.fix
+        assert proxy.stripped >= 1, "the probe's conditional PUT went through the proxy"
+    finally:
+        proxy.close()
+    assert _log.load(bad.config.table, bad.config.delta_options()) is None
+    good = sink_of(ns)
+    good.setup(APP)
+    epoch = good.fence(APP)
+    batch = BatchRef(APP, 0)
+    made = [prepare(good, batch, epoch, 0, rows_for(APP, 0, 0, 2))]
+    good.commit(batch, made, bundle_for(batch, epoch, made))
+    assert len(read_table(good.config)) == 2
