@@ -25,7 +25,6 @@ from eosink.errors import (
     CommitAbortedError,
     ConfigurationError,
     EosinkError,
-    FencedError,
     SchemaError,
     TransientError,
 )
@@ -96,34 +95,6 @@ def test_a_bound_that_json_cannot_hold_exactly_is_widened_or_left_out() -> None:
     assert doc["minValues"] == {"ts": "2024-01-01 00:00:00", "s": "a" * 32}
     assert doc["maxValues"] == {"ts": "2024-01-01 00:00:00.002"}
     assert doc["nullCount"] == {"ts": 0, "s": 0, "f": 0}
-
-
-def test_a_zombie_whose_snapshot_predates_a_fence_is_refused_in_the_same_commit(tmp_path: Path) -> None:
-    """A writer checks its epoch on snapshot v; before its commit (at v + 1), a newer writer fences (taking
-    v + 1).
-
-    Pass: the zombie's commit raises FencedError (not a commit at v + 2); nothing of its batch is visible,
-    and its work is still PREPARED for the new writer to decide."""
-    zombie = sink_at(tmp_path)
-    epoch = zombie.fence(APP)
-    batch = BatchRef(APP, 0)
-    made = [prepare(zombie, batch, epoch, p, rows_for(APP, 0, p, 3)) for p in range(2)]
-    real = _log.commit_at
-    fenced: list[int] = []
-
-    def fence_first(*args: Any, **kwargs: Any) -> None:
-        if not fenced:
-            fenced.append(0)
-            fenced[0] = sink_at(tmp_path).fence(APP)
-        real(*args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_log, "commit_at", fence_first)
-        with pytest.raises(FencedError):
-            zombie.commit(batch, made, bundle_for(batch, epoch, made))
-    assert fenced == [epoch + 1]
-    assert read_table(zombie.config) == []
-    assert sink_at(tmp_path).commit_status(batch, made) is CommitStatus.PREPARED
 
 
 def test_a_commit_whose_reply_is_lost_is_ambiguous_and_the_log_tells_it_landed(tmp_path: Path) -> None:
