@@ -21,10 +21,17 @@ _CLASSES = {
 }
 
 #: Every secured variant (TLS, authentication, a least-privileged writer), by the plain service's name.
-SECURE_VARIANTS: dict[str, str] = {"postgres": "postgres-secure", "kafka": "kafka-secure", "minio": "minio-secure"}
+#: HDFS is its own: the harness's NameNode always checks permissions, and writers run as an ordinary user.
+SECURE_VARIANTS: dict[str, str] = {
+    "postgres": "postgres-secure",
+    "kafka": "kafka-secure",
+    "hdfs": "hdfs",
+    "minio": "minio-secure",
+}
 #: Every service name, in the order ``up`` starts them; ``up`` with no names starts the plain ones.
 SERVICE_NAMES: tuple[str, ...] = tuple(_CLASSES)
-PLAIN_SERVICE_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in SECURE_VARIANTS.values())
+_SECURE_ONLY = {secure for plain, secure in SECURE_VARIANTS.items() if secure != plain}
+PLAIN_SERVICE_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in _SECURE_ONLY)
 
 
 def get_service(name: str) -> Service[Any]:

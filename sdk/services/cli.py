@@ -24,7 +24,7 @@ from eosink.services._registry import PLAIN_SERVICE_NAMES, SECURE_VARIANTS, SERV
 from eosink.services.base import Service
 from eosink.services.spark_jars import SparkJars
 
-__all__ = ["main"]
+__all__ = ["main", "selected"]
 
 log = logging.getLogger("eosink.services")
 JARS = "spark-jars"
@@ -44,10 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [n for n in args.names if n not in ALL]
     if unknown:
         parser.error(f"unknown service {', '.join(unknown)}; choose from {', '.join(ALL)}")
-    names: list[str] = [n for n in ALL if n in args.names] if args.names else list(DEFAULT)
-    if args.secure:
-        plain = names if args.names else list(SECURE_VARIANTS)
-        names = [SECURE_VARIANTS.get(n, n) for n in plain if n in SECURE_VARIANTS or n in SECURE_VARIANTS.values()]
+    names = selected(args.names, secure=args.secure)
     action: Callable[[list[str]], int] = {"up": up, "check": check, "down": down, "status": status, "env": env}[
         args.action
     ]
@@ -56,6 +53,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+
+
+def selected(names: Sequence[str], *, secure: bool) -> list[str]:
+    """The services a command acts on, in start order: ``names`` (none: every plain server and the jars), or
+    with ``secure`` the secured variant of each (none: every server's)."""
+    chosen: list[str] = [n for n in ALL if n in names] if names else list(DEFAULT)
+    if not secure:
+        return chosen
+    plain = chosen if names else list(SECURE_VARIANTS)
+    return [SECURE_VARIANTS.get(n, n) for n in plain if n in SECURE_VARIANTS or n in SECURE_VARIANTS.values()]
 
 
 def _log_progress() -> None:
