@@ -84,9 +84,10 @@ class TlsError(ConfigurationError):
 class PermissionDeniedError(ConfigurationError):
     """The credentials were accepted but lack a permission the sink needs.
 
-    ``permission`` names it as the server's administrator would grant it (a ``GRANT`` statement,
-    a Kafka ACL, an S3 policy action, an HDFS permission); the fix says how. Raised before
-    anything of the batch becomes visible.
+    ``permission`` names it (a privilege on an object, a Kafka ACL, an S3 policy action, an HDFS
+    permission); the fix is the statement or command that grants it. Raised before anything of the
+    batch becomes visible (under the idempotent strategy, rows upserted before a refusal stay, and
+    the replay overwrites them).
     """
 
     def __init__(self, problem: str, fix: str | None = None, *, permission: str | None = None) -> None:

@@ -88,6 +88,7 @@ def _canon(rows: list[dict[str, Any]]) -> list[str]:
 
 
 WALK = [(strategy, acl.name) for strategy in ("2pc", "idempotent-id") for acl in writer_acls(KafkaConfig("b:1"))]
+WALK.append(("2pc", "topic-create"))  # only with create_topic=True: the target topic is the writer's to create
 
 
 @pytest.mark.parametrize(("strategy", "left_out"), WALK)
@@ -95,9 +96,14 @@ def test_each_documented_acl_is_needed(
     ns: Namespace, endpoint: SecureKafkaEndpoint, strategy: str, left_out: str
 ) -> None:
     """Without ``left_out`` the query stops with PermissionDeniedError naming it, before anything is visible
-    under either strategy; with the ACL created, a restart from the same checkpoint lands every batch once."""
-    _topic(ns)
-    config = _config(ns, endpoint)
+    under either strategy; with the ACL created, a restart from the same checkpoint lands every batch once.
+    ``topic-create`` is walked with create_topic=True and no target topic yet: it must not appear."""
+    creates = left_out == "topic-create"
+    if creates:
+        HARNESS._made.add(ns.name)  # the sink makes the topic; cleaned up with the namespace
+    else:
+        _topic(ns)
+    config = _config(ns, endpoint, create_topic=True) if creates else _config(ns, endpoint)
     (acl,) = [a for a in writer_acls(config) if a.name == left_out]
     HARNESS.grant(config, leave_out=left_out)
     batches = _batches()
@@ -107,7 +113,10 @@ def test_each_documented_acl_is_needed(
         assert isinstance(err, PermissionDeniedError) and err.permission == acl.permission, err
         assert err.fix and acl.command(f"User:{endpoint.writer}") in err.fix
         assert_secret_free(err, [endpoint.writer_password])
-        assert HARNESS.read_committed(ns) == []  # also under idempotent: fence proves the progress topic writable
+        if creates:
+            assert HARNESS.topic(ns) not in HARNESS.admin().list_topics()
+        else:
+            assert HARNESS.read_committed(ns) == []  # also under idempotent: fence proves the progress topic writable
 
         HARNESS.allow([acl.acl(f"User:{endpoint.writer}")], f"User:{endpoint.writer}")
         driver.restart()

@@ -75,6 +75,7 @@ def test_each_documented_action_is_needed(tmp_path: Path, left_out: str, monkeyp
         try:
             err = driver.fail(batches, PermissionDeniedError)
             assert isinstance(err, PermissionDeniedError) and err.permission == left_out, err
+            assert err.fix and left_out in err.fix, err.fix
             assert_secret_free(err, [endpoint.writer_secret, endpoint.secret_key])
             assert HARNESS.read_as_admin(prefix) == []
         finally:

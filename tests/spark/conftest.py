@@ -49,6 +49,12 @@ class Run:
     stderr: str
     stats: dict[str, Any] | None
     faults_fired: list[str] = field(default_factory=list)
+    stdout: str = ""
+
+    @property
+    def output(self) -> str:
+        """Everything the driver printed: its own and its JVM's (local executors and their Python workers)."""
+        return f"{self.stdout}\n{self.stderr}"
 
     @property
     def error_kind(self) -> str | None:
@@ -116,7 +122,7 @@ class Pipeline:
         (self.root / "stats.json").unlink(missing_ok=True)
         cmd = [sys.executable, *self.command(mode, master or self.master), *self.extra_args, *(args or [])]
         return subprocess.Popen(
-            cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
 
     def environment(self) -> dict[str, str]:
@@ -134,7 +140,7 @@ class Pipeline:
 
     def finish(self, proc: subprocess.Popen[str], timeout_s: float = DRIVER_TIMEOUT_S) -> Run:
         try:
-            _, stderr = proc.communicate(timeout=timeout_s)
+            stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             kill_session(proc.pid)
             _, stderr = proc.communicate()
@@ -149,7 +155,7 @@ class Pipeline:
         kill_session(proc.pid)  # a clean exit's JVM and Python workers may take a moment: reap them
         stats_path = self.root / "stats.json"
         stats = json.loads(stats_path.read_text()) if stats_path.exists() else None
-        return Run(proc.returncode, stderr, stats, self.fired())
+        return Run(proc.returncode, stderr, stats, self.fired(), stdout or "")
 
     def run(self, faults: str | None = None, **kw: Any) -> Run:
         return self.finish(self.start(faults, **kw))

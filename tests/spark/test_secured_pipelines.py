@@ -35,7 +35,7 @@ from eosink.contracts.secrets import assert_secret_free
 from eosink.services import get_service
 from eosink.services.kafka_secure import SecureKafkaEndpoint
 from eosink.services.minio_secure import SecureS3Endpoint
-from eosink.services.postgres_secure import SecurePostgresEndpoint
+from eosink.services.postgres_secure import SecurePostgresEndpoint, secure_url
 
 from .conftest import Run, assert_clean, assert_killed
 from .test_delta_pipeline import DeltaPipeline
@@ -100,7 +100,25 @@ def _kill_and_restart(p: Any, point: str, secrets: list[str]) -> None:
     assert_clean(runs[-1])
     p.assert_exact()
     for run in runs:
-        assert_secret_free(run.stderr, secrets)
+        assert_secret_free(run.output, secrets)
+
+
+WRONG = "not-the-writer-password-7"
+
+
+def _refused_then_landed(p: Any, secrets: list[str], nothing_visible: Any, fix: Any) -> None:
+    """A real Spark query with a wrong password: it stops with AuthenticationError, nothing of it is visible
+    and no secret (the wrong one or the right one) is in anything the driver, its executors or their Python
+    workers printed; with the password fixed, a restart from the same checkpoint lands every row once."""
+    refused = p.run()
+    assert refused.returncode != 0 and refused.error_kind == "AuthenticationError", refused.output[-3000:]
+    assert_secret_free(refused.output, [WRONG, *secrets])
+    assert nothing_visible()
+    fix()
+    landed = p.run()
+    assert_clean(landed)
+    p.assert_exact()
+    assert_secret_free(landed.output, secrets)
 
 
 @pytest.mark.parametrize(("variant", "point"), KILLS)
@@ -112,15 +130,32 @@ def test_postgres_kill_and_restart_as_the_least_privileged_writer(
     _kill_and_restart(p, point, [endpoint.writer_password])
 
 
+def test_postgres_with_a_wrong_password_stops_then_lands_once_fixed(
+    secure_pg: tuple[SecurePgPipeline, SecurePostgresEndpoint],
+) -> None:
+    p, endpoint = secure_pg
+    right = p.writer_url
+    p.writer_url = secure_url(endpoint.writer, WRONG, endpoint.port, endpoint.ca, endpoint.dbname)
+
+    def fix() -> None:
+        p.writer_url = right
+
+    _refused_then_landed(p, [endpoint.writer_password], lambda: not p.found(), fix)
+
+
 @dataclass
 class SecureKafkaPipeline(KafkaPipeline):
     """The driver produces as the writer over SASL_SSL; the test reads back as the administrator."""
 
     secured: SecureKafkaEndpoint | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+    """The writer's password the driver is given (None: the right one)."""
 
     def environment(self) -> dict[str, str]:
         assert self.secured is not None
-        options = json.dumps(self.secured.writer_options())
+        writer = self.secured
+        password = writer.writer_password if self.password is None else self.password
+        options = json.dumps(writer.client_options(writer.writer, password))
         return {**super().environment(), "EOSINK_TEST_KAFKA_OPTIONS": options}  # never in argv: a password
 
     def config(self) -> KafkaConfig:
@@ -170,6 +205,19 @@ def test_kafka_kill_and_restart_as_the_least_privileged_writer(
     p, endpoint = secure_kafka
     p.strategy = strategy
     _kill_and_restart(p, point, [endpoint.writer_password])
+
+
+@pytest.mark.full
+def test_kafka_with_a_wrong_password_stops_then_lands_once_fixed(
+    secure_kafka: tuple[SecureKafkaPipeline, SecureKafkaEndpoint],
+) -> None:
+    p, endpoint = secure_kafka
+    p.password = WRONG
+
+    def fix() -> None:
+        p.password = None
+
+    _refused_then_landed(p, [endpoint.writer_password], lambda: not p.found(), fix)
 
 
 # -- S3, Delta on S3, HDFS: every strategy's kill in test-secured-full ---------------------------------------------
