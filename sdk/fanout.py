@@ -172,6 +172,7 @@ class FanOut(Engine[FanOutInput]):
             threaded=threaded,
         )
         self._closed = False
+        self._order_settled = False  # the sinks' order checked against (or recorded in) an existing checkpoint
 
     def _member(self, name: str, sink: Sink[Any]) -> Coordinator:
         coordinator = _Member(sink, member_app_id(self.app_id, name), self.strategy, self.checkpoint, self.policy)
@@ -192,8 +193,7 @@ class FanOut(Engine[FanOutInput]):
         """Fence and recover each sink in order; a sink rolls forward only what the sinks before it hold
         (2pc: everything Spark committed, which they hold once their own recovery succeeded)."""
         with self._lock:
-            if not self.started:
-                check_order(self.checkpoint, self.app_id, self.names, record=True)
+            self._settle_order()
             held: int | None = None
             for coordinator in self.coordinators:
                 if not coordinator.started:
@@ -202,6 +202,13 @@ class FanOut(Engine[FanOutInput]):
                 last = coordinator.last_bundle
                 newest = -1 if last is None else last.batch.batch_id
                 held = newest if held is None else min(held, newest)
+
+    def _settle_order(self) -> None:
+        """Check the sinks' order against the checkpoint's record, or record it, once the checkpoint exists (a
+        ``recover()`` before the query's first start finds none yet: the first batch records it then)."""
+        if not self._order_settled:
+            check_order(self.checkpoint, self.app_id, self.names, record=True)
+            self._order_settled = self.checkpoint.exists()
 
     def recovery_plans(self) -> list[tuple[str, RecoveryPlan]]:
         """What :meth:`start` would recover in each sink, in order, changing nothing (``eosink recover --dry-run``):
@@ -307,6 +314,7 @@ class FanOut(Engine[FanOutInput]):
         batch first."""
         if self._fenced is not None:
             return
+        self._settle_order()  # a run with no batch never started: sinks given in another order commit nothing
         for name, coordinator in zip(self.names, self.coordinators, strict=True):
             if not coordinator.finish_spark_committed():
                 log.info(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -494,3 +495,69 @@ def test_a_replay_reuses_the_write_pass_fingerprint_in_its_version_and_takes_eac
     asked.clear()
     assert replay_fingerprints([1, 2], None, take) == [Fingerprint(rows=1, version=1), Fingerprint(rows=2, version=2)]
     assert asked == [1, 2]
+
+
+def test_a_recover_before_the_first_start_still_leaves_the_order_recorded(tmp_path: Path) -> None:
+    """``writer.recover()`` runs before Spark has created the checkpoint (nothing to record it in yet); then the
+    query starts. Pass: the first batch records the sinks' order, so a restart that swaps them is refused."""
+    ms = mini(tmp_path, VARIANTS[1])
+    ms.ckpt = FakeCheckpoint(tmp_path / "fresh", metadata=False)
+    ms.fanout = ms.new()
+    ms.fanout.recover()
+    assert ms.ckpt.spark().read_fanout(APP) is None  # no checkpoint yet
+    (ms.ckpt.root / "metadata").write_text(json.dumps({"id": ms.ckpt.query_id}) + "\n")  # Spark starts the query
+    ms.run()
+    assert ms.ckpt.spark().read_fanout(APP) == ["a", "b"]
+    ms.assert_exact()
+
+
+def test_a_run_with_no_new_batch_and_the_sinks_swapped_commits_nothing(tmp_path: Path) -> None:
+    """2pc: the driver died at F5 of batch 2 (Spark committed it, neither sink did); the restart, given the
+    sinks in the other order, finds no new input, so only ``finish_spark_committed`` at close would commit.
+
+    Pass: it stops with ConfigurationError naming the recorded order, and neither sink holds batch 2 (b must
+    never show it before a); in order, the close commits it in both, exact."""
+    ms = mini(tmp_path, VARIANTS[0])
+    ms.crash("F5@2:raise")
+    ms.restart()
+    for coordinator in ms.fanout.coordinators:
+        coordinator.sink.close()
+    a, b = ReferenceSink(ms.dbs["a"]), OrderedSink(ms.dbs["b"], ms.dbs["a"], member_app_id(APP, "a"))
+    swapped = FanOut([("b", b), ("a", a)], APP, VARIANTS[0].make(), ms.ckpt.spark(), FAST, threaded=False)
+    with pytest.raises(ConfigurationError, match=r"sinks \['a', 'b'\] in this order"):
+        swapped.finish_spark_committed()
+    assert b.commits == []
+    a.close()
+    b.close()
+    ms.restart()
+    ms.fanout.finish_spark_committed()
+    ms.fanout.close()
+    ms.assert_exact()
+
+
+def test_lost_work_in_the_second_sink_is_rewound_for_that_sink_and_lands_once_in_both(tmp_path: Path) -> None:
+    """2pc: Spark committed batch 1, a committed it, b's prepared work of batch 1 vanished: the restart stops
+    with PreparedWorkLostError naming b. The documented way on: ``eosink recover --rewind`` of b alone
+    (``--app-id <app_id>.b``), then a restart.
+
+    Pass: the rewind takes Spark's commit log back to batch 1; the restart's replay of batch 1 is skipped in
+    a (it holds it) and written in b; every batch lands once in both sinks, in order."""
+    from eosink.cli.recover import main as recover
+
+    ms = mini(tmp_path, VARIANTS[0])
+    ms.crash("F14@1:raise")
+    ms.lose_work("b")
+    ms.restart()
+    ms.crash("F1@99:raise", PreparedWorkLostError)
+    for coordinator in ms.fanout.coordinators:
+        coordinator.sink.close()
+    argv = ["--sink", "reference", "--path", str(ms.dbs["b"]), "--app-id", member_app_id(APP, "b")]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = recover([*argv, "--checkpoint", str(ms.ckpt.root), "--rewind", "--yes"])
+    assert code == 0 and "rewind to batch 1" in out.getvalue(), out.getvalue()
+    assert not ms.ckpt.has_commit(1)
+    ms.restart()
+    ms.run()
+    ms.assert_exact()
+    assert ms.fanout.stats["a"].replays_skipped == 1
