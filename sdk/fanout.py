@@ -91,7 +91,7 @@ def name_sinks(sinks: Sequence[Sink[Any]] | Mapping[str, Sink[Any]]) -> list[tup
             raise ConfigurationError(f"{sink!r} is not an eosink Sink.", "Pass a connector's sink object.")
         if not isinstance(name, str) or not valid_name(name):
             raise ConfigurationError(
-                f"Fan-out sink name {name!r} is not a name of letters, digits, '-' and '_'.",
+                f"Fan-out sink name {name!r} is not a name of ASCII letters, digits, '-' and '_'.",
                 "Name the sinks with a mapping, e.g. {'ledger': PostgresSink(...), 'events': KafkaSink(...)}.",
             )
     twice = repeated([n for n, _ in named])
@@ -128,8 +128,8 @@ def repeated(names: Sequence[str]) -> list[str]:
 
 
 def valid_name(name: str) -> bool:
-    """Whether ``name`` can name a fan-out's sink: letters, digits, ``-`` and ``_`` (it ends its app_id)."""
-    return bool(name) and all(ch.isalnum() or ch in "-_" for ch in name)
+    """Whether ``name`` can name a fan-out's sink: ASCII letters, digits, ``-`` and ``_`` (it ends its app_id)."""
+    return bool(name) and name.isascii() and all(ch.isalnum() or ch in "-_" for ch in name)
 
 
 def _connector_name(sink: Sink[Any]) -> str:

@@ -286,8 +286,9 @@ def test_sinks_are_named_by_connector_or_mapping(tmp_path: Path) -> None:
     assert info.value.fix and "mapping" in info.value.fix
     with pytest.raises(ConfigurationError, match="at least two sinks"):
         name_sinks([a])
-    with pytest.raises(ConfigurationError, match="letters, digits"):
-        name_sinks({"ledger": a, "x'; drop": b})
+    for hostile in ("x'; drop", "ledgér", "١٢"):  # quotes; non-ASCII letters and digits
+        with pytest.raises(ConfigurationError, match="ASCII letters, digits"):
+            name_sinks({"ledger": a, hostile: b})
     with pytest.raises(ConfigurationError, match="not an eosink Sink"):
         name_sinks({"ledger": a, "events": object()})  # type: ignore[dict-item]
     a.close()
