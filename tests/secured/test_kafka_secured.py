@@ -103,7 +103,11 @@ def test_each_documented_acl_is_needed(
         HARNESS._made.add(ns.name)  # the sink makes the topic; cleaned up with the namespace
     else:
         _topic(ns)
-    config = _config(ns, endpoint, create_topic=True) if creates else _config(ns, endpoint)
+    config = (
+        _config(ns, endpoint, create_topic=True, topic_partitions=HARNESS.partitions)
+        if creates
+        else _config(ns, endpoint)
+    )
     (acl,) = [a for a in writer_acls(config) if a.name == left_out]
     HARNESS.grant(config, leave_out=left_out)
     batches = _batches()

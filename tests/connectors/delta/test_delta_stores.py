@@ -80,8 +80,8 @@ def test_a_store_that_ignores_if_none_match_is_refused_at_setup(ns: Namespace) -
         assert proxy.stripped >= 1, "the probe's conditional PUT went through the proxy"
     finally:
         proxy.close()
-    assert _log.load(bad.config.table, bad.config.delta_options()) is None
     good = sink_of(ns)
+    assert _log.load(good.config.table, good.config.delta_options()) is None
     good.setup(APP)
     epoch = good.fence(APP)
     batch = BatchRef(APP, 0)
