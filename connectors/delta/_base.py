@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eosink.connectors.delta.config import DeltaConfig
 from eosink.contract import Committable
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from eosink.connectors.delta._store import Store
 
 __all__ = ["_SinkBase"]
+
+_T = TypeVar("_T")
 
 
 class _SinkBase:
@@ -36,6 +39,9 @@ class _SinkBase:
         raise NotImplementedError
 
     def _columns(self, table: DeltaTable) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _bounded(self, call: Callable[[], _T], what: str) -> _T:
         raise NotImplementedError
 
     def _rules(self, table: DeltaTable) -> TableRules:

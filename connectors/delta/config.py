@@ -35,7 +35,8 @@ class DeltaConfig:
       reach an ``s3://`` table's store, as for the S3 sink. None of the first six given: the service harness's
       ``EOSINK_S3_*`` variables, else the ``AWS_*`` chain. delta-rs takes no CA file of its own: with
       ``ca_bundle``, the process's ``SSL_CERT_FILE`` becomes a bundle of the CAs it trusted plus this one
-      (:func:`eosink.stores.ca_trust.trust_ca`), which delta-rs reads.
+      (:func:`eosink.stores.ca_trust.trust_ca`), which delta-rs reads. On ``hdfs://``, ``read_timeout_s``
+      also bounds each read of the log (delta-rs's HDFS client would wait without limit).
     * ``storage_options``: further delta-rs storage settings, passed through untouched.
     * ``create_table``: create a missing table (default) with the stream's schema (``foreach_batch``
       and ``format("eosink")`` hand it over before the first batch; with the sink API, call

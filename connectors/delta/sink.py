@@ -34,8 +34,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eosink.connectors.delta import _log
 from eosink.connectors.delta._commit_side import _CommitSide
@@ -49,6 +50,7 @@ from eosink.connectors.delta.config import DeltaConfig
 from eosink.contract import Capabilities, Committable, Sink
 from eosink.errors import ConfigurationError, EosinkError, FencedError, TransientError
 from eosink.keys import KEY_COLUMN
+from eosink.stores.hdfs import bounded
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = ["DeltaSink"]
 
 log = logging.getLogger("eosink.delta")
+_T = TypeVar("_T")
 
 OWN_DIR = "_eosink"
 _PROBED: set[tuple[str, str]] = set()
@@ -111,7 +114,22 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
 
     def _table(self) -> DeltaTable | None:
         """The table's newest snapshot (None: no table yet)."""
-        return _log.load(self.config.table, self.config.delta_options())
+        return self._bounded(lambda: _log.load(self.config.table, self.config.delta_options()), "a read of the log")
+
+    def _bounded(self, call: Callable[[], _T], what: str) -> _T:
+        """``call()``; on HDFS, a TimeoutError after ``read_timeout_s``: delta-rs's HDFS client (hdfs-native) waits
+        without limit for a NameNode whose answer never comes, and would hang the query. Only for reads: an
+        abandoned commit could still land after its batch was decided."""
+        if self.config.scheme != "hdfs":
+            return call()
+        seconds = self.config.read_timeout_s
+        try:
+            return bounded(call, seconds, what)
+        except TimeoutError:
+            raise TimeoutError(
+                f"HDFS did not answer {what} within {seconds:g} s (read_timeout_s): the NameNode or the way to it "
+                "stalled"
+            ) from None
 
     def _storage(self) -> Store:
         if self._store is None:

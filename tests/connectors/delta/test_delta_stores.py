@@ -4,10 +4,12 @@ store that ignores that condition is refused at setup, before anything is writte
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -16,7 +18,7 @@ from eosink.connectors.delta.testing import DeltaHarness, read_table
 from eosink.contract import BatchRef, CommitStatus
 from eosink.contracts._steps import bundle_for, prepare, rows_for
 from eosink.contracts.harness import CONTRACT_SCHEMA, Namespace
-from eosink.errors import ConfigurationError, FencedError
+from eosink.errors import ConfigurationError, FencedError, TransientError
 from tests.connectors._no_conditions import NoConditionsProxy
 
 HARNESS = DeltaHarness("s3")
@@ -88,3 +90,42 @@ def test_a_store_that_ignores_if_none_match_is_refused_at_setup(ns: Namespace) -
     made = [prepare(good, batch, epoch, 0, rows_for(APP, 0, 0, 2))]
     good.commit(batch, made, bundle_for(batch, epoch, made))
     assert len(read_table(good.config)) == 2
+
+
+@pytest.fixture
+def hdfs_url(tmp_path: Path) -> Iterator[str]:
+    """A private MiniDFSCluster at HDFS's default num-committed-allowed (0), which delta-rs needs."""
+    from eosink.services.hdfs import HdfsServer
+
+    server = HdfsServer(tmp_path / "hdfs", close_before_report=False)
+    try:
+        yield str(server.start().url).rstrip("/")
+    finally:
+        server.stop()
+
+
+@pytest.mark.full
+def test_a_namenode_that_stops_answering_is_a_transient_error_not_a_hang(tmp_path: Path, hdfs_url: str) -> None:
+    """delta-rs's HDFS client waits without limit for an answer. Through a fault proxy that holds every byte,
+    the sink's read of the log must give up. Pass: it raises TransientError naming read_timeout_s within a few
+    seconds of it (2 s here); through the proxy passing again, the table reads."""
+    from eosink.services.proxy import FaultProxy
+
+    parts = urlsplit(hdfs_url)
+    assert parts.hostname and parts.port
+    ns = Namespace(f"stall_{uuid.uuid4().hex[:10]}", tmp_path)
+    direct = DeltaHarness("hdfs")
+    direct.use_hdfs(hdfs_url)
+    sink_of(ns, direct).fence(APP)
+    with FaultProxy(parts.hostname, parts.port) as proxy:
+        proxied = DeltaHarness("hdfs")
+        proxied.use_hdfs(f"hdfs://127.0.0.1:{proxy.port}")
+        sink = sink_of(ns, proxied, read_timeout_s=2.0)
+        proxy.delay(3600)
+        started = time.monotonic()
+        with pytest.raises(TransientError, match="read_timeout_s"):
+            sink.current_epoch(APP)
+        assert time.monotonic() - started < 30
+        proxy.delay(0)
+        proxy.cut_all()
+    assert sink_of(ns, direct).current_epoch(APP) == 1
