@@ -454,6 +454,8 @@ def options_from_config(
         value = getattr(config, f.name)
         option = f"{name or sink}.{f.name}"
         if f.name in env:
+            if value is None:  # not set here: the other side takes it where this side did (e.g. EOSINK_S3_*)
+                continue
             out[f"{option}_env"] = env[f.name]
             read_back[f.name] = value
             continue

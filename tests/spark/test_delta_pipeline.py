@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from eosink.connectors.delta import DeltaConfig
@@ -214,7 +215,7 @@ def _added(p: DeltaPipeline) -> list[dict[str, Any]]:
 
     config = p.config()
     table = DeltaTable(config.table, storage_options=config.delta_options())
-    return list(table.get_add_actions(flatten=True).to_pylist())
+    return list(pa.table(table.get_add_actions(flatten=True)).to_pylist())  # deltalake 1.x: an arro3 table
 
 
 @pytest.mark.full
