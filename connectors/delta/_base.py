@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from eosink.connectors.delta.config import DeltaConfig
 from eosink.contract import Committable
@@ -16,8 +15,6 @@ if TYPE_CHECKING:
     from eosink.connectors.delta._store import Store
 
 __all__ = ["_SinkBase"]
-
-_T = TypeVar("_T")
 
 
 class _SinkBase:
@@ -39,9 +36,6 @@ class _SinkBase:
         raise NotImplementedError
 
     def _columns(self, table: DeltaTable) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def _bounded(self, call: Callable[[], _T], what: str) -> _T:
         raise NotImplementedError
 
     def _rules(self, table: DeltaTable) -> TableRules:

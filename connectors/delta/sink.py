@@ -203,8 +203,7 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
         (once per process and store)."""
         with self._errors("opening the table"):
             table = self._table()
-        if table is not None:
-            self._rules(table)
+        rules = self._rules(table) if table is not None else None
         if self.config.scheme == "s3" and self.config.check_conditional_writes:
             self._probe_create_only()
         if table is not None and self._stream_schema is not None:
@@ -217,7 +216,7 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
                 self.config.schema_evolution == "add_columns",
                 "the query's output",
                 (KEY_COLUMN,),
-                self._rules(table).required_columns,
+                rules.required_columns if rules is not None else (),
             )
 
     def _probe_create_only(self) -> None:
