@@ -193,9 +193,11 @@ class KafkaAdapter:
         """Committed records of ``ns``'s topic: keyed records once per key (a replay rewrites the same keys),
         read and decoded; unkeyed ones counted from the record batches' headers, which a replay or a lost
         batch changes as surely, in a fraction of the time."""
-        from eosink.connectors.kafka._wire import count_committed
+        from eosink.connectors.kafka._wire import await_markers, count_committed
         from eosink.connectors.kafka.testing import by_key, read_topic
 
+        for p in range(PARTITIONS):  # the last commit's markers land just after it returned
+            await_markers(self.admin(), _topic(ns), p)
         if self._keyed.get(ns, True):  # decoded in Python: some 100 s for 5M records on a busy machine
             return len(by_key(read_topic(self.admin(), _topic(ns), PARTITIONS, max_wait_s=VERIFY_S)))
         return sum(count_committed(self.admin(), _topic(ns), p) for p in range(PARTITIONS))

@@ -228,6 +228,26 @@ def count_committed(admin: Any, topic: str, partition: int, max_wait_s: float = 
     return committed
 
 
+def await_markers(admin: Any, topic: str, partition: int, within_s: float = 10.0) -> bool:
+    """Wait, at most ``within_s``, until ``partition`` holds no transaction without its marker.
+
+    A producer's commit returns once the coordinator has decided; the broker writes the markers
+    into the partitions just after. A check that counts right after a commit waits here first.
+    False when a transaction is still open at the bound (a zombie's, say): the count then leaves it out.
+    """
+    deadline = time.monotonic() + within_s
+    delay = 0.02
+    while True:
+        end = log_offsets(admin, topic, partition)[1]
+        hw, lso, _ = _fetch(admin, topic, partition, end, False)  # at the end: the offsets, no records
+        if lso >= hw:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
 def _fetch(
     admin: Any, topic: str, partition: int, offset: int, decode: bool = True
 ) -> tuple[int, int, list[tuple[Any, list[LogRecord]]]]:

@@ -61,6 +61,8 @@ def test_the_header_count_agrees_with_the_decoding_reader(ns: Namespace) -> None
         decoded = [len(_wire.read_log(admin, topic, p).committed) for p in (0, 1)]
         assert counts == decoded == [12, 3]
         still_open.commit_transaction()
+        # The broker writes the commit marker after commit_transaction returns: wait for it, then compare.
+        assert _wire.await_markers(admin, topic, 1), "no commit marker in partition 1 within 10 s"
         assert _wire.count_committed(admin, topic, 1) == len(_wire.read_log(admin, topic, 1).committed) == 5
     finally:
         still_open.close(timeout=10)
