@@ -294,6 +294,7 @@ class Coordinator(Engine[BatchInput]):
             time_ms=self.checkpoint.batch_timestamp_ms(batch_id) or batch_id,
             strategy=self.strategy.name,
             begin_timeout_s=self.policy.transient_timeout_s,
+            member=self.member,
         )
 
     def abort_batch(self, batch_id: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import uuid6
@@ -18,9 +18,12 @@ from eosink import faults
 from eosink._lanes import Lane
 from eosink._retry import retry_transient
 from eosink.contract import BatchRef, Committable, Fingerprint, Sink, TaskRef
+from eosink.errors import EosinkError, InjectedFault
 from eosink.faults import FaultPoint
 from eosink.fingerprint import FINGERPRINT_VERSION, fingerprint_of
 from eosink.keys import KeyGenerator
+
+_T = TypeVar("_T")
 
 __all__ = [
     "WritePlan",
@@ -63,6 +66,8 @@ class WritePlan:
     begin_timeout_s: float = 60.0
     """How long a participant retries ``begin`` through TransientError (its sink restarting) before its task fails:
     a short outage is waited out instead of using up Spark's task retries in a second."""
+    member: str | None = None
+    """The sink's name in a fan-out (None alone): errors its participants raise name it."""
 
     def task(self, participant: int) -> TaskRef:
         """A task reference for one attempt of one participant (a fresh, unique attempt id)."""
@@ -94,7 +99,7 @@ def run_participants(
         fingerprint = _pass(batches, writers[0].write, plans[0].batch.batch_id)
         made = [writers[0].pre_commit()]
     else:  # a fan-out: each sink in a lane of its own, fed the same batches in the same order
-        lanes = [Lane(w.write, w.pre_commit) for w in writers]
+        lanes = [Lane(_named(w.plan, w.write), _named(w.plan, w.pre_commit)) for w in writers]
         try:
 
             def to_every_lane(batch: pa.RecordBatch) -> None:
@@ -146,6 +151,24 @@ class _SinkWriter:
     def pre_commit(self) -> Committable | None:
         """The sink's committable (rows and fingerprint filled in by the caller); None if it wrote no rows."""
         return None if self.txn is None else self.plan.sink.pre_commit(self.txn)
+
+
+def _named(plan: WritePlan, call: Callable[..., _T]) -> Callable[..., _T]:
+    """``call``, its eosink errors naming the fan-out's sink ``plan.member`` (which of several sinks refused)."""
+    member = plan.member
+    if member is None:
+        return call
+
+    def named(*args: Any) -> _T:
+        try:
+            return call(*args)
+        except EosinkError as exc:
+            if not isinstance(exc, InjectedFault):
+                exc.problem = f"Fan-out sink {member!r}: {exc.problem}"
+                exc.args = (exc.problem if exc.fix is None else f"{exc.problem} Fix: {exc.fix}",)
+            raise
+
+    return named
 
 
 def _begin(plan: WritePlan, participant: int) -> Any:

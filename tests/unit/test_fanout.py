@@ -26,7 +26,13 @@ from eosink import faults
 from eosink.connectors.reference import ReferenceSink
 from eosink.contract import BatchRef, Bundle, Committable
 from eosink.contracts._mini import run_in_spark_order
-from eosink.errors import ConfigurationError, InjectedFault, NonDeterministicReplayError, PreparedWorkLostError
+from eosink.errors import (
+    BadRecordError,
+    ConfigurationError,
+    InjectedFault,
+    NonDeterministicReplayError,
+    PreparedWorkLostError,
+)
 from eosink.fanout import FanOut, member_app_id, name_sinks
 from eosink.spark import BatchWriter, FanOutWriter
 
@@ -252,6 +258,31 @@ def test_lost_prepared_work_in_the_second_sink_names_it_and_leaves_the_first_alo
     reader = ReferenceSink(ms.dbs["a"])
     assert [b.batch.batch_id for b in reader.bundles(member_app_id(APP, "a"))] == [0, 1]
     reader.close()
+
+
+class RefusingSink(ReferenceSink):
+    """A reference sink that refuses every record, as a sink refuses a record too large for it."""
+
+    def write(self, txn: Any, batch: Any) -> None:
+        raise BadRecordError("A record is 2 MiB, over the sink's 1 MiB limit.", "Make records smaller.")
+
+
+def test_a_sink_refusing_a_record_is_named_and_neither_sink_commits(tmp_path: Path) -> None:
+    """Sink "b" refuses the batch's records inside its participants' lane.
+
+    Pass: the BadRecordError says it is the fan-out's sink 'b' (two sinks could both refuse records) and
+    keeps its fix; neither sink holds a bundle or in-doubt work afterwards."""
+    variant = VARIANTS[0]
+    sinks = [("a", ReferenceSink(tmp_path / "a.db")), ("b", RefusingSink(tmp_path / "b.db"))]
+    ckpt = FakeCheckpoint(tmp_path / "checkpoint")
+    fanout = FanOut(sinks, APP, variant.make(), ckpt.spark(), FAST, threaded=False)
+    with pytest.raises(BadRecordError) as info:
+        run_in_spark_order(fanout, ckpt, batches_for(variant, 1), two_pc=variant.two_pc)
+    assert info.value.problem.startswith("Fan-out sink 'b': A record is 2 MiB")
+    assert info.value.fix == "Make records smaller." and "Fan-out sink 'b'" in str(info.value)
+    for name, sink in sinks:
+        assert sink.bundles(member_app_id(APP, name)) == [] and sink.recover(member_app_id(APP, name)) == [], name
+        sink.close()
 
 
 @pytest.mark.parametrize("variant", [v for v in NON_2PC if v.transactional], ids=lambda v: v.id)
