@@ -320,3 +320,46 @@ def test_hdfs_kill_and_restart_as_the_least_privileged_writer(
         assert p.listed() == p.found(), "a listing reader sees other rows than the batch records name"
     finally:
         as_superuser(base, "DELETE", method="DELETE", recursive="true")
+
+
+@pytest.mark.full
+def test_hdfs_checkpoint_on_hdfs_owned_by_the_writer(tmp_path: Path, driver_java_opts: str) -> None:
+    """2pc with ``checkpointLocation`` on HDFS, in a directory the superuser made and handed to the writer (the
+    documented permissions: the target and the checkpoint directory, each the writer's; their parent the
+    superuser's, mode 755), SIGKILLed at F5 of batch 1 (in Spark's commit log, its files prepared), restarted.
+
+    Pass: exact after the restart; Spark's commit log and eosink's manifests are in the HDFS checkpoint, and
+    everything in it is the writer's (Spark's HDFS client and eosink's wrote it as the writer)."""
+    base = f"/eosink-secured-admin/spark-{uuid.uuid4().hex[:10]}"
+    target, checkpoint = f"{base}/events", f"{base}/checkpoint"
+    as_superuser(base, "MKDIRS", permission="755")
+    for path in (target, checkpoint):
+        as_superuser(path, "MKDIRS", permission="755")
+        as_superuser(path, "SETOWNER", owner=HDFS_WRITER)
+    cluster = get_service("hdfs").endpoint()
+    p = SecureHdfsPipeline(tmp_path, java_opts=driver_java_opts, cluster=cluster, directory=target)
+    p.checkpoint_uri = f"{cluster.url.rstrip('/')}{checkpoint}"
+    try:
+        p.strategy = "2pc"
+        _kill_and_restart(p, "F5", [])
+        owners = _owners_under(checkpoint)
+        assert f"{checkpoint}/commits/{p.files - 1}" in owners, sorted(owners)
+        assert any(path.endswith("/1.json") and "/eosink/" in path for path in owners), sorted(owners)
+        assert set(owners.values()) == {HDFS_WRITER}, owners
+        assert not p.checkpoint.exists()
+    finally:
+        as_superuser(base, "DELETE", method="DELETE", recursive="true")
+
+
+def _owners_under(root: str) -> dict[str, str]:
+    """Every file and directory under ``root`` (WebHDFS, as the superuser), with its owner."""
+    found: dict[str, str] = {}
+    stack = [root]
+    while stack:
+        path = stack.pop()
+        for status in as_superuser(path, "LISTSTATUS", method="GET")["FileStatuses"]["FileStatus"]:
+            child = f"{path}/{status['pathSuffix']}"
+            found[child] = status["owner"]
+            if status["type"] == "DIRECTORY":
+                stack.append(child)
+    return found
