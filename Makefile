@@ -255,7 +255,7 @@ services-down: venv
 # the other strategies in test-full).
 # Four processes side by side (PostgreSQL with the Spark kills, Kafka, HDFS, S3 with Delta on S3); Kafka's
 # suite at make test-kafka's strength.
-# test-secured-full: every case at full strength, every strategy's Spark kill. The S3 and Delta Spark kills run
+# test-secured-full: every case at full strength, every strategy's Spark kill. The S3 and Delta Spark tests run
 # after the S3 and Delta walks, never beside them: a walk takes actions away from the same MinIO users.
 # HDFS: the harness's NameNode always checks permissions; its tests run as the ordinary user "writer".
 SECURE_SERVICES = postgres-secure kafka-secure minio-secure hdfs
@@ -273,10 +273,10 @@ test-secured: venv java tools
 test-secured-full: venv java tools
 	@$(EOSINK) services up $(SECURE_SERVICES) && $(EOSINK) services check $(SECURE_SERVICES) && \
 	$(TOGETHER) "$(PYTEST) tests/secured/test_postgres_secured.py tests/spark/test_secured_pipelines.py -q --durations=5 \
-			-k 'not test_s3_kill and not test_delta_kill'" \
+			-k 'not test_s3_ and not test_delta_'" \
 		"$(PYTEST) tests/secured/test_kafka_secured.py -q --durations=5" "$(SECURED_HDFS)" \
 		"$(PYTEST) tests/secured/test_s3_secured.py tests/secured/test_delta_secured.py -q --durations=5; rc=\$$?; \
-			$(PYTEST) tests/spark/test_secured_pipelines.py -q --durations=5 -k 'test_s3_kill or test_delta_kill' \
+			$(PYTEST) tests/spark/test_secured_pipelines.py -q --durations=5 -k 'test_s3_ or test_delta_' \
 			|| rc=1; exit \$$rc"; rc=$$?; \
 	$(EOSINK) services down $(SECURE_SERVICES); exit $$rc
 
