@@ -253,8 +253,8 @@ services-down: venv
 # that need no fault proxy, each documented grant taken away in turn, bad credentials and TLS, status and
 # recover as the writer; a Spark kill-and-restart under 2pc per sink (tests/spark/test_secured_pipelines.py,
 # the other strategies in test-full).
-# Four processes side by side (PostgreSQL with the Spark kills, Kafka, HDFS, S3 with Delta on S3); Kafka's
-# suite at make test-kafka's strength.
+# Five processes side by side (PostgreSQL with the Spark kills, Kafka, HDFS, S3, Delta on S3; the S3 and Delta
+# walks use MinIO users of their own); Kafka's suite at make test-kafka's strength.
 # test-secured-full: every case at full strength, every strategy's Spark kill. The S3 and Delta Spark tests run
 # after the S3 and Delta walks, never beside them: a walk takes actions away from the same MinIO users.
 # HDFS: the harness's NameNode always checks permissions; its tests run as the ordinary user "writer".
@@ -266,8 +266,8 @@ test-secured: venv java tools
 			-m 'not full' $(LIGHT_CONTRACT) --durations=5" \
 		"$(PYTEST) tests/secured/test_kafka_secured.py -q -m 'not full' $(KAFKA_CONTRACT) --durations=5" \
 		"$(SECURED_HDFS) -m 'not full' $(LIGHT_CONTRACT)" \
-		"$(PYTEST) tests/secured/test_s3_secured.py tests/secured/test_delta_secured.py -q -m 'not full' \
-			$(LIGHT_CONTRACT) --durations=5"; rc=$$?; \
+		"$(PYTEST) tests/secured/test_s3_secured.py -q -m 'not full' $(LIGHT_CONTRACT) --durations=5" \
+		"$(PYTEST) tests/secured/test_delta_secured.py -q -m 'not full' $(LIGHT_CONTRACT) --durations=5"; rc=$$?; \
 	$(EOSINK) services down $(SECURE_SERVICES); exit $$rc
 
 test-secured-full: venv java tools
