@@ -329,10 +329,11 @@ chaos-full: venv java tools
 # today, unpinned (PySpark 4.3 with pandas 3). The pinned 4.2 is the main virtualenv's: every Spark test ran on it
 # in spark-full, test-SINK-full and local-cluster, so the matrix does not run its quick subset again
 # (`make spark-on PYSPARK=4.2.0` does). A virtualenv is made once per set of extras; eosink itself is
-# reinstalled from this tree at every run, so the matrix never tests an older copy.
+# reinstalled from this tree at every run, so the matrix never tests an older copy. The extras are every
+# connector's: each sink's 2pc kill is among the quick tests.
 PINNED_PYSPARK := $(shell sed -n 's/^pyspark==//p' constraints.txt)
 MATRIX ?= 3.5.9 4.0.5 latest
-MATRIX_EXTRAS := spark,postgres,kafka,s3,demo,contracts,services
+MATRIX_EXTRAS := spark,postgres,kafka,s3,hdfs,delta,demo,contracts,services
 spark-matrix: venv java
 	@echo "PySpark $(PINNED_PYSPARK) (pinned, .venv): its Spark tests ran in spark-full, test-SINK-full and local-cluster"
 	@for v in $(MATRIX); do $(MAKE) --no-print-directory spark-on PYSPARK=$$v || exit 1; done
