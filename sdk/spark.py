@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pyarrow as pa
 
+from eosink._extras import from_missing_module
 from eosink._spark_schema import arrow_schema
 from eosink.checkpoint import SparkCheckpoint
 from eosink.contract import Committable, Fingerprint, Sink
@@ -90,7 +91,10 @@ class _Participant:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
-            committables = run_participants(self.plans, _partition_id(), batches)
+            try:
+                committables = run_participants(self.plans, _partition_id(), batches)
+            except ModuleNotFoundError as missing:  # this executor lacks the connector's extra
+                raise from_missing_module(missing) or missing from None
         except EosinkError as exc:
             if isinstance(exc, (TransientError, InjectedFault)):
                 raise  # fail this task attempt: Spark retries it

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from eosink._extras import require
 from eosink.connectors.delta import _log
 from eosink.connectors.delta._commit_side import _CommitSide
 from eosink.connectors.delta._errors import translated
@@ -87,6 +88,7 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
     )
 
     def __init__(self, config: DeltaConfig | str, /, **options: Any) -> None:
+        require("Delta", "delta", "deltalake")
         if isinstance(config, str):
             config = DeltaConfig(config, **options)
         elif options:

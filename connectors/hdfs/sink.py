@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from eosink._extras import require
 from eosink.connectors.hdfs import _layout as L
 from eosink.connectors.hdfs._batches import detect_layout, newest_of_each_app, store_layout
 from eosink.connectors.hdfs._commit_side import _CommitSide
@@ -78,6 +79,7 @@ class HdfsSink(_WriteSide, _CommitSide, Sink[_Txn]):
     )
 
     def __init__(self, config: HdfsConfig | str, /, **options: Any) -> None:
+        require("HDFS", "hdfs", "hdfs_native")
         if isinstance(config, str):
             config = HdfsConfig(config, **options)
         elif options:

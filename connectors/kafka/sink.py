@@ -39,6 +39,7 @@ import threading
 from contextlib import AbstractContextManager, suppress
 from typing import Any
 
+from eosink._extras import require
 from eosink.connectors.kafka import _wire
 from eosink.connectors.kafka._clients import drop_admin, shared_admin
 from eosink.connectors.kafka._commit_side import _CommitSide
@@ -82,6 +83,7 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
     )
 
     def __init__(self, config: KafkaConfig | str, /, **options: Any) -> None:
+        require("Kafka", "kafka", "kafka")
         if isinstance(config, str):
             config = KafkaConfig(config, **options)
         elif options:

@@ -59,6 +59,7 @@ import time
 import uuid
 from typing import Any
 
+from eosink._extras import require
 from eosink.connectors.s3._commit_side import _CommitSide
 from eosink.connectors.s3._layout import Layout
 from eosink.connectors.s3._write_side import _Txn, _WriteSide
@@ -98,6 +99,7 @@ class S3Sink(_WriteSide, _CommitSide, Sink[_Txn]):
     )
 
     def __init__(self, config: S3Config | str, /, **options: Any) -> None:
+        require("S3", "s3", "boto3")
         if isinstance(config, str):
             config = S3Config(config, **options)
         elif options:
