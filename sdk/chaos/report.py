@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from eosink.chaos.oracle import Workload
-from eosink.chaos.results import ScheduleResult
+from eosink.chaos.results import ORDERED, ScheduleResult
 
 __all__ = ["build_report", "format_table"]
 
@@ -181,6 +181,12 @@ def format_table(report: dict[str, Any]) -> str:
         if r.get("sinks"):
             per_sink = ", ".join(f"{name} lost {c['lost']} dupl. {c['duplicated']}" for name, c in r["sinks"].items())
             lines.append(f"  {r['strategy']} by sink: {per_sink}")
+    if "+" in str(report.get("sink", "")):  # a fan-out: its order promise, per strategy
+        breaks = ", ".join(
+            f"{r['strategy']} {r.get('order_breaks', 0)}" + ("" if r["strategy"] in ORDERED else " (no promise, info)")
+            for r in report["results"]
+        )
+        lines.append(f"  polls that saw a later sink ahead of an earlier one: {breaks}")
     for nd in report["nondeterministic"]:
         what = (
             f"NonDeterministicReplayError at batch {nd['detected_batch']}"

@@ -12,6 +12,10 @@ from typing import Any
 __all__ = ["RunRecord", "ScheduleResult"]
 
 
+ORDERED = ("2pc", "txid-check")
+"""The strategies under which a fan-out promises its order between sinks (docs/fanout.md)."""
+
+
 @dataclass
 class RunRecord:
     """One run of the job: the faults planned and injected, how it ended, the writer's stats."""

@@ -47,7 +47,7 @@ from eosink.chaos.oracle import (
 )
 from eosink.chaos.reader import Reader
 from eosink.chaos.report import build_report, format_table
-from eosink.chaos.results import RunRecord, ScheduleResult
+from eosink.chaos.results import ORDERED, RunRecord, ScheduleResult
 from eosink.chaos.schedule import Fault, Schedule, make_schedule, naive_schedule, nondeterministic_schedule
 from eosink.chaos.target import ChaosTarget, Names, commit_marker, get_target
 from eosink.checkpoint import SparkCheckpoint
@@ -58,8 +58,6 @@ from eosink.strategies import STRATEGY_NAMES
 __all__ = ["RunRecord", "ScheduleResult", "ScheduleRunner", "format_table", "plan_schedules", "run_chaos"]
 
 STRATEGIES = STRATEGY_NAMES
-ORDERED = ("2pc", "txid-check")
-"""The strategies under which a fan-out promises its order between sinks (docs/fanout.md)."""
 ND_STRATEGIES = ("txid-check", "2pc")
 MAX_EXTRA_RUNS = 4
 POLL_S = 0.05

@@ -515,6 +515,7 @@ def test_report_breaks_a_fanouts_counts_down_by_sink() -> None:
     text = format_table(report)
     assert "naive by sink: postgres lost 0 dupl. 10, kafka lost 1 dupl. 5" in text
     assert "2pc by sink: postgres lost 0 dupl. 0, kafka lost 0 dupl. 0" in text
+    assert "polls that saw a later sink ahead of an earlier one: 2pc 0" in text
 
 
 def test_report_of_one_sink_has_no_breakdown() -> None:
@@ -523,3 +524,4 @@ def test_report_of_one_sink_has_no_breakdown() -> None:
     one = ScheduleResult(strategy="2pc", seed=1, mode="naive", schedule={}, verdict={"lost": 0, "duplicated": 4})
     report = _report([one], "postgres")
     assert report["naive"]["sinks"] == {} and "by sink" not in format_table(report)
+    assert "ahead of an earlier one" not in format_table(report)
