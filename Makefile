@@ -136,9 +136,9 @@ TOGETHER = $(PYTHON) scripts/together.py
 # Command $(1) as two processes run together, one given -k '$(2)($(3))', the other -k '$(2)not ($(3))':
 # a split by test name, for selections too short or uneven for --shard's every-N-th dealing.
 TOGETHER_K = $(TOGETHER) "$(1) -k '$(2)($(3))'" "$(1) -k '$(2)not ($(3))'"
-SINK_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --durations=10" \
-	"$(PYTEST) tests/spark/test_$(1)_pipeline.py tests/chaos/test_chaos_quick.py -q -m 'not full' -k 'not chaos or $(1)' \
-	--durations=10"
+SINK_SPARK = "$(PYTEST) tests/spark/test_$(1)_pipeline.py tests/chaos/test_chaos_quick.py -q -m 'not full' \
+	-k 'not chaos or $(1)' --durations=10"
+SINK_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --durations=10" $(call SINK_SPARK,$(1))
 # The secured servers' Spark tests run in test-secured(-full), which starts those servers.
 SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py) tests/spark/test_secured_pipelines.py \
 	tests/spark/test_fanout_pipeline.py
@@ -208,8 +208,14 @@ test-hdfs-full: venv java tools
 # tests, one Spark kill-and-restart per strategy and one chaos schedule (against a private MinIO);
 # test-delta-full: the whole suite on MinIO, local disk and HDFS (a private cluster at HDFS's default
 # num-committed-allowed, which delta-rs needs), and every Delta pipeline.
+# make test-delta's contract suite on MinIO runs in a process of its own beside the rest of its connector tests:
+# as one process they took 4:16, the Spark tests beside them 2:35.
 test-delta: venv java tools
-	@$(call WITH_MINIO,$(call SINK_TESTS,delta,$(LIGHT_CONTRACT) -k 'not Hdfs'))
+	@$(call WITH_MINIO,$(TOGETHER) \
+		"$(PYTEST) tests/connectors/delta -q -m 'not full' $(LIGHT_CONTRACT) -k 'not Hdfs and not TestDeltaS3Contract' \
+			--durations=10" \
+		"$(PYTEST) tests/connectors/delta -q -m 'not full' $(LIGHT_CONTRACT) -k TestDeltaS3Contract --durations=5" \
+		$(call SINK_SPARK,delta))
 
 test-delta-full: venv java tools
 	@$(call WITH_MINIO,$(call SINK_FULL_TESTS,delta,tests/bench/test_quick_delta.py,TestDeltaLocalContract or TestDeltaHdfsContract))
