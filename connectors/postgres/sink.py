@@ -50,6 +50,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from eosink._extras import require
 from eosink.connectors.postgres._cleanup import CleanupReport, claim_cleanup, run_cleanup
 from eosink.connectors.postgres._commit_side import _CommitSide
 from eosink.connectors.postgres._control import ensure_control_schema, gid_prefix
@@ -87,6 +88,7 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
     )
 
     def __init__(self, config: PostgresConfig | str, /, table: str | tuple[str, str] | None = None, **options: Any):
+        require("PostgreSQL", "postgres", "psycopg", "sqlalchemy")
         if isinstance(config, str):
             if table is None:
                 raise ConfigurationError("PostgresSink needs a table.", "Pass table='schema.table'.")

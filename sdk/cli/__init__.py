@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit_on_sigterm()
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in COMMANDS:  # the command's own parser sees --help
-        return COMMANDS[args[0]][0](args[1:])
+        return _run(args[0], args[1:])
     parser = argparse.ArgumentParser(prog="eosink", description="End-to-end exactly-once sinks for Spark.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument(
@@ -106,6 +106,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"eosink {__version__}")
         return 0
     if known.command is not None:
-        return COMMANDS[known.command][0](rest)
+        return _run(known.command, rest)
     parser.print_help()
     return 2
+
+
+def _run(name: str, argv: list[str]) -> int:
+    """Command ``name``; a connector's client library missing (its extra not installed) is one line naming the
+    extra, exit 1, not a traceback."""
+    from eosink._extras import from_missing_module
+
+    try:
+        return COMMANDS[name][0](argv)
+    except ModuleNotFoundError as exc:
+        missing = from_missing_module(exc)
+        if missing is None:
+            raise
+        print(f"eosink {name}: error: {missing.problem}\nFix: {missing.fix}", file=sys.stderr)
+        return 1

@@ -4,7 +4,9 @@ when its sink is made (on the driver), and when an executor lacks it (its partic
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import textwrap
 from typing import Any
 
 import pyarrow as pa
@@ -19,8 +21,10 @@ SINKS = [
     ("eosink.connectors.delta", "DeltaSink", "/tmp/eosink-extras/table", "deltalake", "delta"),
     ("eosink.connectors.hdfs", "HdfsSink", "hdfs://127.0.0.1:9/data/events", "hdfs_native", "hdfs"),
     ("eosink.connectors.kafka", "KafkaSink", "127.0.0.1:9", "kafka", "kafka"),
+    ("eosink.connectors.postgres", "PostgresSink", "postgresql://u@127.0.0.1:9/db", "psycopg", "postgres"),
     ("eosink.connectors.s3", "S3Sink", "bucket", "boto3", "s3"),
 ]
+KWARGS: dict[str, dict[str, Any]] = {"kafka": {"topic": "events"}, "postgres": {"table": "public.events"}}
 
 
 @pytest.mark.parametrize(("module", "cls", "target", "missing", "extra"), SINKS, ids=[s[4] for s in SINKS])
@@ -30,7 +34,7 @@ def test_a_sink_without_its_client_library_names_the_extra(
     """Pass: with ``missing`` hidden, making the sink is a ConfigurationError naming the package and
     ``pip install 'eosink[<extra>]'``; with it present, the same sink is made."""
     sink_cls = getattr(__import__(module, fromlist=[cls]), cls)
-    kwargs: dict[str, Any] = {"topic": "events"} if extra == "kafka" else {}
+    kwargs = KWARGS.get(extra, {})
     sink_cls(target, **kwargs)
     monkeypatch.setitem(sys.modules, missing, None)  # what an interpreter without the package finds
     with pytest.raises(ConfigurationError) as info:
@@ -62,3 +66,49 @@ def test_an_executor_without_the_library_stops_the_task_with_the_extra_named() -
     other = WritePlan(_Other(), BatchRef("app", 3), 1, None, True, False, 0)  # type: ignore[arg-type]
     with pytest.raises(ModuleNotFoundError, match="left_pad"):
         list(_Participant([other])(iter([pa.record_batch({"id": [1, 2]})])))
+
+
+_FRESH = """
+import sys
+sys.modules[{missing!r}] = None  # an interpreter without the package
+from eosink.errors import ConfigurationError
+from eosink.profiles import profiles
+print("profiles", ",".join(sorted(profiles())))
+try:
+    from {module} import {cls}
+    {cls}({target!r}, **{kwargs!r})
+except ConfigurationError as exc:
+    print("refused", exc.problem, exc.fix)
+"""
+
+
+@pytest.mark.parametrize(("module", "cls", "target", "missing", "extra"), SINKS, ids=[s[4] for s in SINKS])
+def test_a_fresh_interpreter_without_the_library_lists_every_sink_and_names_the_extra(
+    module: str, cls: str, target: str, missing: str, extra: str
+) -> None:
+    """Pass: in a Python where the package was never importable, every sink profile still loads (the
+    tooling of the other sinks works), and importing and making the sink is a ConfigurationError naming
+    the extra, not a bare ModuleNotFoundError from somewhere inside the connector."""
+    code = _FRESH.format(missing=missing, module=module, cls=cls, target=target, kwargs=KWARGS.get(extra, {}))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "profiles delta,hdfs,kafka,postgres,reference,s3" in done.stdout, done.stdout
+    assert "refused" in done.stdout and f"pip install 'eosink[{extra}]'" in done.stdout, done.stdout
+
+
+def test_the_command_line_names_the_extra_when_a_connector_library_is_missing() -> None:
+    """Pass: ``eosink status --sink postgres`` in a Python without psycopg is one error line naming
+    eosink[postgres], exit 1, no traceback."""
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["psycopg"] = None
+        from eosink.cli import main
+        sys.exit(main(["status", "--sink", "postgres", "--conninfo", "postgresql://u@127.0.0.1:9/db",
+                       "--table", "public.events", "--app-id", "app"]))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "psycopg" in done.stderr and "pip install 'eosink[postgres]'" in done.stderr
