@@ -259,8 +259,11 @@ services-down: venv
 # that need no fault proxy, each documented grant taken away in turn, bad credentials and TLS, status and
 # recover as the writer; a Spark kill-and-restart under 2pc per sink (tests/spark/test_secured_pipelines.py,
 # the other strategies in test-full).
-# Five processes side by side (PostgreSQL with the Spark kills, Kafka, HDFS, S3, Delta on S3; the S3 and Delta
-# walks use MinIO users of their own); Kafka's suite at make test-kafka's strength.
+# Six processes side by side, which mostly wait on handshakes and transactions, not on the cores: PostgreSQL with
+# the Spark kills, Kafka in two shards (each test has topics, transactional ids and ACLs of its own), HDFS, S3,
+# Delta on S3. The S3 and Delta suites stay one process each: a walk takes actions away from the MinIO user the
+# rest of its suite writes as, and each process gives that user a secret of its own.
+# Kafka's suite at make test-kafka's strength.
 # test-secured-full: every case at full strength, every strategy's Spark kill. The S3 and Delta Spark tests run
 # after the S3 and Delta walks, never beside them: a walk takes actions away from the same MinIO users.
 # HDFS: the harness's NameNode always checks permissions; its tests run as the ordinary user "writer".
@@ -270,7 +273,8 @@ test-secured: venv java tools
 	@$(EOSINK) services up $(SECURE_SERVICES) && $(EOSINK) services check $(SECURE_SERVICES) && \
 	$(TOGETHER) "$(PYTEST) tests/secured/test_postgres_secured.py tests/spark/test_secured_pipelines.py -q \
 			-m 'not full' $(LIGHT_CONTRACT) --durations=5" \
-		"$(PYTEST) tests/secured/test_kafka_secured.py -q -m 'not full' $(KAFKA_CONTRACT) --durations=5" \
+		$(foreach k,0 1,"$(PYTEST) tests/secured/test_kafka_secured.py -q -m 'not full' $(KAFKA_CONTRACT) \
+			--durations=5 --shard=$(k)/2") \
 		"$(SECURED_HDFS) -m 'not full' $(LIGHT_CONTRACT)" \
 		"$(PYTEST) tests/secured/test_s3_secured.py -q -m 'not full' $(LIGHT_CONTRACT) --durations=5" \
 		"$(PYTEST) tests/secured/test_delta_secured.py -q -m 'not full' $(LIGHT_CONTRACT) --durations=5"; rc=$$?; \
