@@ -198,7 +198,7 @@ class FanOutAdapter:
         from eosink.bench.session import eosink_function, floor_function, query_checkpoint
 
         if spec.kind == "eosink" and spec.variant == TWO_QUERIES:
-            one = replace(spec, options={}, variant=None)
+            one = replace(spec, options={k: v for k, v in spec.options.items() if k != "queries"}, variant=None)
             queries = tuple(
                 m.batch_function(one, ns, query_checkpoint(checkpoint, n), participants)
                 for n, m in enumerate(self.members)
