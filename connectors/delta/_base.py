@@ -64,6 +64,3 @@ class _SinkBase:
 
     def _delete(self, path: str) -> None:
         raise NotImplementedError
-
-    def _sweep(self, app_id: str, epoch: int, before_batch: int | None = None) -> int:
-        raise NotImplementedError

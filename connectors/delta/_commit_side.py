@@ -126,10 +126,6 @@ class _CommitSide(_SinkBase):
             )
         self._remember(app, bundle)
         self._tidy(app, batch_id, bundle.committables)
-        try:  # the earlier batches' failed attempts: a long-running query does not keep their files
-            self._sweep(app, bundle.epoch, before_batch=batch_id)
-        except Exception as exc:
-            log.warning("eosink: sweeping failed attempts' files after %s: %s", batch, self.config.scrub(str(exc)))
         if _keys(committables):  # merged: the log names the rewritten files, never the prepared ones
             self._quietly("removing a merged batch's prepared files", [a.path for a in _adds(committables)])
         self._compact_if_due(app, batch_id)

@@ -350,34 +350,25 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
         path = f"{self._manifests(committable.batch.app_id, committable.batch.batch_id)}/{committable.id}.json"
         self._write_json(path, committable.to_json())
 
-    def _sweep(self, app_id: str, epoch: int, before_batch: int | None = None) -> int:
-        """Remove the files of ``app_id``'s attempts that never prepared; the number removed.
+    def _sweep(self, app_id: str, epoch: int) -> int:
+        """Remove the files of ``app_id``'s attempts of older epochs that never prepared; the number removed.
 
-        At a fence, the attempts of older epochs; after a commit (``before_batch``), also the attempts of the
-        app's earlier batches, which Spark has finished with. Such an attempt failed or was fenced while
-        writing (its task retried elsewhere); its files were never named by a manifest or a commit, so no
-        recovery needs them, and a long-running query does not pile them up until its restart. An attempt
-        that prepared keeps its files until its batch commits or recovery aborts it."""
+        Such an attempt failed or was fenced while writing (its task retried elsewhere); its files were
+        never named by a manifest or a commit, so no recovery needs them. An attempt that prepared keeps
+        its files until its batch commits or recovery aborts it."""
         store = self._storage()
         base = self._writing(app_id)
         removed = 0
         active: set[str] | None = None
         for path in store.files(base):
-            rel = path[len(base) + 1 :]  # <batch>/<attempt>.json
-            batch = _batch_of(rel)
-            earlier = before_batch is not None and batch is not None and batch < before_batch
-            if before_batch is not None and not earlier:
-                continue  # this batch's or a later one's: perhaps still being written
             try:
                 doc = self._read_json(path) if path.endswith(".json") else None
             except ValueError:  # torn by a crash mid-write (local disk): its files are left for a vacuum
                 log.warning("eosink: ignoring the unreadable list of files %s in %s", path, self.config.table)
                 continue
-            if doc is None:
+            if doc is None or int(doc.get("epoch", 0)) >= epoch:
                 continue
-            written_at = int(doc.get("epoch", 0))
-            if written_at > epoch or (written_at == epoch and not earlier):
-                continue  # a newer writer's, or this epoch's still running
+            rel = path[len(base) + 1 :]  # <batch>/<attempt>.json
             if not store.missing([f"{self._manifests(app_id)}/{rel}"]):
                 store.delete(path)  # it prepared and died before removing this list: recovery decides its files
                 continue
@@ -397,9 +388,3 @@ class DeltaSink(_WriteSide, _CommitSide, Sink[_Txn]):
 
     def close(self) -> None:
         """Nothing to release: delta-rs opens its connections per call."""
-
-
-def _batch_of(rel: str) -> int | None:
-    """The batch of an attempt's list of files, from its path under ``writing/`` (``<batch>/<attempt>.json``)."""
-    head = rel.split("/", 1)[0]
-    return int(head) if head.isdigit() else None

@@ -151,44 +151,6 @@ def test_files_of_an_attempt_that_died_writing_go_at_the_next_fence_and_prepared
     assert canon(read_table(newer.config)) == canon(rows)
 
 
-def _dies_writing(sink: DeltaSink, batch: BatchRef, epoch: int, attempt: str) -> list[str]:
-    """An attempt that writes three rows and dies before pre_commit (its streams flushed by the OS); its files."""
-    dead = sink.begin(TaskRef(batch, epoch, 0, attempt))
-    sink.write(dead, pa.RecordBatch.from_pylist(rows_for(APP, batch.batch_id, 0, 3), schema=CONTRACT_SCHEMA))
-    files = list(dead.files.open.values())
-    for f in files:
-        f.parquet.close()
-        f.stream.finish()
-    return [f.path for f in files]
-
-
-def test_a_long_running_query_sheds_failed_attempts_files_at_its_next_commits(tmp_path: Path) -> None:
-    """Attempts die writing in batches 0 and 1 of one epoch (no restart, no new fence).
-
-    Pass: batch 1's commit removes batch 0's dead files, not batch 1's (its task may still be running);
-    batch 2's commit removes those; every committed file stays and the table reads every row once."""
-    sink = sink_at(tmp_path)
-    epoch = sink.fence(APP)
-    table_dir = tmp_path / "table"
-    dead: dict[int, list[str]] = {}
-    expected: list[dict[str, Any]] = []
-    for b in range(3):
-        batch = BatchRef(APP, b)
-        if b < 2:
-            dead[b] = _dies_writing(sink, batch, epoch, f"attempt-dead-{b}")
-        rows = rows_for(APP, b, 0, 3)
-        made = [prepare(sink, batch, epoch, 0, rows)]
-        sink.commit(batch, made, bundle_for(batch, epoch, made))
-        expected += rows
-        if b == 1:
-            assert not any((table_dir / p).exists() for p in dead[0])
-            assert all((table_dir / p).exists() for p in dead[1])
-            assert len(list((table_dir / "_eosink" / "apps").rglob("writing/*/*.json"))) == 1  # batch 1's list
-    assert not any((table_dir / p).exists() for p in dead[1])
-    assert canon(read_table(sink.config)) == canon(expected)
-    assert not list((table_dir / "_eosink" / "apps").rglob("writing/*/*.json"))
-
-
 def test_a_batch_with_other_columns_is_a_schema_error_before_a_byte_is_written(tmp_path: Path) -> None:
     """Pass: a batch with an extra column, or with a column of another type, raises SchemaError at its first
     write, naming the column; the table's directory holds no data file afterwards."""
