@@ -35,6 +35,10 @@ from eosink.services.hdfs import HdfsServer
 APP = "app_restart"
 _WAIT_S = 120.0
 """The bound on every wait of the DataNode test (the private cluster declares a silent DataNode dead in 12-17 s)."""
+_WRITE_TIMEOUT_S = 30.0
+"""The DataNode test's ``write_timeout_s``: a pipeline that the stopped DataNode stalls past it is a TransientError
+(:func:`eosink.stores.hdfs.bounded`) well within ``_WAIT_S``, even for a write and then its hsync and close. At
+the default (120 s), a stalled write outlived the test's own wait for its participant."""
 
 
 @pytest.fixture
@@ -206,7 +210,7 @@ def test_participants_writing_when_a_datanode_dies_complete_whole_or_fail_retrya
     records and for readers that list the directory; nothing is left in doubt (recover). After the
     DataNode's restart the NameNode has two live DataNodes and every block fully replicated again, a second
     batch commits, both batches read back whole, and the next fence removes failed attempts' directories."""
-    config = HdfsConfig(f"{server.endpoint.url}/target")
+    config = HdfsConfig(f"{server.endpoint.url}/target", write_timeout_s=_WRITE_TIMEOUT_S)
     sink = HdfsSink(config)
     sink.setup(APP)
     epoch = sink.fence(APP)
