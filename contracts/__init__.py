@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from eosink.contracts.harness import CONTRACT_SCHEMA, Namespace, SinkHarness
+from eosink.contracts.harness import CONTRACT_SCHEMA, Failover, Namespace, SinkHarness
 
 if TYPE_CHECKING:
     from eosink.contracts.suite import SinkContract, contract_tests
 
-__all__ = ["CONTRACT_SCHEMA", "Namespace", "SinkContract", "SinkHarness", "contract_tests"]
+__all__ = ["CONTRACT_SCHEMA", "Failover", "Namespace", "SinkContract", "SinkHarness", "contract_tests"]
 
 
 def __getattr__(name: str) -> Any:

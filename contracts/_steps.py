@@ -23,6 +23,7 @@ import pytest
 
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, Sink
 from eosink.contracts.harness import CONTRACT_SCHEMA
+from eosink.errors import TransientError
 from eosink.participant import WritePlan, run_participant
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "canon",
     "prepare",
     "rows_for",
+    "settle_commit",
     "settle_status",
     "sink_files",
 ]
@@ -103,6 +105,19 @@ def settle_status(read: Callable[[], CommitStatus], timeout_s: float = 30.0) -> 
         if status is not CommitStatus.IN_PROGRESS or time.monotonic() > deadline:
             return status
         time.sleep(0.02)
+
+
+def settle_commit(commit: Callable[[], None], timeout_s: float = 60.0) -> None:
+    """``commit()``, asked again (bounded) while it raises TransientError (a server that has just failed over)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            commit()
+            return
+        except TransientError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def sink_files(sink: Sink[Any]) -> set[str]:

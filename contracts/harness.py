@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from eosink.contract import Sink
+from eosink.contract import BatchRef, Bundle, Committable, Sink
 
-__all__ = ["CONTRACT_SCHEMA", "Namespace", "SinkHarness"]
+__all__ = ["CONTRACT_SCHEMA", "Failover", "Namespace", "SinkHarness"]
 
 #: The columns of every row the suite writes. ``id`` is unique per row of a batch; ``tag``
 #: has nulls. Under the idempotent strategy with generated keys, an ``eosink_key`` (string)
@@ -41,6 +42,44 @@ class Namespace:
 
     name: str
     path: Path
+
+
+class Failover(ABC):
+    """A standby of the sink's store that can take over from it: what the suite's failover cases drive.
+
+    The store starts as a primary with a standby that follows it. :meth:`stop_standby` makes the
+    standby stop following, as an asynchronous standby that lags or lost its link does; after
+    :meth:`promote_standby` the store *is* that standby (a new server identity, e.g. PostgreSQL's
+    next timeline), holding what it had received and nothing after. Sinks made before the
+    failover keep what they remember (a transaction id, an epoch); their connections are dropped
+    (``close()``), as a failover breaks them.
+    """
+
+    @abstractmethod
+    def make_sink(self) -> Sink[Any]:
+        """A new process's sink on the store's current primary."""
+
+    @abstractmethod
+    def commit_losing_reply(
+        self, sink: Sink[Any], batch: BatchRef, committables: Sequence[Committable], bundle: Bundle
+    ) -> None:
+        """``sink.commit(...)`` reaching the primary, with its reply lost; the commit took effect there.
+
+        A sink with a server raises AmbiguousCommitError or TransientError (caught here); one without
+        a network (the reference sink) commits and returns: the case asks commit_status as if the
+        reply was lost.
+        """
+
+    @abstractmethod
+    def stop_standby(self) -> None:
+        """The standby stops following the primary, once it holds everything committed so far."""
+
+    @abstractmethod
+    def promote_standby(self) -> None:
+        """The primary dies and the standby is promoted: the store is now what the standby received."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Put the store back together for the next case (the old primary rejoins, say). Default: nothing."""
 
 
 class SinkHarness(ABC):
@@ -82,6 +121,11 @@ class SinkHarness(ABC):
     def make_sink_via(self, ns: Namespace, host: str, port: int) -> Sink[Any]:
         """Like :meth:`make_sink`, but reaching the server through ``host:port`` (the fault proxy)."""
         raise NotImplementedError(f"{type(self).__name__} declares a fault endpoint but not make_sink_via")
+
+    def failover(self, ns: Namespace) -> Failover | None:
+        """A store for ``ns`` with a standby to fail over to, for the failover cases; None (the default): the
+        harness has none, and those cases are skipped, the report says why."""
+        return None
 
     def cleanup(self, ns: Namespace) -> None:  # noqa: B027 - optional hook
         """Remove what a case left in ``ns`` outside ``ns.path`` (tables, topics). Default: nothing."""

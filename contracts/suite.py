@@ -35,6 +35,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,16 @@ from eosink.contracts._steps import (
     crash_steps,
     prepare,
     rows_for,
+    settle_commit,
     settle_status,
     sink_files,
 )
-from eosink.contracts.harness import Namespace, SinkHarness
+from eosink.contracts.harness import Failover, Namespace, SinkHarness
 from eosink.coordinator import Coordinator
 from eosink.errors import (
     AmbiguousCommitError,
     CommitAbortedError,
+    CommittedWorkLostError,
     FencedError,
     InjectedFault,
     NonDeterministicReplayError,
@@ -941,6 +944,95 @@ class SinkContract(HarnessCases):
                 sink.fetch_last_bundle(APP)
             proxy.passthrough()
             assert sink.fetch_last_bundle(APP) is None
+
+    # == failover: the server's identity changes ==============================================
+
+    @contextlib.contextmanager
+    def _failover(self, ns: Namespace) -> Iterator[Failover]:
+        failover = self.harness.failover(ns)
+        if failover is None:
+            pytest.skip("capability: the harness has no standby to fail over to (SinkHarness.failover)")
+        try:
+            yield failover
+        finally:
+            failover.close()
+
+    def _other_app_batches(self, failover: Failover, count: int) -> list[dict[str, Any]]:
+        """Another app_id commits ``count`` batches on the store: other writers, after a failover."""
+        other = failover.make_sink()
+        epoch = other.fence(OTHER_APP)
+        rows: list[dict[str, Any]] = []
+        for n in range(count):
+            batch, committables, made = self.prepared_batch(other, OTHER_APP, n, epoch, base=500_000)
+            other.commit(
+                batch, committables, replace(bundle_for(batch, epoch, committables), follows=n - 1 if n else None)
+            )
+            rows += made
+        with contextlib.suppress(Exception):
+            other.close()
+        return rows
+
+    def test_a_lost_commit_reply_across_a_failover_is_settled_from_the_new_servers_records(self, ns: Namespace) -> None:
+        """A commit whose reply is lost, then the server's identity changes: ``commit_status`` answers from the
+        sink's own records on the new server, never from a handle the old server issued.
+
+        How (a failover to an asynchronous standby): batch 0 is committed and batch 1 prepared; the
+        standby stops following; batch 1's commit takes effect on the primary and its reply is lost;
+        the primary dies and the standby is promoted; another app_id commits 8 batches there (taking
+        the transaction ids the old server had handed out, as other writers would). Pass: the sink
+        that lost the reply says PREPARED for batch 1 (its work reached the standby, its commit did
+        not), never COMMITTED; committing it again makes batches 0 and 1 visible once each, and
+        batch 1 is the app_id's last bundle.
+        """
+        with self._failover(ns) as failover:
+            sink = failover.make_sink()
+            epoch = sink.fence(APP)
+            batch0, committables0, rows0 = self.prepared_batch(sink, APP, 0, epoch)
+            sink.commit(batch0, committables0, bundle_for(batch0, epoch, committables0))
+            batch1, committables1, rows1 = self.prepared_batch(sink, APP, 1, epoch)
+            bundle1 = replace(bundle_for(batch1, epoch, committables1), follows=0)
+            failover.stop_standby()
+            failover.commit_losing_reply(sink, batch1, committables1, bundle1)
+            failover.promote_standby()
+            sink.close()  # a failover breaks every connection; what the sink remembers stays
+            others = self._other_app_batches(failover, 8)
+            status = settle_status(lambda: sink.commit_status(batch1, committables1))
+            assert status is CommitStatus.PREPARED, (
+                f"batch 1's commit never reached the promoted standby, which holds its prepared work, yet "
+                f"commit_status says {status}"
+            )
+            sink.commit(batch1, committables1, bundle1)
+            assert self.visible(ns) == canon(rows0 + rows1 + others)
+            last = failover.make_sink().fetch_last_bundle(APP)
+            assert last is not None and last.batch.batch_id == 1
+
+    def test_committed_batches_lost_in_a_failover_stop_the_next_commit(self, ns: Namespace) -> None:
+        """A server that drops batches it acknowledged (a failover to a standby that lacked them) is caught at the
+        next commit, before that batch becomes visible on top of the gap.
+
+        How: batch 0 is committed; the standby stops following; batch 1 is committed and acknowledged;
+        the standby is promoted; batch 2, whose bundle follows batch 1, is prepared and committed.
+        Pass: the commit raises CommittedWorkLostError naming batch 1 (``batches == (1,)``); nothing
+        of batch 2 is visible; the app_id's last bundle is batch 0's.
+        """
+        with self._failover(ns) as failover:
+            sink = failover.make_sink()
+            epoch = sink.fence(APP)
+            batch0, committables0, rows0 = self.prepared_batch(sink, APP, 0, epoch)
+            sink.commit(batch0, committables0, bundle_for(batch0, epoch, committables0))
+            failover.stop_standby()
+            batch1, committables1, _ = self.prepared_batch(sink, APP, 1, epoch)
+            sink.commit(batch1, committables1, replace(bundle_for(batch1, epoch, committables1), follows=0))
+            failover.promote_standby()
+            sink.close()
+            batch2, committables2, _ = self.prepared_batch(sink, APP, 2, epoch)
+            bundle2 = replace(bundle_for(batch2, epoch, committables2), follows=1)
+            with pytest.raises(CommittedWorkLostError) as lost:
+                settle_commit(lambda: sink.commit(batch2, committables2, bundle2))
+            assert lost.value.batches == (1,), lost.value.batches
+            assert self.visible(ns) == canon(rows0)
+            last = failover.make_sink().fetch_last_bundle(APP)
+            assert last is not None and last.batch.batch_id == 0
 
     # == random schedules ======================================================================
 

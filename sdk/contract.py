@@ -222,9 +222,15 @@ class Bundle:
     committables: tuple[str, ...] = ()
     checkpoint_id: str | None = None
     strategy: str = ""
+    follows: int | None = None
+    """The newest batch of the app_id the writer knew committed when it recorded this one (None: none).
+
+    A sink that can tell refuses to commit a batch whose predecessor it no longer holds
+    (:class:`~eosink.errors.CommittedWorkLostError`): its server lost committed batches, say in a
+    failover, and committing on top of the gap would hide the loss for good."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "batch": self.batch.to_json(),
             "epoch": self.epoch,
             "fingerprint": self.fingerprint.to_json(),
@@ -232,9 +238,13 @@ class Bundle:
             "checkpoint_id": self.checkpoint_id,
             "strategy": self.strategy,
         }
+        if self.follows is not None:  # bundles stored before the field existed read back the same
+            data["follows"] = self.follows
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Bundle:
+        follows = data.get("follows")
         return cls(
             BatchRef.from_json(data["batch"]),
             int(data["epoch"]),
@@ -242,6 +252,7 @@ class Bundle:
             tuple(str(c) for c in data.get("committables", ())),
             data.get("checkpoint_id"),
             str(data.get("strategy", "")),
+            None if follows is None else int(follows),
         )
 
 
@@ -298,6 +309,11 @@ class Sink(ABC, Generic[TxnT]):
 
     def close(self) -> None:
         """Release connections held by this process. Default: nothing."""
+
+    def server_identity(self) -> str | None:
+        """Who answers for the sink now, as its server names itself (PostgreSQL: the cluster's system identifier
+        and timeline), for the message that reports committed batches the sink lost. Default: None (cannot tell)."""
+        return None
 
     def bind_schema(self, schema: pa.Schema) -> None:
         """The stream's Arrow schema, handed over on the driver before ``setup`` and the first batch (a sink

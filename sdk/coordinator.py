@@ -33,6 +33,7 @@ from eosink.errors import (
     AmbiguousCommitError,
     CheckpointMismatchError,
     CommitAbortedError,
+    CommittedWorkLostError,
     EosinkError,
     FencedError,
     NonDeterministicReplayError,
@@ -41,7 +42,7 @@ from eosink.errors import (
 )
 from eosink.faults import FaultPoint
 from eosink.participant import WritePlan
-from eosink.recovery import Action, BatchPlan, RecoveryPlan, behind_earlier_sinks, plan_recovery
+from eosink.recovery import Action, BatchPlan, RecoveryPlan, behind_earlier_sinks, plan_recovery, sink_behind_spark
 from eosink.rewind import new_lease
 from eosink.strategies import Strategy
 
@@ -182,6 +183,11 @@ class Coordinator(Engine[BatchInput]):
         self.epoch = epoch
         self._checkpoint_id = self.checkpoint.query_id()
         self._last = self._fetch_last_bundle()
+        gap = sink_behind_spark(
+            self.app_id, self._last, set(self.checkpoint.manifest_batches(self.app_id)), self.checkpoint
+        )
+        if gap is not None:  # the check recovery makes at start: the sink lost batches Spark committed
+            raise self._lost(gap.batch_id, (), gap.reason, committed=gap.lost_batches, server=self._server())
         self._started = True
 
     @property
@@ -229,7 +235,7 @@ class Coordinator(Engine[BatchInput]):
         batch_id = plan.batch_id
         abort = list(plan.abort)
         if plan.action is Action.LOST:
-            raise self._lost(batch_id, plan.commit, plan.reason)
+            raise self._lost(batch_id, plan.commit, plan.reason, committed=plan.lost_batches, server=self._server())
         if plan.action is Action.ROLL_FORWARD:
             assert plan.bundle is not None
             log.warning("eosink %s: rolling forward in-doubt batch %d", self.app_id, batch_id)
@@ -323,7 +329,15 @@ class Coordinator(Engine[BatchInput]):
         keep = {c.id for c in kept}
         self._abort_orphans(batch, keep)
         fingerprint = sum((c.fingerprint for c in kept), Fingerprint())
-        bundle = Bundle(batch, self._epoch(), fingerprint, tuple(sorted(keep)), self._checkpoint_id, self.strategy.name)
+        bundle = Bundle(
+            batch,
+            self._epoch(),
+            fingerprint,
+            tuple(sorted(keep)),
+            self._checkpoint_id,
+            self.strategy.name,
+            follows=self._last_id(),
+        )
         self.checkpoint.write_manifest(self.app_id, batch_id, Manifest(tuple(kept), bundle))
         faults.hit(FaultPoint.F4, batch_id)
         return kept, bundle
@@ -445,25 +459,59 @@ class Coordinator(Engine[BatchInput]):
         """
         try:
             self._commit_resolved(batch, committables, bundle)
+        except CommittedWorkLostError as exc:  # raised by the sink, which knows nothing of the checkpoint
+            raise self._lost(exc.batch_id or 0, (), exc.problem, committed=exc.batches, server=exc.server) from None
         except CommitAbortedError as exc:
             if spark_committed and not isinstance(exc, PreparedWorkLostError):
                 raise self._lost(batch.batch_id, committables, exc.problem) from None
             raise
 
-    def _lost(self, batch_id: int, committables: Sequence[Committable], why: str) -> PreparedWorkLostError:
-        """The loud stop when Spark's commit log holds ``batch_id`` and the sink no longer has its work."""
+    def _lost(
+        self,
+        batch_id: int,
+        committables: Sequence[Committable],
+        why: str,
+        *,
+        committed: Sequence[int] = (),
+        server: str | None = None,
+    ) -> PreparedWorkLostError:
+        """The loud stop when Spark's commit log holds ``batch_id`` and the sink no longer has its work.
+
+        ``committed``: the sink lost these batches after committing them (CommittedWorkLostError, which
+        ``server`` explains); else the prepared work of ``batch_id`` is gone (PreparedWorkLostError).
+        """
         ids = tuple(c.id for c in committables)
         shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
         sink = "the sink" if self.member is None else f"the fan-out's sink {self.member!r}"
+        fix = (
+            f"Stop the query. Rewind the checkpoint to batch {batch_id}: eosink recover --rewind --sink <sink options> "
+            f"--checkpoint {self.checkpoint.location} --app-id {self.app_id} prints the plan, and with --yes removes "
+            f"Spark's commit-log entries from batch {batch_id} on (offsets and state stay). The next start runs batch "
+            f"{batch_id} again from the same offsets, and it lands once"
+        )
+        if committed:
+            named = _batch_list(committed)
+            return CommittedWorkLostError(
+                f"Batch{'es' if len(committed) > 1 else ''} {named} of app_id {self.app_id!r} "
+                f"{'are' if len(committed) > 1 else 'is'} lost: Spark's commit log holds "
+                f"{'them' if len(committed) > 1 else 'it'}, so Spark will never run "
+                f"{'them' if len(committed) > 1 else 'it'} again, but {sink} no longer has "
+                f"{'them' if len(committed) > 1 else 'it'} although {'they were' if len(committed) > 1 else 'it was'} "
+                f"committed ({why.rstrip('.')}).",
+                f"{fix}, as long as the source still holds the batches' input (a Kafka topic's retention, files not "
+                "yet deleted). See docs/operations.md, lost committed batches.",
+                app_id=self.app_id,
+                batch_id=batch_id,
+                sink=self.member,
+                batches=tuple(committed),
+                server=server,
+            )
         return PreparedWorkLostError(
             f"Batch {batch_id} of app_id {self.app_id!r} is lost: Spark's commit log holds it, so Spark will never run "
             f"it again, but {sink} no longer has its work ({why.rstrip('.')})"
             + (f"; committables {shown}" if ids else "")
             + f". Likely cause: {self.sink.lost_work_hint}",
-            f"Stop the query. Rewind the checkpoint to batch {batch_id}: eosink recover --rewind --sink <sink options> "
-            f"--checkpoint {self.checkpoint.location} --app-id {self.app_id} prints the plan, and with --yes removes "
-            f"Spark's commit-log entries from batch {batch_id} on (offsets and state stay). The next start runs batch "
-            f"{batch_id} again from the same offsets, and it lands once. See docs/operations.md, lost prepared work.",
+            f"{fix}. See docs/operations.md, lost prepared work.",
             app_id=self.app_id,
             batch_id=batch_id,
             committables=ids,
@@ -644,9 +692,26 @@ class Coordinator(Engine[BatchInput]):
         except EosinkError as exc:  # a checkpoint unreachable at close: a stale lease is only a refusal to rewind
             log.warning("eosink %s: could not remove the driver's lease: %s", self.app_id, exc.problem)
 
+    def _server(self) -> str | None:
+        """What the sink says of its server now, for a message about lost committed batches (None: nothing)."""
+        try:
+            return self.sink.server_identity()
+        except EosinkError:
+            return None
+
     def _epoch(self) -> int:
         assert self.epoch is not None, "start() not called"
         return self.epoch
 
     def _last_id(self) -> int | None:
         return None if self._last is None else self._last.batch.batch_id
+
+
+def _batch_list(batches: Sequence[int]) -> str:
+    """``3``, ``3 and 4``, ``3 to 7`` (a contiguous run) or ``3, 5 and 9``."""
+    ids = sorted(batches)
+    if len(ids) == 1:
+        return str(ids[0])
+    if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 2:
+        return f"{ids[0]} to {ids[-1]}"
+    return ", ".join(str(b) for b in ids[:-1]) + f" and {ids[-1]}"

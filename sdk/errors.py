@@ -15,6 +15,7 @@ strategies how to react::
      ├── AmbiguousCommitError          the outcome of a commit is unknown: resolve with commit_status
      ├── CommitAbortedError            prepared work vanished before it could be committed
      │    └── PreparedWorkLostError    ... of a batch Spark's commit log holds: rewind the checkpoint
+     │         └── CommittedWorkLostError  the sink lost batches it had committed (a failover): rewind
      ├── FencedError                   a newer writer owns the app_id: this one must stop
      ├── NonDeterministicReplayError   a replayed batch differs from the one already committed
      ├── InjectedFault                 raised by an enabled fault point (tests only)
@@ -34,6 +35,7 @@ __all__ = [
     "BadRecordError",
     "CheckpointMismatchError",
     "CommitAbortedError",
+    "CommittedWorkLostError",
     "ConfigurationError",
     "EosinkError",
     "FencedError",
@@ -147,6 +149,35 @@ class PreparedWorkLostError(CommitAbortedError):
         self.committables = committables
         self.sink = sink
         """The fan-out member whose work is lost (:mod:`eosink.fanout`); None for a query with one sink."""
+
+
+class CommittedWorkLostError(PreparedWorkLostError):
+    """The sink no longer holds batches it committed: ``batches`` (oldest first), which Spark will never replay.
+
+    A server that acknowledges a commit and then loses it: a failover to an asynchronous standby
+    that had not received the commit, a restore from a backup, an old primary that accepted writes
+    after a standby was promoted (split brain). The sink finds out at its next commit (the batch
+    it follows is gone) or at the query's start; ``server`` says what changed (e.g. PostgreSQL's
+    timeline switch). The way back is the same as for lost prepared work: ``eosink recover
+    --rewind`` to the first lost batch, so that Spark runs the lost batches again from its source.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        fix: str | None = None,
+        *,
+        app_id: str | None = None,
+        batch_id: int | None = None,
+        committables: tuple[str, ...] = (),
+        sink: str | None = None,
+        batches: tuple[int, ...] = (),
+        server: str | None = None,
+    ) -> None:
+        super().__init__(problem, fix, app_id=app_id, batch_id=batch_id, committables=committables, sink=sink)
+        self.batches = batches
+        self.server = server
+        """What the sink knows of the change of its server (None: nothing)."""
 
 
 class FencedError(EosinkError):

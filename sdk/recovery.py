@@ -36,7 +36,15 @@ from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Sink
 from eosink.errors import ConfigurationError
 from eosink.strategies import STRATEGY_NAMES, Strategy, resolve_strategy
 
-__all__ = ["Action", "BatchPlan", "RecoveryPlan", "behind_earlier_sinks", "plan_recovery", "recorded_strategy"]
+__all__ = [
+    "Action",
+    "BatchPlan",
+    "RecoveryPlan",
+    "behind_earlier_sinks",
+    "plan_recovery",
+    "recorded_strategy",
+    "sink_behind_spark",
+]
 
 
 class Action(enum.Enum):
@@ -69,6 +77,9 @@ class BatchPlan:
     abort: tuple[Committable, ...] = ()
     candidates: tuple[Committable, ...] = ()
     in_doubt: tuple[Committable, ...] = ()
+    lost_batches: tuple[int, ...] = ()
+    """For a LOST plan of committed work (the sink's bundles end before Spark's commit log does): every batch
+    from this one on that Spark committed and neither the sink nor a manifest holds."""
 
     @property
     def rows(self) -> int:
@@ -76,7 +87,7 @@ class BatchPlan:
         return sum(c.rows for c in (self.commit or self.abort))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "batch_id": self.batch_id,
             "action": self.action.value,
             "reason": self.reason,
@@ -87,6 +98,9 @@ class BatchPlan:
             "in_doubt": [c.id for c in self.in_doubt],
             "rows": self.rows,
         }
+        if self.lost_batches:
+            data["lost_batches"] = list(self.lost_batches)
+        return data
 
 
 @dataclass(frozen=True)
@@ -133,7 +147,7 @@ def plan_recovery(sink: Sink[Any], app_id: str, strategy: Strategy, checkpoint: 
     manifests = checkpoint.manifest_batches(app_id)
     batch_ids = sorted(set(in_doubt) | set(manifests))
     plans = [_plan_batch(sink, app_id, b, in_doubt.get(b, []), last, strategy, checkpoint) for b in batch_ids]
-    gap = _sink_behind_spark(app_id, last, set(manifests), checkpoint)
+    gap = sink_behind_spark(app_id, last, set(manifests), checkpoint)
     if gap is not None and gap.batch_id not in batch_ids:
         plans.append(gap)
     plans.sort(key=lambda b: b.batch_id)
@@ -163,7 +177,7 @@ def behind_earlier_sinks(plan: RecoveryPlan, held: int) -> RecoveryPlan:
     return replace(plan, batches=batches)
 
 
-def _sink_behind_spark(
+def sink_behind_spark(
     app_id: str, last: Bundle | None, manifests: set[int], checkpoint: SparkCheckpoint
 ) -> BatchPlan | None:
     """The first batch Spark committed after the sink's newest bundle that no manifest covers, if any.
@@ -177,14 +191,14 @@ def _sink_behind_spark(
     spark_last = checkpoint.last_committed()
     if spark_last is None or spark_last <= last.batch.batch_id:
         return None
-    for batch_id in range(last.batch.batch_id + 1, spark_last + 1):
-        if batch_id not in manifests:
-            reason = (
-                f"its newest bundle of app_id {app_id!r} is of batch {last.batch.batch_id}, and no manifest covers "
-                f"batch {batch_id}: the sink lost committed work"
-            )
-            return BatchPlan(batch_id, Action.LOST, reason, False, True)
-    return None
+    missing = tuple(b for b in range(last.batch.batch_id + 1, spark_last + 1) if b not in manifests)
+    if not missing:
+        return None
+    reason = (
+        f"its newest bundle of app_id {app_id!r} is of batch {last.batch.batch_id}, and no manifest covers "
+        f"batch {missing[0]}: the sink lost committed work"
+    )
+    return BatchPlan(missing[0], Action.LOST, reason, False, True, lost_batches=missing)
 
 
 def _plan_batch(

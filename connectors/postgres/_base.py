@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from psycopg import sql
 
+from eosink.connectors.postgres._lineage import Lineage
 from eosink.connectors.postgres._pool import Conn, Connections
 from eosink.connectors.postgres.config import PostgresConfig
 
@@ -24,11 +25,19 @@ class _SinkBase:
 
     config: PostgresConfig
     _conns: Connections
+    _several: bool
+    """The conninfo names several servers (a primary and its standbys)."""
 
     if TYPE_CHECKING:
 
         def _ctl(self) -> Conn:
             """This thread's autocommit control connection."""
+
+        def _ctl_newest(self) -> Conn:
+            """The control connection, moved to a newer primary first if one was promoted (several servers)."""
+
+        def _lineage(self, conn: Conn) -> Lineage:
+            """The lineage of ``conn``'s server."""
 
         def _errors(self, what: str) -> AbstractContextManager[None]:
             """psycopg errors inside become eosink errors."""

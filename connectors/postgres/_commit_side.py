@@ -49,11 +49,13 @@ from psycopg.types.json import Jsonb
 
 from eosink import faults
 from eosink.connectors.postgres._base import _SinkBase
+from eosink.connectors.postgres._connect import newer_primary
 from eosink.connectors.postgres._control import OWN_STAGING, SEQ_COLUMN, TXN_COLUMN, gid_prefix, parse_gid
+from eosink.connectors.postgres._lineage import Lineage
 from eosink.connectors.postgres._pool import Conn
 from eosink.connectors.postgres.metrics import PostgresMetrics
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
-from eosink.errors import AmbiguousCommitError, CommitAbortedError
+from eosink.errors import AmbiguousCommitError, CommitAbortedError, CommittedWorkLostError, TransientError
 
 __all__ = ["_CommitSide"]
 
@@ -67,8 +69,10 @@ class _CommitSide(_SinkBase):
     """
 
     metrics: PostgresMetrics
-    _in_flight: dict[BatchRef, tuple[str, float]]
-    """batch -> (xid, monotonic start) of a COMMIT whose reply was lost"""
+    _in_flight: dict[BatchRef, tuple[str, Lineage, float]]
+    """batch -> (xid, the lineage that assigned it, monotonic start) of a COMMIT whose reply was lost"""
+    _committed_on: dict[str, Lineage]
+    """app_id -> the server its newest batch was committed on, by this process (for messages)"""
 
     if TYPE_CHECKING:
 
@@ -80,13 +84,14 @@ class _CommitSide(_SinkBase):
         app, ids = batch.app_id, [c.id for c in committables]
         started = time.monotonic()
         with self._errors(f"commit of batch {batch}"):
-            ctl = self._ctl()
+            ctl = self._ctl_newest()
             row = ctl.execute(
                 sql.SQL(
                     "SELECT (SELECT epoch FROM {e} WHERE app_id = %(app)s), "
                     "(SELECT bundle FROM {b} WHERE app_id = %(app)s AND batch_id = %(batch)s), "
                     "ARRAY(SELECT gid::text FROM pg_prepared_xacts "
-                    "      WHERE database = current_database() AND gid = ANY(%(ids)s::text[]) ORDER BY gid)"
+                    "      WHERE database = current_database() AND gid = ANY(%(ids)s::text[]) ORDER BY gid), "
+                    "(SELECT max(batch_id) FROM {b} WHERE app_id = %(app)s)"
                 ).format(e=self._t("epochs"), b=self._t("bundles")),
                 {"app": app, "batch": batch.batch_id, "ids": ids},
             ).fetchone()
@@ -97,6 +102,7 @@ class _CommitSide(_SinkBase):
                 self._in_flight.pop(batch, None)
                 self.metrics.committed(batch, committables, time.monotonic() - started)
                 return None
+            self._check_follows(ctl, batch, bundle, row[3])
             for gid in row[2]:
                 with suppress(psycopg.errors.UndefinedObject):  # resolved meanwhile: step 3 tells how
                     ctl.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
@@ -110,25 +116,35 @@ class _CommitSide(_SinkBase):
     def _commit_batch(self, ctl: Conn, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
         app, ids = batch.app_id, [c.id for c in committables]
         sent, xid, started = False, "", time.monotonic()
+        lineage = self._lineage(ctl)
         try:
             with ctl.transaction():
+                # Locks the app's epochs row (commits and fences of the app_id queue here). An epoch the writer
+                # was fenced in with but this server lacks (lost in a failover) is put back: an older writer is
+                # fenced again; a newer one (higher epoch) fences this one.
                 row = ctl.execute(
                     sql.SQL(
-                        "INSERT INTO {} AS e (app_id, epoch) VALUES (%s, 0) "
-                        "ON CONFLICT (app_id) DO UPDATE SET epoch = e.epoch RETURNING epoch, pg_current_xact_id()::text"
+                        "INSERT INTO {} AS e (app_id, epoch) VALUES (%s, %s) ON CONFLICT (app_id) "
+                        "DO UPDATE SET epoch = greatest(e.epoch, EXCLUDED.epoch) RETURNING epoch, "
+                        "pg_current_xact_id()::text"
                     ).format(self._t("epochs")),
-                    (app,),
+                    (app, bundle.epoch),
                 ).fetchone()
                 assert row is not None
                 self._fenced(app, bundle.epoch, int(row[0]), "commit")
-                xid = str(row[1])  # asked with pg_xact_status() if the COMMIT's reply is lost
+                xid = str(row[1])  # asked with pg_xact_status() if the COMMIT's reply is lost, on this lineage only
                 found = ctl.execute(
-                    sql.SQL("SELECT bundle FROM {} WHERE app_id = %s AND batch_id = %s").format(self._t("bundles")),
-                    (app, batch.batch_id),
+                    sql.SQL(
+                        "SELECT (SELECT bundle FROM {b} WHERE app_id = %(app)s AND batch_id = %(batch)s), "
+                        "(SELECT max(batch_id) FROM {b} WHERE app_id = %(app)s)"
+                    ).format(b=self._t("bundles")),
+                    {"app": app, "batch": batch.batch_id},
                 ).fetchone()
-                if found is not None:
+                assert found is not None
+                if found[0] is not None:
                     self._same_bundle(batch, found[0], bundle)
                     return
+                self._check_follows(ctl, batch, bundle, found[1])
                 rows = ctl.execute(
                     sql.SQL(
                         "SELECT id, app_id, batch_id, state, transactional, staging, target, columns, upsert_keys "
@@ -161,15 +177,56 @@ class _CommitSide(_SinkBase):
         except psycopg.Error as exc:
             if sent and exc.sqlstate is None:  # no answer to COMMIT: it may or may not have happened
                 self._conns.forget_control()
-                self._in_flight[batch] = (xid, started)
+                self._in_flight[batch] = (xid, lineage, started)
                 self.metrics.ambiguous(app)
                 raise AmbiguousCommitError(
-                    f"The COMMIT of batch {batch} (transaction {xid}) got no reply "
+                    f"The COMMIT of batch {batch} (transaction {xid} on {lineage}) got no reply "
                     f"({self.config.scrub(str(exc).strip())}).",
-                    "Ask commit_status (the coordinator does): it asks the server with pg_xact_status(); never "
-                    "assume either outcome.",
+                    "Ask commit_status (the coordinator does): it settles the batch from the sink's tables, after "
+                    "waiting while the same server still runs the transaction; never assume either outcome.",
                 ) from None
             raise
+        self._committed_on[app] = lineage
+        if self._several and newer_primary(self.config, lineage) is not None:
+            # Committed on a server that another was promoted over meanwhile (it was paused or cut off, then
+            # answered): the batch may be missing on the new primary. Settled there, from its tables.
+            self._conns.forget_control(healthy_too=True)
+            self._in_flight[batch] = (xid, lineage, started)
+            self.metrics.ambiguous(app)
+            raise AmbiguousCommitError(
+                f"Batch {batch} was committed on {lineage}, but a standby was promoted over that server meanwhile: "
+                "the new primary may not have the batch.",
+                "Ask commit_status (the coordinator does): it settles the batch from the new primary's tables.",
+            )
+
+    def _check_follows(self, ctl: Conn, batch: BatchRef, bundle: Bundle, newest: int | None) -> None:
+        """CommittedWorkLostError when the server no longer holds the batch ``bundle`` follows: it lost committed
+        batches (a failover to a standby that lacked them); committing on top of the gap would hide the loss."""
+        follows = bundle.follows
+        if follows is None or (newest is not None and newest >= follows):
+            return
+        lost = tuple(range(follows if newest is None else newest + 1, follows + 1))
+        app = batch.app_id
+        now = self._lineage(ctl)
+        before = self._committed_on.get(app)
+        change = (
+            f"batch {follows} was committed on {before}; the server is now {now}"
+            if before is not None and not before.same(now)
+            else f"the server is {now}"
+        )
+        holds = f"up to batch {newest} only" if newest is not None else "no batch of it at all"
+        shown = f"{lost[0]} to {lost[-1]}" if len(lost) > 1 else str(lost[0])
+        raise CommittedWorkLostError(
+            f"PostgreSQL ({self.config.target[1]!r}) holds app_id {app!r} {holds}, but batch {follows} was committed "
+            f"before batch {batch.batch_id}: batch(es) {shown} are gone from the server ({change}). An asynchronous "
+            "standby promoted before it received them, or a restore from a backup, drops acknowledged commits.",
+            f"Stop the query and rewind its checkpoint to batch {lost[0]} (eosink recover --rewind), so that Spark "
+            "runs the lost batches again from its source; see docs/operations.md, lost committed batches.",
+            app_id=app,
+            batch_id=lost[0],
+            batches=lost,
+            server=change,
+        )
 
     @staticmethod
     def _same_bundle(batch: BatchRef, stored: Any, bundle: Bundle) -> None:
@@ -226,7 +283,7 @@ class _CommitSide(_SinkBase):
         if not ids:
             return
         with self._errors("abort"):
-            ctl = self._ctl()
+            ctl = self._ctl_newest()
             row = ctl.execute(
                 sql.SQL(
                     "SELECT ARRAY(SELECT id FROM {} WHERE id = ANY(%(ids)s::text[]) AND state = 'committed'), "
@@ -298,14 +355,17 @@ class _CommitSide(_SinkBase):
         """
         ids = [c.id for c in committables]
         with self._errors("commit_status"):
-            ctl = self._ctl()
+            ctl = self._ctl_newest()
+            now = self._lineage(ctl)
+            if now.standby:
+                raise TransientError(
+                    f"commit_status of batch {batch} reached {now}: a standby, whose tables lag the primary's.",
+                    "eosink asks again; give the conninfo every server of the cluster (host=a,b,c) with "
+                    "target_session_attrs=read-write, so that the primary is found after a failover.",
+                )
             in_flight = self._in_flight.get(batch)
-            if in_flight is not None:
-                known = self._xact_status(ctl, batch, in_flight[0])
-                if known is CommitStatus.COMMITTED:
-                    self.metrics.committed(batch, committables, time.monotonic() - in_flight[1])
-                if known is not None:
-                    return known
+            if in_flight is not None and self._still_running(ctl, batch, in_flight[0], in_flight[1], now):
+                return CommitStatus.IN_PROGRESS
             prepared = {
                 r[0]
                 for r in ctl.execute(
@@ -321,10 +381,11 @@ class _CommitSide(_SinkBase):
                 (batch.app_id, batch.batch_id, ids),
             ).fetchone()
         assert row is not None
+        self._in_flight.pop(batch, None)
         if row[0]:
-            if in_flight is not None:  # pg_xact_status no longer knew the xid; the bundle tells
+            if in_flight is not None:
                 self.metrics.resolved(batch.app_id, "committed")
-                self.metrics.committed(batch, committables, time.monotonic() - in_flight[1])
+                self.metrics.committed(batch, committables, time.monotonic() - in_flight[2])
             return CommitStatus.COMMITTED
         alive = prepared | set(row[1])
         status = CommitStatus.PREPARED if all(i in alive for i in ids) else CommitStatus.ABORTED
@@ -332,23 +393,43 @@ class _CommitSide(_SinkBase):
             self.metrics.resolved(batch.app_id, "recommit" if status is CommitStatus.PREPARED else "aborted")
         return status
 
-    def _xact_status(self, ctl: Conn, batch: BatchRef, xid: str) -> CommitStatus | None:
-        """The fate of the batch's last COMMIT whose reply was lost, from ``pg_xact_status()``.
+    def _still_running(self, ctl: Conn, batch: BatchRef, xid: str, issued: Lineage, now: Lineage) -> bool:
+        """Whether the lost COMMIT's transaction still runs on this server (then ask again), from pg_xact_status().
 
-        ``in progress``: the server has not finished it (IN_PROGRESS, ask again); ``committed``:
-        the batch and its bundle are visible (one transaction); ``aborted`` or unknown (xid too
-        old): None, and the caller decides from the tables.
+        Only the tables say whether the batch committed: its bundle is written in the same transaction.
+        The transaction id only tells whether to wait, and only on the lineage that assigned it. On
+        another one (a promoted standby, a restored backup) the id means nothing: that server may have
+        handed it to another transaction. A server that crashed before the transaction's WAL reached
+        its disk calls the id "in the future", on the same lineage: it never committed there.
         """
-        row = ctl.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+        if not now.same(issued):
+            log.warning(
+                "eosink %s: the COMMIT of batch %d (transaction %s) went to %s; the server is now %s: the transaction "
+                "id means nothing here, the sink's tables decide",
+                batch.app_id,
+                batch.batch_id,
+                xid,
+                issued,
+                now,
+            )
+            return False
+        try:
+            row = ctl.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+        except psycopg.errors.InvalidParameterValue as exc:
+            if "in the future" not in str(exc):
+                raise
+            log.warning(
+                "eosink %s: transaction %s of batch %d is unknown to %s (it crashed before the transaction's WAL was "
+                "on disk): the sink's tables decide",
+                batch.app_id,
+                xid,
+                batch.batch_id,
+                now,
+            )
+            return False
         state = row[0] if row else None
         log.info("eosink %s: transaction %s of batch %d is %s", batch.app_id, xid, batch.batch_id, state)
-        if state == "in progress":
-            return CommitStatus.IN_PROGRESS
-        del self._in_flight[batch]
-        if state == "committed":
-            self.metrics.resolved(batch.app_id, "committed")
-            return CommitStatus.COMMITTED
-        return None
+        return state == "in progress"
 
     def recover(self, app_id: str) -> list[Committable]:
         """Every prepared, uncommitted committable of ``app_id``: prepared gids and staged-but-unmoved work."""

@@ -68,6 +68,15 @@ def translate(config: PostgresConfig, exc: psycopg.Error, what: str) -> EosinkEr
             "Retry later; if it persists, raise max_prepared_transactions, and let recovery resolve in-doubt "
             f"work (prepared gids starting with {gid_prefix(config.control_schema)!r} in pg_prepared_xacts).",
         )
+    if isinstance(exc, psycopg.errors.InvalidParameterValue) and "is in the future" in str(exc):
+        return TransientError(
+            f"{where}: the server does not know a transaction id eosink was given by a server of this cluster "
+            f"({detail}): it has not (yet) received that transaction, a standby that lags or was promoted before it "
+            "caught up.",
+            "eosink asks again while the server catches up; a commit in doubt is settled from the sink's own tables "
+            "(its bundle), never by that id. List every server of the cluster in the conninfo with "
+            "target_session_attrs=read-write so that eosink reaches the primary.",
+        )
     pooled = pgbouncer_problem(str(exc))
     if pooled is not None:
         return ConfigurationError(f"{where}: {detail}. {pooled[0]}", pooled[1])

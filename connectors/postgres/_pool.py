@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import Connection
 from psycopg.pq import TransactionStatus
+
+if TYPE_CHECKING:
+    from eosink.connectors.postgres._lineage import Lineage
 
 __all__ = ["Conn", "Connections"]
 
@@ -32,13 +36,14 @@ class _Local(threading.local):
 class Connections:
     """Every connection one sink object opened in this process."""
 
-    def __init__(self, connect: Callable[[bool], Conn]) -> None:
+    def __init__(self, connect: Callable[[bool], tuple[Conn, Lineage | None]]) -> None:
         self._connect = connect
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._local = _Local()
         self._all: list[Conn] = []
         self._idle: list[Conn] = []
+        self._lineages: weakref.WeakKeyDictionary[Conn, Lineage] = weakref.WeakKeyDictionary()
 
     def _check_pid(self) -> bool:
         """False (and everything forgotten) in a forked child."""
@@ -52,10 +57,21 @@ class Connections:
         return False
 
     def _open(self, autocommit: bool) -> Conn:
-        conn = self._connect(autocommit)
+        conn, lineage = self._connect(autocommit)
         with self._lock:
             self._all.append(conn)
+            if lineage is not None:
+                self._lineages[conn] = lineage
         return conn
+
+    def lineage(self, conn: Conn) -> Lineage:
+        """The lineage of ``conn``'s server, read once per connection (an autocommit one: no transaction left open)."""
+        from eosink.connectors.postgres._lineage import read_lineage
+
+        known = self._lineages.get(conn)
+        if known is None:
+            known = self._lineages[conn] = read_lineage(conn)
+        return known
 
     def control(self) -> tuple[Conn, bool]:
         """This thread's autocommit connection, and whether it is new."""
@@ -66,10 +82,11 @@ class Connections:
         conn = self._local.conn = self._open(True)
         return conn, True
 
-    def forget_control(self) -> None:
-        """Drop this thread's control connection if it broke (the next call reconnects)."""
+    def forget_control(self, *, healthy_too: bool = False) -> None:
+        """Drop this thread's control connection if it broke, or even if not (``healthy_too``: its server is no
+        longer the one to talk to); the next call reconnects."""
         conn = self._local.conn
-        if conn is not None and (conn.closed or conn.broken):
+        if conn is not None and (healthy_too or conn.closed or conn.broken):
             self._local.conn = None
             self.discard(conn)
 

@@ -47,15 +47,17 @@ import time
 from contextlib import AbstractContextManager
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
 from eosink._extras import require
 from eosink.connectors.postgres._cleanup import CleanupReport, claim_cleanup, run_cleanup
 from eosink.connectors.postgres._commit_side import _CommitSide
+from eosink.connectors.postgres._connect import newer_primary, open_connection, server_addresses
 from eosink.connectors.postgres._control import ensure_control_schema, gid_prefix
 from eosink.connectors.postgres._errors import grants_fix, prepared_disabled, translated
+from eosink.connectors.postgres._lineage import Lineage, epoch_floor
 from eosink.connectors.postgres._pool import Conn, Connections
+from eosink.connectors.postgres._replication import Replication, read_replication
 from eosink.connectors.postgres._write_side import _Txn, _WriteSide
 from eosink.connectors.postgres.config import PostgresConfig
 from eosink.connectors.postgres.grants import missing_grants, writer_grants
@@ -108,11 +110,14 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
     def _reset(self) -> None:
         # A function of the configuration only: no reference cycle back to the sink, so a dropped
         # sink (executors unpickle one per task and never close it) closes its connections at once.
-        self._conns = Connections(functools.partial(_open_connection, self.config))
+        self._conns = Connections(functools.partial(open_connection, self.config))
+        self._seen: Lineage | None = None  # the server the last new control connection reached
+        self._several = len(server_addresses(self.config.conninfo)) > 1
         self._ready = False
         self._staged = set()  # these two: the participant side's (see _WriteSide)
         self._prepare_checked = False
-        self._in_flight = {}  # the coordinator side's (see _CommitSide)
+        self._in_flight = {}  # these two: the coordinator side's (see _CommitSide)
+        self._committed_on = {}
         self._next_cleanup = 0.0
         self.metrics = PostgresMetrics()
 
@@ -136,11 +141,56 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
 
     def _ctl(self) -> Conn:
         """This thread's autocommit connection for driver-side work (the control schema ensured)."""
-        conn, _ = self._conns.control()
+        conn, new = self._conns.control()
+        if new:
+            self._note_server(self._conns.lineage(conn))
         if not self._ready:
             ensure_control_schema(conn, self.config.control_schema)
             self._ready = True
         return conn
+
+    def _ctl_newest(self) -> Conn:
+        """The control connection, moved first to a primary promoted since it was opened, if any (several servers).
+
+        A connection opened before a failover still reaches the old primary, which may take writes
+        again once it resumes (split brain): before a commit or a status read, the conninfo's other
+        servers are asked whether one is a primary on a newer timeline.
+        """
+        conn = self._ctl()
+        if self._several and newer_primary(self.config, self._conns.lineage(conn)) is not None:
+            self._conns.forget_control(healthy_too=True)
+            conn = self._ctl()
+        return conn
+
+    def _lineage(self, conn: Conn) -> Lineage:
+        """The lineage of ``conn``'s server (read once per connection)."""
+        return self._conns.lineage(conn)
+
+    def _note_server(self, lineage: Lineage) -> None:
+        """A new control connection reached ``lineage``: say so when the server changed since the last one."""
+        seen, self._seen = self._seen, lineage
+        if seen is None:
+            log.debug("eosink: PostgreSQL control connection to %s", lineage)
+        elif not lineage.same(seen):
+            log.warning(
+                "eosink: the PostgreSQL server changed: now %s, before %s (a failover or a restore). Handles the old "
+                "server issued (transaction ids, writer epochs) no longer count; commits in doubt are settled from the "
+                "sink's own tables.",
+                lineage,
+                seen,
+            )
+        elif lineage.address != seen.address:
+            log.info("eosink: reconnected to PostgreSQL %s", lineage)
+
+    def server_identity(self) -> str | None:
+        """``PostgreSQL primary at host:port (system N, timeline T)``: the server the sink talks to now."""
+        with self._errors("server identity"):
+            return f"PostgreSQL {self._lineage(self._ctl())}"
+
+    def replication(self) -> Replication:
+        """What the primary's replication promises a committed batch (synchronous standbys, or not)."""
+        with self._errors("replication"):
+            return read_replication(self._ctl())
 
     def _errors(self, what: str) -> AbstractContextManager[None]:
         """Turn psycopg errors into eosink errors (the connector's one translator); forget a broken control
@@ -162,6 +212,8 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
             off = self._prepared_off(conn)
             if off is not None:
                 log.warning("eosink: %s", off.problem)
+            replication = read_replication(conn)
+        log.info("eosink %s: PostgreSQL %s: %s", app_id, self._lineage(conn), replication.promise())
         self._maybe_cleanup(force=True)
 
     def _check_grants(self) -> None:
@@ -245,17 +297,15 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
     def fence(self, app_id: str) -> int:
         """Hand out the next epoch of ``app_id``."""
         with self._errors(f"fence({app_id!r})"):
-            row = (
-                self._ctl()
-                .execute(
-                    sql.SQL(
-                        "INSERT INTO {} AS e (app_id, epoch) VALUES (%s, 1) "
-                        "ON CONFLICT (app_id) DO UPDATE SET epoch = e.epoch + 1, fenced_at = now() RETURNING epoch"
-                    ).format(self._t("epochs")),
-                    (app_id,),
-                )
-                .fetchone()
-            )
+            ctl = self._ctl_newest()
+            floor = epoch_floor(self._lineage(ctl))  # higher than any epoch an older timeline handed out
+            row = ctl.execute(
+                sql.SQL(
+                    "INSERT INTO {} AS e (app_id, epoch) VALUES (%(app)s, %(floor)s) ON CONFLICT (app_id) "
+                    "DO UPDATE SET epoch = greatest(e.epoch + 1, %(floor)s), fenced_at = now() RETURNING epoch"
+                ).format(self._t("epochs")),
+                {"app": app_id, "floor": floor},
+            ).fetchone()
         assert row is not None
         return int(row[0])
 
@@ -269,11 +319,8 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
 
 
 def _open_connection(config: PostgresConfig, autocommit: bool) -> Conn:
-    conn: Conn = psycopg.connect(config.conninfo, autocommit=autocommit, **config.connect_kwargs())
-    # No server-side prepared statements: they break behind PgBouncer's transaction pooling, and the
-    # sink's statements are few and cheap to plan.
-    conn.prepare_threshold = None
-    return conn
+    """A connection to the sink's server (of several, the newest primary: see ``_connect``)."""
+    return open_connection(config, autocommit)[0]
 
 
 def _max_prepared(conn: Conn) -> int:

@@ -14,7 +14,8 @@ may share it. The contract maps onto five tables::
     pre_commit(txn)       txns:    state 'prepared' (durable: it is committed to SQLite)
     commit(...)           data:    staged rows moved into the visible table, txns set
                           bundles: 'committed' and the bundle inserted, in ONE SQLite
-                                   transaction (atomic=False: one per committable, bundle last)
+                                   transaction (atomic=False: one per committable, bundle last);
+                                   refused when the batch it follows is gone (a lost batch)
     abort(...)            txns:    state 'aborted', staged rows deleted
     commit_status(...)    bundle present -> COMMITTED; work gone -> ABORTED; else PREPARED
     recover(app_id)       txns:    the 'prepared' rows of app_id
@@ -48,6 +49,7 @@ from eosink.contract import (
 from eosink.errors import (
     BadRecordError,
     CommitAbortedError,
+    CommittedWorkLostError,
     ConfigurationError,
     FencedError,
     SchemaError,
@@ -391,6 +393,7 @@ class ReferenceSink(Sink[_Txn]):
             with self._transaction() as conn:
                 if self._already_committed(conn, batch, bundle):
                     return
+                self._check_follows(conn, batch, bundle)
                 for c in committables:
                     self._publish(conn, batch, c)
                 self._mid_commit(batch)  # a crash here rolls the whole transaction back
@@ -406,6 +409,7 @@ class ReferenceSink(Sink[_Txn]):
         with self._transaction() as conn:
             if self._already_committed(conn, batch, bundle):
                 return
+            self._check_follows(conn, batch, bundle)
             for c in committables:
                 self._state_for_commit(conn, batch, c)
         for i, c in enumerate(committables):
@@ -441,6 +445,27 @@ class ReferenceSink(Sink[_Txn]):
             f"Batch {batch} was already committed by another attempt "
             f"(committables {list(existing.committables)}, not {list(bundle.committables)}).",
             "Abort this attempt's committables; the batch is done.",
+        )
+
+    @staticmethod
+    def _check_follows(conn: sqlite3.Connection, batch: BatchRef, bundle: Bundle) -> None:
+        """Refuse a batch whose predecessor (``bundle.follows``) is gone: the file lost committed batches (it was
+        replaced by an older copy), and committing on top would hide the loss."""
+        if bundle.follows is None:
+            return
+        row = conn.execute("SELECT max(batch_id) FROM bundles WHERE app_id = ?", (batch.app_id,)).fetchone()
+        newest = row[0] if row else None
+        if newest is not None and newest >= bundle.follows:
+            return
+        lost = tuple(range(bundle.follows if newest is None else newest + 1, bundle.follows + 1))
+        raise CommittedWorkLostError(
+            f"The reference sink holds batches of {batch.app_id!r} up to {newest} only, but batch {bundle.follows} "
+            f"was committed before batch {batch.batch_id}: batches {list(lost)} are gone (the file was replaced by "
+            "an older copy).",
+            f"Rewind the query's checkpoint to batch {lost[0]} (eosink recover --rewind).",
+            app_id=batch.app_id,
+            batch_id=lost[0],
+            batches=lost,
         )
 
     @staticmethod

@@ -11,6 +11,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from eosink.connectors.reference import ReferenceSink
 from eosink.connectors.reference.sink import _Txn
@@ -216,6 +217,48 @@ class NoMidCommitPoint(ReferenceSink):
         return None
 
 
+class HandleTrustingStatus(ReferenceSink):
+    """Settles a commit by a handle the store issued, as pg_xact_status(xid) alone did, not by the store's records.
+
+    Every commit takes the store's next transaction number (a counter in the file, like PostgreSQL's
+    next xid) and remembers it; ``commit_status`` of a remembered batch says COMMITTED once the
+    store's counter has passed it. A promoted standby's counter is behind the old primary's, and
+    its next commits hand the same numbers out again.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._handles: dict[BatchRef, int] = {}
+
+    def _next_number(self, conn: sqlite3.Connection) -> int:
+        conn.execute("CREATE TABLE IF NOT EXISTS mutant_xids (n INTEGER NOT NULL)")
+        if conn.execute("SELECT count(*) FROM mutant_xids").fetchone()[0] == 0:
+            conn.execute("INSERT INTO mutant_xids VALUES (0)")
+        conn.execute("UPDATE mutant_xids SET n = n + 1")
+        return int(conn.execute("SELECT n FROM mutant_xids").fetchone()[0])
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        with self._transaction() as conn:
+            self._handles[batch] = self._next_number(conn)
+        super().commit(batch, committables, bundle)
+
+    def commit_status(self, batch: BatchRef, committables: Sequence[Committable]) -> CommitStatus:
+        handle = self._handles.get(batch)
+        if handle is not None:
+            row = self._conn().execute("SELECT n FROM mutant_xids").fetchone()
+            if row is not None and row[0] >= handle:
+                return CommitStatus.COMMITTED
+        return super().commit_status(batch, committables)
+
+
+class NoPredecessorCheck(ReferenceSink):
+    """Commits a batch whatever became of the batch it follows (``Bundle.follows``): a lost batch goes unnoticed."""
+
+    @staticmethod
+    def _check_follows(conn: sqlite3.Connection, batch: BatchRef, bundle: Bundle) -> None:
+        return None
+
+
 def _one_bundle(sink: ReferenceSink, where_order: str, app_id: str) -> Bundle | None:
     """The first bundle ``SELECT bundle FROM bundles WHERE <where_order> LIMIT 1`` finds (a mutant's own query)."""
     query = f"SELECT bundle FROM bundles WHERE {where_order} LIMIT 1"  # the mutants' fixed text, no input
@@ -251,4 +294,6 @@ MUST_FAIL: dict[type[ReferenceSink], tuple[str, ...]] = {
     ConstantFingerprint: ("test_f13_divergent_replay_of_a_committed_batch",),
     LastWrittenBundle: (RANDOM,),
     NoMidCommitPoint: ("test_crash_at_a_fault_point_then_restart_is_exact",),
+    HandleTrustingStatus: ("test_a_lost_commit_reply_across_a_failover_is_settled_from_the_new_servers_records",),
+    NoPredecessorCheck: ("test_committed_batches_lost_in_a_failover_stop_the_next_commit",),
 }

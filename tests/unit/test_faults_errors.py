@@ -274,14 +274,18 @@ def test_error_tree_shape() -> None:
     """Every exported error is an EosinkError; the mismatch, credentials, TLS and permission errors are
     ConfigurationErrors (terminal: fix, then restart).
 
-    Pass: the subclass relations hold, and the module exports all sixteen classes.
+    Pass: the subclass relations hold, and the module exports all seventeen classes.
     """
-    assert len(ERROR_CLASSES) == 16
+    assert len(ERROR_CLASSES) == 17
     assert all(issubclass(cls, EosinkError) for cls in ERROR_CLASSES)
     for cls in (CheckpointMismatchError, errors.AuthenticationError, errors.TlsError, errors.PermissionDeniedError):
         assert issubclass(cls, ConfigurationError)
     denied = pickle.loads(pickle.dumps(errors.PermissionDeniedError("No.", "Grant it.", permission="INSERT on t")))
     assert denied.permission == "INSERT on t"
+    assert issubclass(errors.CommittedWorkLostError, errors.PreparedWorkLostError)
+    lost = errors.CommittedWorkLostError("Gone.", "Rewind.", app_id="a", batch_id=3, batches=(3, 4), server="t 1 -> 2")
+    copy = pickle.loads(pickle.dumps(lost))
+    assert (copy.app_id, copy.batch_id, copy.batches, copy.server) == ("a", 3, (3, 4), "t 1 -> 2")
     assert issubclass(EosinkError, Exception)
 
 

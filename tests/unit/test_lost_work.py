@@ -19,7 +19,7 @@ from unit_conftest import APP, VARIANTS, MiniSpark, Variant, batches_for, db_que
 
 from eosink import faults
 from eosink.connectors.reference import ReferenceSink
-from eosink.errors import ConfigurationError, PreparedWorkLostError
+from eosink.errors import CommittedWorkLostError, ConfigurationError, PreparedWorkLostError
 from eosink.rewind import new_lease, plan_rewind, rewind
 from eosink.spark import BatchWriter
 
@@ -138,6 +138,42 @@ def test_inline_strategies_detect_a_committed_batch_the_sink_lost(tmp_path: Path
     with pytest.raises(PreparedWorkLostError, match="Batch 2 of app_id 'payments' is lost") as err:
         ms.run()
     assert "newest bundle" in err.value.problem and "batch 1" in err.value.problem
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.id for v in VARIANTS])
+def test_a_running_writer_stops_at_its_next_commit_when_the_sink_lost_a_committed_batch(
+    tmp_path: Path, variant: Variant
+) -> None:
+    """A failover to a standby that lacked the newest batch, while the query runs: the writer's next commit is
+    refused by the sink (the batch it follows is gone) before it becomes visible.
+
+    How: batches 0-2 run; the sink loses batch 2 (rows and bundle); the same writer processes batch 3.
+    Pass: CommittedWorkLostError (a PreparedWorkLostError) naming batch 2, with the rewind command and the
+    checkpoint; nothing of batch 3 visible (under idempotent, whose participants upsert as they write, its
+    rows are, and the replay after the rewind overwrites them); after the rewind the restart lands every
+    batch exactly once.
+    """
+    ms = _mini(tmp_path, variant, n=4)
+    for batch_id in range(3):
+        ms.run_batch(batch_id)
+    _lose_last_committed_batch(ms)
+    with pytest.raises(CommittedWorkLostError) as err:
+        ms.run_batch(3)
+    e = err.value
+    assert isinstance(e, PreparedWorkLostError) and (e.app_id, e.batch_id, e.batches) == (APP, 2, (2,))
+    assert "Batch 2 of app_id 'payments' is lost" in e.problem and "although it was committed" in e.problem
+    assert e.fix is not None and "eosink recover --rewind" in e.fix and str(ms.ckpt.root) in e.fix
+    assert _rows_of(ms, 3) == (0 if variant.make().transactional else len(ms.batches[3].rows))
+    _died(ms)
+    ms.restart()
+    with pytest.raises(CommittedWorkLostError, match="Batch 2 of app_id"):
+        ms.run()
+    plan = _plan(ms)
+    assert plan.batch_id == 2
+    rewind(ms.ckpt.spark(), plan)
+    ms.restart()
+    ms.run()
+    ms.assert_exact()
 
 
 @pytest.mark.parametrize("variant", INLINE, ids=[v.id for v in INLINE])
