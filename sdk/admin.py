@@ -19,7 +19,25 @@ from typing import Any
 
 from eosink.contract import Bundle, Committable, Sink
 
-__all__ = ["AppStatus", "InDoubtWork", "SinkAdmin", "SinkStatus", "prepared_work"]
+__all__ = ["AppStatus", "InDoubtWork", "ServerState", "SinkAdmin", "SinkStatus", "prepared_work"]
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """One server behind a sink, as the sink sees it (a primary and its standbys, a broker, a NameNode).
+
+    ``role`` is the server's own word (``primary``, ``standby``, ``unreachable``); ``identity`` says
+    which server history it belongs to (PostgreSQL: system identifier and timeline), so a failover
+    shows; ``state`` what else matters (replication: which standbys are synchronous; an error).
+    """
+
+    address: str
+    role: str
+    identity: str = ""
+    state: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"address": self.address, "role": self.role, "identity": self.identity, "state": self.state}
 
 
 @dataclass(frozen=True)
@@ -128,6 +146,9 @@ class SinkStatus:
     """In-doubt work of this sink that belongs to no app_id it knows."""
     notes: tuple[str, ...] = ()
     """What the sink's servers allow that changes what a writer can count on (e.g. how long prepared work lasts)."""
+    servers: tuple[ServerState, ...] = ()
+    """The servers behind the sink, where the sink can tell (a replicated PostgreSQL: each server's role and
+    timeline)."""
 
     @property
     def in_doubt(self) -> int:
@@ -146,6 +167,7 @@ class SinkStatus:
             "orphans": [w.to_json() for w in self.orphans],
             "in_doubt": self.in_doubt,
             "notes": list(self.notes),
+            "servers": [server.to_json() for server in self.servers],
         }
 
 

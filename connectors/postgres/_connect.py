@@ -35,7 +35,7 @@ from eosink.connectors.postgres._pool import Conn
 from eosink.connectors.postgres.config import PostgresConfig
 from eosink.errors import ConfigurationError
 
-__all__ = ["PROBE_TIMEOUT_S", "newer_primary", "open_connection", "server_addresses"]
+__all__ = ["PROBE_TIMEOUT_S", "connect_to", "newer_primary", "open_connection", "server_addresses"]
 
 log = logging.getLogger("eosink.postgres")
 
@@ -56,9 +56,13 @@ def server_addresses(conninfo: str) -> list[tuple[str, str]]:
     return list(zip(hosts, ports, strict=False))
 
 
-def _one(config: PostgresConfig, host: str, port: str, autocommit: bool) -> tuple[Conn, Lineage]:
-    """A connection to exactly ``host:port`` of the conninfo, with its server's lineage."""
-    single = make_conninfo(config.conninfo, host=host, port=port or None, hostaddr=None)
+def connect_to(
+    config: PostgresConfig, host: str, port: str, autocommit: bool, *, any_role: bool = False
+) -> tuple[Conn, Lineage]:
+    """A connection to exactly ``host:port`` of the conninfo, with its server's lineage (``any_role``: a standby
+    too, whatever ``target_session_attrs`` the conninfo asks for)."""
+    extra = {"target_session_attrs": "any"} if any_role else {}
+    single = make_conninfo(config.conninfo, host=host, port=port or None, hostaddr=None, **extra)
     conn: Conn = psycopg.connect(single, autocommit=autocommit, **config.connect_kwargs())
     conn.prepare_threshold = None  # no server-side prepared statements (see open_connection)
     try:
@@ -106,7 +110,7 @@ def _ask_all(
     """Connect to every server at once; the answers (in the conninfo's order) and the errors."""
     pool = ThreadPoolExecutor(max_workers=len(addresses), thread_name_prefix="eosink-pg-connect")
     try:
-        futures = [pool.submit(_one, config, host, port, autocommit) for host, port in addresses]
+        futures = [pool.submit(connect_to, config, host, port, autocommit) for host, port in addresses]
         wait(futures)
     finally:
         pool.shutdown(wait=False)
@@ -168,7 +172,7 @@ def newer_primary(config: PostgresConfig, current: Lineage) -> Lineage | None:
         return None  # one server, or ``current`` is not one of the conninfo's (reached some other way)
     pool = ThreadPoolExecutor(max_workers=len(addresses), thread_name_prefix="eosink-pg-probe")
     try:
-        futures = [pool.submit(_one, config, host, port, True) for host, port in addresses]
+        futures = [pool.submit(connect_to, config, host, port, True) for host, port in addresses]
         done, _ = wait(futures, timeout=PROBE_TIMEOUT_S)
     finally:
         pool.shutdown(wait=False)  # a paused server's thread ends when its connect times out

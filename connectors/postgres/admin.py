@@ -41,10 +41,15 @@ class PostgresAdmin(SinkAdmin):
         return read_status(self.config, app_id)
 
     def status(self, app_id: str | None = None) -> SinkStatus:
+        from eosink.connectors.postgres._servers import survey
+
         found = self.control_status(app_id)
         where = f"control schema {found.control_schema!r}, database {found.database!r}"
         apps = tuple(_app(a, found) for a in found.apps)
-        return SinkStatus("postgres", where, found.exists, apps, tuple(_prepared(p) for p in found.orphans))
+        servers, replication = survey(self.config)
+        notes = () if replication is None else (f"replication: {replication.promise()}",)
+        orphans = tuple(_prepared(p) for p in found.orphans)
+        return SinkStatus("postgres", where, found.exists, apps, orphans, notes=notes, servers=servers)
 
     def drop_app(self, app_id: str) -> None:
         """Abort the app_id's in-doubt work, then delete its epochs, txns and bundles rows (its data stays)."""

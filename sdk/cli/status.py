@@ -158,6 +158,9 @@ def render_fanout(app_id: str, sinks: Sequence[tuple[str, str, str, SinkStatus]]
 def render(status: SinkStatus) -> str:
     """The status as tables: the app_ids, then each one's in-doubt work, then orphans."""
     out = [status.where, *status.notes]
+    if status.servers:
+        rows = [[s.address, s.role, s.identity or "-", s.state or "-"] for s in status.servers]
+        out += ["", table(["SERVER", "ROLE", "IDENTITY", "STATE"], rows), ""]
     if not status.exists:
         out.append("nothing exists there yet: no eosink writer has used it")
     elif not status.apps:
