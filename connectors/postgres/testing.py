@@ -2,15 +2,18 @@
 
 :class:`PostgresHarness` writes against the service harness's PostgreSQL (``eosink services up
 postgres``, or your own server through ``EOSINK_POSTGRES_URL``); :class:`SecurePostgresHarness`
-against the secured one (``postgres-secure``) as its least-privileged writer. A missing server is
-an error, never a skip.
+against the secured one (``postgres-secure``) as its least-privileged writer;
+:class:`ReplicatedPostgresHarness` against a primary with a synchronous and an asynchronous standby
+(``postgres-replicated``), through the multi-host conninfo, and fails it over for the suite's
+failover cases (:class:`PostgresFailover`). A missing server is an error, never a skip.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
@@ -19,9 +22,14 @@ from psycopg.rows import dict_row
 from eosink.connectors.postgres import PostgresConfig, PostgresSink
 from eosink.connectors.postgres._control import gid_prefix
 from eosink.connectors.postgres.grants import writer_grants
-from eosink.contracts import Namespace, SinkHarness
+from eosink.contract import BatchRef, Bundle, Committable, Sink
+from eosink.contracts import Failover, Namespace, SinkHarness
+from eosink.errors import AmbiguousCommitError, ServiceError, TransientError
 from eosink.services import get_service
 from eosink.services.postgres import PostgresEndpoint
+
+if TYPE_CHECKING:
+    from eosink.services.postgres_cluster import ReplicatedCluster
 
 
 class PostgresHarness(SinkHarness):
@@ -135,3 +143,106 @@ class SecurePostgresHarness(PostgresHarness):
 
     def fault_endpoint(self) -> tuple[str, int] | None:
         return None
+
+
+class PostgresFailover(Failover):
+    """A failover of the replicated service's cluster, as the contract suite's failover cases drive it.
+
+    The standby that takes over is an asynchronous one: the cluster runs in ``async`` mode for the
+    case, the standby stops following by its replication link being cut (after it replayed
+    everything so far), and it is promoted after the primary is SIGKILLed. A commit's reply is lost
+    by the primary's client proxy cutting the connection after the batch's ``COMMIT`` reached it.
+    :meth:`close` puts the cluster back: every node down or left behind is rewound into a standby of
+    the new primary (pg_rewind), links restored, synchronous mode again.
+    """
+
+    def __init__(self, harness: ReplicatedPostgresHarness, ns: Namespace) -> None:
+        self.harness, self.ns = harness, ns
+        self.cluster = harness.cluster()
+        self.cluster.set_mode("async")
+        self.old_primary = self.cluster.primary()
+        standbys = [n.name for n in self.cluster.status().nodes if n.role == "standby"]
+        if not standbys:
+            raise AssertionError(f"the replicated cluster has no standby to fail over to: {self.cluster.status()}")
+        self.standby = standbys[-1]
+
+    def make_sink(self) -> PostgresSink:
+        return self.harness.make_sink(self.ns)
+
+    def commit_losing_reply(
+        self, sink: Sink[Any], batch: BatchRef, committables: Sequence[Committable], bundle: Bundle
+    ) -> None:
+        proxy = self.cluster.proxy(self.cluster.primary())
+        proxy.cut_after_request(self.harness.commit_request_marker)
+        try:
+            sink.commit(batch, committables, bundle)
+        except (AmbiguousCommitError, TransientError):
+            pass
+        else:
+            raise AssertionError("the commit returned although its reply was to be cut")
+        finally:
+            proxy.passthrough()
+
+    def stop_standby(self) -> None:
+        self.cluster.wait_replayed(self.standby)
+        self.cluster.cut_link(self.standby)
+
+    def promote_standby(self) -> None:
+        self.cluster.kill(self.old_primary)
+        self.cluster.promote(self.standby)
+        self.harness.forget_admin()
+
+    def close(self) -> None:
+        primary = self.cluster.primary()
+        for node in self.cluster.status().nodes:
+            if node.name == primary:
+                continue
+            self.cluster.restore_link(node.name)
+            if node.role == "standby":
+                try:
+                    self.cluster.wait_streaming(node.name, timeout_s=15.0)
+                    continue
+                except ServiceError:  # it had WAL the new primary never had: it cannot follow without a rewind
+                    pass
+            self.cluster.rejoin(node.name)
+        self.cluster.set_mode("sync")
+
+
+class ReplicatedPostgresHarness(PostgresHarness):
+    """The suite against the ``postgres-replicated`` service: a primary, a synchronous and an asynchronous
+    standby, reached through the multi-host conninfo (``target_session_attrs=read-write``), each node behind
+    a fault proxy of its own. Its :meth:`failover` drives a real failover to the asynchronous standby."""
+
+    def endpoint(self) -> PostgresEndpoint:
+        if self._endpoint is None:
+            from eosink.services.postgres_replicated import ReplicatedPostgresEndpoint
+
+            endpoint = get_service("postgres-replicated").endpoint()
+            assert isinstance(endpoint, ReplicatedPostgresEndpoint)
+            self._endpoint = endpoint
+        return self._endpoint
+
+    def cluster(self) -> ReplicatedCluster:
+        """The running cluster, through its supervisor."""
+        from eosink.services.postgres_replicated import ClusterControl, ReplicatedPostgresEndpoint
+
+        endpoint = self.endpoint()
+        assert isinstance(endpoint, ReplicatedPostgresEndpoint)
+        return ClusterControl(endpoint)
+
+    def fault_endpoint(self) -> tuple[str, int] | None:
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = conninfo_to_dict(self.cluster().node_url(self.cluster().primary()))
+        return str(params["host"]), int(str(params["port"]))
+
+    def forget_admin(self) -> None:
+        """Drop the reading connection (it reached the old primary)."""
+        with self._lock:
+            if self._admin is not None:
+                with contextlib.suppress(Exception):
+                    self._admin.close()
+            self._admin = None
+
+    def failover(self, ns: Namespace) -> PostgresFailover:
+        return PostgresFailover(self, ns)

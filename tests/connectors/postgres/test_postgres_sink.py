@@ -492,13 +492,52 @@ def test_cut_final_commit_is_ambiguous_and_cut_commit_prepared_is_transient(
         assert len(HARNESS.read_rows(None, names["table"])) == 6
 
 
+def test_a_lost_reply_is_settled_by_the_bundle_never_by_a_transaction_id_alone(
+    postgres_endpoint: PostgresEndpoint, names: dict[str, str]
+) -> None:
+    """The remembered transaction id of a lost COMMIT only says whether to wait; the bundle decides.
+
+    A promoted standby hands out again the transaction ids the old primary had handed out, and
+    ``pg_xact_status`` then answers for another transaction (issue 58's silent loss). Simulated on one
+    server: batch 1 is prepared, and the sink remembers, as its lost COMMIT's transaction, the id of an
+    unrelated transaction that committed, on this server's lineage and on another timeline's. Pass:
+    PREPARED both times (the bundle is absent), never COMMITTED; committing then lands the batch once.
+    A transaction id the server calls "in the future" (it crashed before the transaction reached its
+    WAL) is not waited for either; the translator makes that error a TransientError, never a bad row.
+    """
+    from eosink.connectors.postgres._errors import translate
+    from eosink.connectors.postgres._lineage import Lineage
+
+    config = _config(postgres_endpoint, names)
+    sink = PostgresSink(config)
+    epoch = sink.fence(APP)
+    committables = [_write(sink, 1, epoch, BATCH)]
+    batch = BatchRef(APP, 1)
+    with _admin(postgres_endpoint) as admin:
+        other = str(admin.execute("SELECT pg_current_xact_id()::text").fetchone()[0])  # type: ignore[index]
+        assert admin.execute("SELECT pg_xact_status(%s::xid8)", (other,)).fetchone() == ("committed",)
+        here = sink._lineage(sink._ctl())
+        elsewhere = Lineage(here.system_identifier, here.timeline + 1, address="10.0.0.9:5432")
+        for lineage in (here, elsewhere):
+            sink._in_flight[batch] = (other, lineage, 0.0)
+            assert sink.commit_status(batch, committables) is CommitStatus.PREPARED, lineage
+        sink._in_flight[batch] = ("999999999", here, 0.0)  # never assigned here
+        assert sink.commit_status(batch, committables) is CommitStatus.PREPARED
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as future:
+            admin.execute("SELECT pg_xact_status('999999999'::xid8)")
+    error = translate(config, future.value, "commit_status")
+    assert isinstance(error, TransientError) and "catches up" in (error.fix or ""), error
+    _commit(sink, 1, epoch, committables)
+    assert len(HARNESS.read_rows(None, names["table"])) == BATCH.num_rows
+
+
 def test_commits_resolved_after_a_lost_reply_are_counted_once(
     postgres_endpoint: PostgresEndpoint, names: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """A batch whose COMMIT reply was cut is committed; its resolution must count it like any commit.
 
     Every second batch's COMMIT reply is cut on the wire. Half of those are resolved by
-    ``commit_status`` (pg_xact_status), half by committing again (the bundle is found). Pass:
+    ``commit_status`` (the bundle is there), half by committing again (the bundle is found). Pass:
     ``metrics_for`` counts every batch once (batches, rows, bytes, last batch id), and the INFO
     "committed batch" line is logged once per batch.
     """
