@@ -18,6 +18,7 @@ _CLASSES = {
     "postgres-secure": "eosink.services.postgres_secure:SecurePostgresService",
     "kafka-secure": "eosink.services.kafka_secure:SecureKafkaService",
     "minio-secure": "eosink.services.minio_secure:SecureMinioService",
+    "postgres-replicated": "eosink.services.postgres_replicated:ReplicatedPostgresService",
 }
 
 #: Every secured variant (TLS, authentication, a least-privileged writer), by the plain service's name.
@@ -28,10 +29,12 @@ SECURE_VARIANTS: dict[str, str] = {
     "hdfs": "hdfs",
     "minio": "minio-secure",
 }
+#: Services started only when named: a replicated PostgreSQL (three servers and a supervisor) for failover tests.
+_ON_REQUEST: tuple[str, ...] = ("postgres-replicated",)
 #: Every service name, in the order ``up`` starts them; ``up`` with no names starts the plain ones.
 SERVICE_NAMES: tuple[str, ...] = tuple(_CLASSES)
 _SECURE_ONLY = {secure for plain, secure in SECURE_VARIANTS.items() if secure != plain}
-PLAIN_SERVICE_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in _SECURE_ONLY)
+PLAIN_SERVICE_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in _SECURE_ONLY and n not in _ON_REQUEST)
 
 
 def get_service(name: str) -> Service[Any]:
