@@ -49,7 +49,7 @@ from psycopg.types.json import Jsonb
 
 from eosink import faults
 from eosink.connectors.postgres._base import _SinkBase
-from eosink.connectors.postgres._connect import newer_primary
+from eosink.connectors.postgres._connect import newer_primary, warn_zombie
 from eosink.connectors.postgres._control import OWN_STAGING, SEQ_COLUMN, TXN_COLUMN, gid_prefix, parse_gid
 from eosink.connectors.postgres._lineage import Lineage
 from eosink.connectors.postgres._pool import Conn
@@ -187,9 +187,11 @@ class _CommitSide(_SinkBase):
                 ) from None
             raise
         self._committed_on[app] = lineage
-        if self._several and newer_primary(self.config, lineage) is not None:
+        newer = newer_primary(self.config, lineage) if self._several else None
+        if newer is not None:
             # Committed on a server that another was promoted over meanwhile (it was paused or cut off, then
             # answered): the batch may be missing on the new primary. Settled there, from its tables.
+            warn_zombie(lineage, newer)
             self._conns.forget_control(healthy_too=True)
             self._in_flight[batch] = (xid, lineage, started)
             self.metrics.ambiguous(app)

@@ -35,7 +35,7 @@ from eosink.connectors.postgres._pool import Conn
 from eosink.connectors.postgres.config import PostgresConfig
 from eosink.errors import ConfigurationError
 
-__all__ = ["PROBE_TIMEOUT_S", "connect_to", "newer_primary", "open_connection", "server_addresses"]
+__all__ = ["PROBE_TIMEOUT_S", "connect_to", "newer_primary", "open_connection", "server_addresses", "warn_zombie"]
 
 log = logging.getLogger("eosink.postgres")
 
@@ -143,11 +143,12 @@ def _newest(primaries: list[tuple[Conn, Lineage]]) -> tuple[Conn, Lineage]:
     chosen = max(primaries, key=lambda answer: answer[1].timeline)
     for _, lineage in primaries:
         if lineage.timeline < chosen[1].timeline:
-            _warn_zombie(lineage, chosen[1])
+            warn_zombie(lineage, chosen[1])
     return chosen
 
 
-def _warn_zombie(zombie: Lineage, newest: Lineage) -> None:
+def warn_zombie(zombie: Lineage, newest: Lineage) -> None:
+    """Warn, once per server and timeline, that ``zombie`` took writes after ``newest`` was promoted over it."""
     key = (zombie.address, zombie.system_identifier, zombie.timeline)
     with _warned_lock:
         if key in _warned:
@@ -190,8 +191,6 @@ def newer_primary(config: PostgresConfig, current: Lineage) -> Lineage | None:
             and (newest is None or lineage.timeline > newest.timeline)
         ):
             newest = lineage
-    if newest is not None:
-        _warn_zombie(current, newest)
     return newest
 
 

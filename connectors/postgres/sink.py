@@ -141,12 +141,17 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
 
     def _ctl(self) -> Conn:
         """This thread's autocommit connection for driver-side work (the control schema ensured)."""
-        conn, new = self._conns.control()
-        if new:
-            self._note_server(self._conns.lineage(conn))
+        conn = self._control()
         if not self._ready:
             ensure_control_schema(conn, self.config.control_schema)
             self._ready = True
+        return conn
+
+    def _control(self) -> Conn:
+        """This thread's autocommit connection; a new one says which server it reached (``_note_server``)."""
+        conn, new = self._conns.control()
+        if new:
+            self._note_server(self._conns.lineage(conn))
         return conn
 
     def _ctl_newest(self) -> Conn:
@@ -157,9 +162,15 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
         servers are asked whether one is a primary on a newer timeline.
         """
         conn = self._ctl()
-        if self._several and newer_primary(self.config, self._conns.lineage(conn)) is not None:
-            self._conns.forget_control(healthy_too=True)
-            conn = self._ctl()
+        if self._several:
+            current = self._conns.lineage(conn)
+            newer = newer_primary(self.config, current)
+            if newer is not None:
+                log.info(
+                    "eosink: %s was promoted after %s, which this connection reached: reconnecting", newer, current
+                )
+                self._conns.forget_control(healthy_too=True)
+                conn = self._ctl()
         return conn
 
     def _lineage(self, conn: Conn) -> Lineage:
@@ -218,7 +229,7 @@ class PostgresSink(_WriteSide, _CommitSide, Sink[_Txn]):
 
     def _check_grants(self) -> None:
         """Stop before anything is written when the writer lacks a grant it needs, naming each one."""
-        conn, _ = self._conns.control()
+        conn = self._control()
         grants = writer_grants(self.config, conn.info.user, conn.info.dbname)
         missing = missing_grants(conn, grants)
         if missing:

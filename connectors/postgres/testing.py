@@ -193,19 +193,31 @@ class PostgresFailover(Failover):
         self.harness.forget_admin()
 
     def close(self) -> None:
-        primary = self.cluster.primary()
-        for node in self.cluster.status().nodes:
-            if node.name == primary:
+        reassemble(self.cluster)
+
+
+def reassemble(cluster: ReplicatedCluster) -> None:
+    """Make every node but the primary a streaming standby of it again, links restored, in synchronous mode.
+
+    A node that is down, paused, a zombie primary, or a standby that cannot follow (it had WAL the new
+    primary never had) is rewound into a standby (pg_rewind)."""
+    primary = cluster.primary()
+    for node in cluster.status().nodes:
+        if node.name == primary:
+            continue
+        if node.role == "paused":
+            cluster.resume(node.name)
+        cluster.restore_link(node.name)
+        if node.role == "standby":
+            try:
+                cluster.wait_streaming(node.name, timeout_s=15.0)
                 continue
-            self.cluster.restore_link(node.name)
-            if node.role == "standby":
-                try:
-                    self.cluster.wait_streaming(node.name, timeout_s=15.0)
-                    continue
-                except ServiceError:  # it had WAL the new primary never had: it cannot follow without a rewind
-                    pass
-            self.cluster.rejoin(node.name)
-        self.cluster.set_mode("sync")
+            except ServiceError:  # it cannot follow the new primary's timeline without a rewind
+                pass
+        if node.role in ("primary", "paused"):
+            cluster.kill(node.name)  # a zombie old primary: pg_rewind wants it stopped
+        cluster.rejoin(node.name)
+    cluster.set_mode("sync")
 
 
 class ReplicatedPostgresHarness(PostgresHarness):
