@@ -148,8 +148,8 @@ def plan_recovery(sink: Sink[Any], app_id: str, strategy: Strategy, checkpoint: 
     batch_ids = sorted(set(in_doubt) | set(manifests))
     plans = [_plan_batch(sink, app_id, b, in_doubt.get(b, []), last, strategy, checkpoint) for b in batch_ids]
     gap = sink_behind_spark(app_id, last, set(manifests), checkpoint)
-    if gap is not None and gap.batch_id not in batch_ids:
-        plans.append(gap)
+    if gap is not None:  # a leftover of the lost batch (its participants' work) does not make it in doubt
+        plans = [b for b in plans if b.batch_id != gap.batch_id] + [gap]
     plans.sort(key=lambda b: b.batch_id)
     return RecoveryPlan(app_id, strategy.name, None if last is None else last.batch.batch_id, tuple(plans))
 

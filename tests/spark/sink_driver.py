@@ -35,6 +35,7 @@ Exit codes: 0 done, 3 an eosink error (``EOSINK-ERROR <kind>: ...`` on stderr).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -154,6 +155,11 @@ def _sink(args: argparse.Namespace, kind: str) -> Any:
     )
     if args.query == "balance":
         config = replace(config, mode="upsert", key_columns=("account",))
+    mutant = os.environ.get("EOSINK_TEST_PG_SINK")  # a deliberately broken sink of this folder, for a negative control
+    if mutant:
+        module, name = mutant.split(":")
+        sink_class: type[PostgresSink] = getattr(importlib.import_module(module), name)
+        return sink_class(config)
     return PostgresSink(config)
 
 

@@ -19,6 +19,7 @@ from unit_conftest import APP, VARIANTS, MiniSpark, Variant, batches_for, db_que
 
 from eosink import faults
 from eosink.connectors.reference import ReferenceSink
+from eosink.contract import BatchRef
 from eosink.errors import CommittedWorkLostError, ConfigurationError, PreparedWorkLostError
 from eosink.rewind import new_lease, plan_rewind, rewind
 from eosink.spark import BatchWriter
@@ -174,6 +175,27 @@ def test_a_running_writer_stops_at_its_next_commit_when_the_sink_lost_a_committe
     ms.restart()
     ms.run()
     ms.assert_exact()
+
+
+def test_a_lost_batch_whose_participants_work_survived_is_lost_not_a_leftover(tmp_path: Path) -> None:
+    """A failover to a standby that received batch 2's participant work but not its commit: the prepared work
+    is there, its manifest and bundle are not, and Spark's commit log holds the batch.
+
+    Pass: recovery plans batch 2 as lost (so the rewind finds it), not as leftovers of a batch Spark replays.
+    """
+    from eosink.contract import TaskRef
+    from eosink.recovery import Action
+
+    ms = _mini(tmp_path, INLINE[0])
+    ms.run()
+    _lose_last_committed_batch(ms)
+    sink = ReferenceSink(ms.db)
+    txn = sink.begin(TaskRef(BatchRef(APP, 2), 1, 0, "survivor"))
+    sink.pre_commit(txn)  # batch 2's participant work, as the standby received it
+    ms.restart()
+    plan = ms.coordinator.recovery_plan()
+    assert [(b.batch_id, b.action) for b in plan.batches] == [(2, Action.LOST)], plan.to_json()
+    assert plan.batches[0].lost_batches == (2,)
 
 
 @pytest.mark.parametrize("variant", INLINE, ids=[v.id for v in INLINE])
