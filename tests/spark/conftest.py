@@ -485,11 +485,21 @@ def assert_random_kills_exact(p: Any, strategy: str, seed: int, read: Callable[[
         assert not reader.partial, reader.partial[:5]
 
 
-def fault_point_cases(variants: Sequence[str], points: Sequence[str], quick: set[tuple[str, str]]) -> list[Any]:
+def fault_point_cases(
+    variants: Sequence[str], points: Sequence[str], quick: set[tuple[str, str]], *, matrix: bool = False
+) -> list[Any]:
     """``(variant, point)`` for every variant (a strategy, or a sink's mode) at every fault point, and 2pc at F5;
-    those in ``quick`` run in make test, the others (marked ``full``) in test-full."""
+    those in ``quick`` run in make test, the others (marked ``full``) in test-full. With ``matrix``, 2pc at F5 is
+    also marked ``matrix``: local-cluster and the PySpark matrix run it (the sink's 2pc kill, where make test
+    runs another)."""
     cases = [(v, p) for v in variants for p in points] + [("2pc", "F5")]
-    return [pytest.param(v, p, marks=() if (v, p) in quick else pytest.mark.full, id=f"{v}-{p}") for v, p in cases]
+
+    def marks(v: str, p: str) -> tuple[Any, ...]:
+        if (v, p) in quick:
+            return ()
+        return (pytest.mark.full, pytest.mark.matrix) if matrix and (v, p) == ("2pc", "F5") else (pytest.mark.full,)
+
+    return [pytest.param(v, p, marks=marks(v, p), id=f"{v}-{p}") for v, p in cases]
 
 
 def rows_of_files(p: Pipeline, files: set[int]) -> Counter[tuple[Any, ...]]:

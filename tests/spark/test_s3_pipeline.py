@@ -55,7 +55,7 @@ COMMON_POINTS = ["F1", "F2", "F3", "F4", "F6", "F8"]
 # holds it, so only the restart's recovery can complete them from the upload ids the manifest kept.
 # txid-check mid-commit: some objects complete, the marker not yet. idempotent mid-write: a replay
 # writes the same object names again.
-QUICK = {("txid-check", "F6"), ("idempotent", "F2")}
+QUICK: set[tuple[str, str]] = set()  # make test: the 2pc kill, checkpoint on S3 (below), and chaos
 
 
 def _cases() -> list[Any]:
