@@ -76,6 +76,9 @@ class SinkProfile(ABC):
     datasource: ClassVar[tuple[str, str, str] | None] = None
     """What ``format("eosink")`` builds from ``<name>.*`` options: (module, config class, sink class); without a
     config class, the options are the sink constructor's keyword arguments. None: not offered there."""
+    chaos_topologies: ClassVar[tuple[str, ...]] = ("single",)
+    """The server layouts its chaos target runs on: ``single``, and ``replicated`` (a primary with standbys that
+    fail over) where it offers that."""
     commit_request_marker: ClassVar[bytes | re.Pattern[bytes] | None] = None
     """Bytes of (or a pattern matching) the request that commits a batch, for fault proxies that cut
     its reply; None when requests cannot be matched (encrypted, or no network)."""
@@ -100,8 +103,9 @@ class SinkProfile(ABC):
         """The contract suite's harness for this sink (against the service harness's server)."""
         raise NotImplementedError(f"{type(self).__name__} offers no contract harness")
 
-    def chaos_target(self, root: Path | None = None) -> ChaosTarget:
-        """The chaos harness's target: a private server under ``root`` (or a temporary directory)."""
+    def chaos_target(self, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
+        """The chaos harness's target: a private server under ``root`` (or a temporary directory); with
+        ``topology="replicated"`` a private primary with standbys (one of :attr:`chaos_topologies`)."""
         raise NotImplementedError(f"{type(self).__name__} offers no chaos target")
 
     def bench_adapter(self) -> BenchAdapter:

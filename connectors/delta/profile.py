@@ -68,7 +68,7 @@ class DeltaProfile(SinkProfile):
 
         return DeltaHarness(**options)
 
-    def chaos_target(self, root: Path | None = None) -> ChaosTarget:
+    def chaos_target(self, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
         from eosink.connectors.delta._chaos import DeltaChaosTarget
 
         return DeltaChaosTarget(root)

@@ -56,7 +56,7 @@ class HdfsProfile(SinkProfile):
 
         return HdfsHarness(**options)
 
-    def chaos_target(self, root: Path | None = None) -> ChaosTarget:
+    def chaos_target(self, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
         from eosink.connectors.hdfs._chaos import HdfsChaosTarget
 
         return HdfsChaosTarget(root)

@@ -103,7 +103,7 @@ class KafkaProfile(SinkProfile):
 
         return KafkaHarness(**options)
 
-    def chaos_target(self, root: Path | None = None) -> ChaosTarget:
+    def chaos_target(self, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
         from eosink.connectors.kafka._chaos import KafkaChaosTarget
 
         return KafkaChaosTarget(root)

@@ -1,7 +1,8 @@
-"""The chaos harness's PostgreSQL target (:class:`~eosink.chaos.target.ChaosTarget`).
+"""The chaos harness's PostgreSQL targets (:class:`~eosink.chaos.target.ChaosTarget`).
 
 A private :class:`~eosink.services.postgres.PostgresServer` that the harness restarts and
-crashes on purpose, :class:`~eosink.connectors.postgres.PostgresSink` with
+crashes on purpose (or, ``--topology replicated``, a private primary with two standbys that it
+fails over: :class:`ReplicatedPostgresChaosTarget`), :class:`~eosink.connectors.postgres.PostgresSink` with
 ``commit_mode="atomic"``, Spark's JDBC writer as the plain baseline, and the reads the oracle
 and the concurrent reader need. Secrets reach the Spark job through environment variables,
 never argv.
@@ -18,7 +19,7 @@ from eosink.chaos.oracle import Row
 from eosink.chaos.target import Names, ServerSide, Snapshot, oracle_rows
 from eosink.connectors.postgres._control import gid_prefix
 
-__all__ = ["PostgresChaosTarget"]
+__all__ = ["PostgresChaosTarget", "ReplicatedPostgresChaosTarget"]
 
 URL_VAR = "EOSINK_CHAOS_PG_URL"
 DIRECT_URL_VAR = "EOSINK_CHAOS_PG_DIRECT_URL"
@@ -210,3 +211,127 @@ class PostgresChaosTarget(ServerSide):
             df.write.format("jdbc").options(**options).mode("append").save()
 
         return write
+
+
+class ReplicatedPostgresChaosTarget(PostgresChaosTarget):
+    """PostgreSQL on a private :class:`~eosink.services.postgres_cluster.PostgresCluster`: a primary, a synchronous
+    and an asynchronous standby, each behind fault proxies of its own (``eosink chaos --topology replicated``).
+
+    The job writes through the cluster's multi-host conninfo. A COMMIT's reply is cut by the current
+    primary's proxy; a failover SIGKILLs the primary, promotes a standby (the synchronous one under ``sync``
+    replication, the other under ``async``) and rewinds the old primary into a standby (``pg_rewind``); a link
+    cut stops that standby following, so that an asynchronous failover drops the batches committed since.
+    """
+
+    def __init__(self, root: Path | None = None) -> None:
+        super().__init__(root)
+        self.cluster: Any = None
+        self.replication = "sync"
+        self._cut: str | None = None
+
+    def start(self) -> None:
+        from eosink.services.postgres_cluster import PostgresCluster
+
+        root = self.dir.open()
+        os.chmod(root, 0o755)  # under root the servers run as another user, who must reach their directories
+        self.cluster = PostgresCluster(root / "cluster", mode="sync")
+        self._url = self.cluster.url
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+        super().close()
+
+    def restart(self, *, crash: bool) -> None:
+        primary = self.cluster.primary()
+        if crash:
+            self.cluster.kill(primary)
+        else:
+            self.cluster.stop(primary)
+        self.cluster.start(primary)
+
+    def address(self) -> tuple[str, int]:
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = conninfo_to_dict(self.cluster.node_url(self.cluster.primary()))
+        return str(params["host"]), int(str(params["port"]))
+
+    def job_env(self, proxy_port: int | None) -> dict[str, str]:
+        return {URL_VAR: self._url, DIRECT_URL_VAR: self._url}
+
+    def fault_proxy(self) -> Any:
+        return _PrimaryProxy(self.cluster)
+
+    def set_replication(self, mode: str) -> None:
+        self.heal()
+        self.replication = mode
+        self.cluster.set_mode(mode)
+
+    def _standby(self) -> str:
+        """The standby a failover promotes: the synchronous one, or under ``async`` replication the other."""
+        nodes = [n for n in self.cluster.status().nodes if n.role == "standby"]
+        sync = [n.name for n in nodes if n.sync_state == "sync"]
+        other = [n.name for n in nodes if n.sync_state != "sync"]
+        return str((sync or other)[0] if self.replication == "sync" else (other or sync)[0])
+
+    def cut_link(self) -> str:
+        standby = self._standby()
+        self.cluster.cut_link(standby)
+        self._cut = standby
+        return f"{standby} stops following {self.cluster.primary()}"
+
+    def fail_over(self) -> str:
+        from eosink.connectors.postgres.testing import reassemble
+
+        old = self.cluster.primary()
+        standby = self._cut or self._standby()
+        self.cluster.kill(old)
+        self.cluster.promote(standby)
+        self._cut = None
+        timeline = self.cluster.status().node(standby).timeline
+        reassemble(self.cluster, "sync" if self.replication == "sync" else "async")
+        return f"{old} killed, {standby} promoted (timeline {timeline}), {old} rewound into a standby"
+
+    def heal(self) -> None:
+        if self._cut is not None and self.cluster is not None:
+            self.cluster.restore_link(self._cut)
+            self._cut = None
+
+    def recover_args(self, names: Names) -> list[str]:
+        return [
+            *("--sink", "postgres", "--conninfo-env", URL_VAR, "--table", names.table),
+            *("--control-schema", names.control_schema),
+        ]
+
+
+class _PrimaryProxy:
+    """The fault proxy of whichever node is the primary when a cut is armed (the runner's view of the cluster's
+    client proxies: one port, one set of counts)."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+
+    @property
+    def port(self) -> int:
+        return int(self.cluster.proxy(self.cluster.primary()).port)
+
+    @property
+    def stats(self) -> Any:
+        from eosink.services.postgres_cluster import NODE_NAMES
+        from eosink.services.proxy import ProxyStats
+
+        cut = [r for name in NODE_NAMES for r in self.cluster.proxy(name).stats.requests_cut]
+        return ProxyStats(requests_cut=cut)
+
+    def cut_after_request(self, match: Any, **options: Any) -> None:
+        self.cluster.proxy(self.cluster.primary()).cut_after_request(match, **options)
+
+    def passthrough(self) -> None:
+        from eosink.services.postgres_cluster import NODE_NAMES
+
+        for name in NODE_NAMES:
+            self.cluster.proxy(name).passthrough()
+
+    def close(self) -> None:
+        """The cluster's proxies close with the cluster."""

@@ -32,6 +32,7 @@ class PostgresProfile(SinkProfile):
     services = ("postgres",)
     #: The batch's commit is the bare ``COMMIT`` (a simple-query message: ``COMMIT`` + NUL) that ends the one
     #: transaction moving the staged rows and writing the bundle.
+    chaos_topologies = ("single", "replicated")
     commit_request_marker = b"COMMIT\x00"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -69,10 +70,10 @@ class PostgresProfile(SinkProfile):
 
         return PostgresHarness(**options)
 
-    def chaos_target(self, root: Path | None = None) -> ChaosTarget:
-        from eosink.connectors.postgres._chaos import PostgresChaosTarget
+    def chaos_target(self, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
+        from eosink.connectors.postgres._chaos import PostgresChaosTarget, ReplicatedPostgresChaosTarget
 
-        return PostgresChaosTarget(root)
+        return ReplicatedPostgresChaosTarget(root) if topology == "replicated" else PostgresChaosTarget(root)
 
     def bench_adapter(self) -> BenchAdapter:
         from eosink.connectors.postgres._bench import PostgresAdapter

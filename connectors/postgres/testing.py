@@ -29,7 +29,7 @@ from eosink.services import get_service
 from eosink.services.postgres import PostgresEndpoint
 
 if TYPE_CHECKING:
-    from eosink.services.postgres_cluster import ReplicatedCluster
+    from eosink.services.postgres_cluster import Mode, ReplicatedCluster
 
 
 class PostgresHarness(SinkHarness):
@@ -196,8 +196,8 @@ class PostgresFailover(Failover):
         reassemble(self.cluster)
 
 
-def reassemble(cluster: ReplicatedCluster) -> None:
-    """Make every node but the primary a streaming standby of it again, links restored, in synchronous mode.
+def reassemble(cluster: ReplicatedCluster, mode: Mode = "sync") -> None:
+    """Make every node but the primary a streaming standby of it again, links restored, in ``mode``.
 
     A node that is down, paused, a zombie primary, or a standby that cannot follow (it had WAL the new
     primary never had) is rewound into a standby (pg_rewind)."""
@@ -217,7 +217,7 @@ def reassemble(cluster: ReplicatedCluster) -> None:
         if node.role in ("primary", "paused"):
             cluster.kill(node.name)  # a zombie old primary: pg_rewind wants it stopped
         cluster.rejoin(node.name)
-    cluster.set_mode("sync")
+    cluster.set_mode(mode)
 
 
 class ReplicatedPostgresHarness(PostgresHarness):

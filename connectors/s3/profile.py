@@ -71,7 +71,7 @@ class S3Profile(SinkProfile):
 
         return S3Harness(**options)
 
-    def chaos_target(self, root: Path | None = None) -> ChaosTarget:
+    def chaos_target(self, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
         from eosink.connectors.s3._chaos import S3ChaosTarget
 
         return S3ChaosTarget(root)

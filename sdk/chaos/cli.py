@@ -5,6 +5,12 @@ writing into the sink through eosink (schedule ``k`` uses seed ``SEED + k``), th
 ``foreachBatch`` baseline under the same kills, and the non-deterministic mode; writes the
 report to ``results/chaos-<sink>.json`` and prints a table. Exit code 1 when a schedule failed
 (each failure prints the command that replays it alone), 2 on a usage error.
+
+``--topology replicated`` (PostgreSQL): the sink on a private primary with a synchronous and an
+asynchronous standby; failovers and replication link cuts join the faults, every schedule runs
+under ``--replication`` ``sync`` and ``async`` (both by default), and a batch an asynchronous
+failover dropped must be detected (CommittedWorkLostError) and landed by ``eosink recover
+--rewind``; the report goes to ``results/chaos-<sink>-replicated.json``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ MODES = ("eosink", "naive", "nondeterministic")
 
 def _parser() -> argparse.ArgumentParser:
     from eosink.chaos.runner import STRATEGIES
+    from eosink.chaos.schedule import TOPOLOGIES
     from eosink.profiles import profile_names, sink_argument
 
     ap = argparse.ArgumentParser(prog="eosink chaos", description=__doc__.split("\n\n")[1] if __doc__ else None)
@@ -46,6 +53,18 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--rows", type=int, default=20, help="rows per micro-batch (default: 20)")
     ap.add_argument("--keys", type=int, default=5, help="distinct keys (default: 5)")
     ap.add_argument("--kills", type=int, choices=[2, 3], default=3, help="kills per schedule (default: 3)")
+    ap.add_argument(
+        "--topology",
+        choices=TOPOLOGIES,
+        default="single",
+        help="single (one server) or replicated (a primary with standbys that fail over; PostgreSQL)",
+    )
+    ap.add_argument(
+        "--replication",
+        action="append",
+        choices=("sync", "async"),
+        help="with --topology replicated: the replication mode to run each schedule under (repeatable; default: both)",
+    )
     ap.add_argument(
         "--quick",
         action="store_true",
@@ -100,12 +119,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, flush=True)
 
+    replicated = args.topology == "replicated"
+    if args.replication and not replicated:
+        print("eosink chaos: --replication needs --topology replicated.", file=sys.stderr)
+        return 2
+    if replicated and set(args.only or ("eosink",)) != {"eosink"}:
+        print("eosink chaos: --topology replicated runs eosink's schedules only (--only eosink).", file=sys.stderr)
+        return 2
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eosink-chaos-"))
-    out = Path(args.out or Path("results") / f"chaos-{args.sink}.json")
+    suffix = "-replicated" if replicated else ""
+    out = Path(args.out or Path("results") / f"chaos-{args.sink}{suffix}.json")
     strategies = tuple(args.strategy or STRATEGIES)
-    modes = tuple(args.only or MODES)
+    modes = tuple(args.only or (("eosink",) if replicated else MODES))
+    replications = tuple(args.replication or ("sync", "async"))
+    on = f"a replicated server ({', '.join(replications)} replication)" if replicated else "one server"
     say(
-        f"eosink chaos: sink {args.sink}, {args.schedules} schedule(s) per strategy from seed {args.seed}, "
+        f"eosink chaos: sink {args.sink} on {on}, {args.schedules} schedule(s) per strategy from seed {args.seed}, "
         f"strategies {', '.join(strategies)}, parts {', '.join(modes)}, {args.jobs} at once; work in {workdir}"
     )
     java_opts = spark_cds_options()
@@ -125,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             jobs=args.jobs,
             resume=args.resume,
             say=say,
+            topology=args.topology,
+            replications=replications,
         )
     finally:
         if not (args.workdir or args.keep):

@@ -25,6 +25,7 @@ from typing import Any
 
 from eosink.chaos.oracle import Row
 from eosink.chaos.target import ChaosTarget, Names, Snapshot
+from eosink.errors import ConfigurationError
 
 __all__ = ["FanOutTarget", "member_names"]
 
@@ -62,6 +63,25 @@ class FanOutTarget:
 
     def address(self) -> tuple[str, int]:
         return self.members[0].address()
+
+    def fault_proxy(self) -> Any:
+        return None  # the runner's proxy fronts the first sink
+
+    def heal(self) -> None:
+        for m in self.members:
+            m.heal()
+
+    def set_replication(self, mode: str) -> None:
+        raise _single()
+
+    def cut_link(self) -> str:
+        raise _single()
+
+    def fail_over(self) -> str:
+        raise _single()
+
+    def recover_args(self, names: Names) -> list[str]:
+        raise _single()
 
     def proxy_port(self) -> int:
         return self.members[0].proxy_port()
@@ -140,3 +160,7 @@ class FanOutTarget:
                 w(df, batch_id)
 
         return write
+
+
+def _single() -> ConfigurationError:
+    return ConfigurationError("A fan-out's chaos runs on servers of one node each.", "Drop --topology.")

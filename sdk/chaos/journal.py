@@ -24,7 +24,8 @@ class Journal:
         self.root = root
 
     def path(self, schedule: Schedule) -> Path:
-        return self.root / f"{schedule.mode}-{schedule.strategy}-{schedule.seed}.json"
+        replication = f"-{schedule.replication}" if schedule.replication else ""
+        return self.root / f"{schedule.mode}{replication}-{schedule.strategy}-{schedule.seed}.json"
 
     def save(self, schedule: Schedule, result: ScheduleResult) -> None:
         self.path(schedule).write_text(json.dumps(result.to_json(), default=str) + "\n")

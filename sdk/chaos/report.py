@@ -41,6 +41,9 @@ def _aggregate(results: Sequence[ScheduleResult]) -> dict[str, Any]:
         "partial_views": sum(r.partial_views for r in results),
         "order_breaks": sum(r.order_breaks for r in results),
         "divergent_replays_detected": sum(r.divergent_replays_detected for r in results),
+        "failovers": sum(r.failovers for r in results),
+        "losses_detected": sum(r.losses_detected for r in results),
+        "rewinds": sum(r.rewinds for r in results),
         "failed": sum(not r.ok for r in results),
         "duration_s": round(sum(r.duration_s for r in results), 1),
         "sinks": _by_sink(results),
@@ -54,11 +57,18 @@ def _strategy_rows(
     atomic: Callable[[str], bool],
 ) -> list[dict[str, Any]]:
     rows = []
-    for strategy in strategies:
-        row = {"strategy": strategy, **_aggregate([r for r in eosink if r.strategy == strategy])}
-        row["divergent_replays_detected"] += sum(r.divergent_replays_detected for r in nondet if r.strategy == strategy)
-        row["atomic"] = atomic(strategy)
-        rows.append(row)
+    replications = sorted({r.replication for r in eosink}, key=lambda m: ("", "sync", "async").index(m))
+    for replication in replications or [""]:
+        for strategy in strategies:
+            mine = [r for r in eosink if r.strategy == strategy and r.replication == replication]
+            row = {"strategy": strategy, **_aggregate(mine)}
+            row["divergent_replays_detected"] += sum(
+                r.divergent_replays_detected for r in nondet if r.strategy == strategy
+            )
+            row["atomic"] = atomic(strategy)
+            if replication:
+                row["replication"] = replication
+            rows.append(row)
     return rows
 
 
@@ -102,6 +112,7 @@ def build_report(
     duration_s: float,
     jobs: int,
     resumed: int,
+    topology: str = "single",
 ) -> dict[str, Any]:
     """The report of a harness run over ``results`` (in plan order); ``atomic`` says whether the sink
     declares a strategy's batches atomic (a partial read counts only there)."""
@@ -112,6 +123,7 @@ def build_report(
     naive, nondet = by_mode["naive"], by_mode["nondeterministic"]
     return {
         "sink": sink,
+        **({"topology": topology} if topology != "single" else {}),
         "seed": seed,
         "schedules_per_strategy": schedules,
         "kills_per_schedule": kills,
@@ -141,7 +153,7 @@ def build_report(
 def format_table(report: dict[str, Any]) -> str:
     """The report as a text table."""
     cols = (
-        ("strategy", 12),
+        ("strategy", 18),
         ("schedules", 10),
         ("faults", 7),
         ("crashes", 8),
@@ -157,7 +169,7 @@ def format_table(report: dict[str, Any]) -> str:
     lines = ["".join(f"{name:>{w}}" if i else f"{name:<{w}}" for i, (name, w) in enumerate(cols))]
     for r in report["results"]:
         values = (
-            r["strategy"],
+            r["strategy"] + (f" {r['replication']}" if r.get("replication") else ""),
             r["schedules"],
             r["faults_injected"],
             r["crashes"],
@@ -175,7 +187,7 @@ def format_table(report: dict[str, Any]) -> str:
         )
     n = report["naive"]
     lines.append(
-        f"{'naive':<12}{n['schedules']:>10}{'':>7}{n['crashes']:>8}{'':>10}{'':>8}{n['lost']:>5}{n['duplicated']:>6}"
+        f"{'naive':<18}{n['schedules']:>10}{'':>7}{n['crashes']:>8}{'':>10}{'':>8}{n['lost']:>5}{n['duplicated']:>6}"
     )
     for r in [*report["results"], {"strategy": "naive", **n}]:
         if r.get("sinks"):
@@ -187,6 +199,12 @@ def format_table(report: dict[str, Any]) -> str:
             for r in report["results"]
         )
         lines.append(f"  polls that saw a later sink ahead of an earlier one: {breaks}")
+    for r in report["results"]:
+        if r.get("replication"):
+            lines.append(
+                f"  {r['strategy']} ({r['replication']} replication): {r['failovers']} failover(s), "
+                f"{r['losses_detected']} loss(es) of acknowledged batches detected, {r['rewinds']} rewind(s)"
+            )
     for nd in report["nondeterministic"]:
         what = (
             f"NonDeterministicReplayError at batch {nd['detected_batch']}"

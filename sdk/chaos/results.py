@@ -56,6 +56,13 @@ class ScheduleResult:
     (:mod:`eosink.chaos.fanout`)."""
     divergent_replays_detected: int = 0
     detected_batch: int | None = None
+    replication: str = ""
+    """On a replicated server: ``sync`` or ``async``; else empty."""
+    failovers: int = 0
+    losses_detected: int = 0
+    """Runs that stopped with CommittedWorkLostError: an asynchronous failover dropped acknowledged batches."""
+    rewinds: int = 0
+    """``eosink recover --rewind`` runs that followed, each landing the lost batches again."""
     verdict: dict[str, Any] = field(default_factory=dict)
     leftovers: dict[str, int] = field(default_factory=dict)
     failure: str | None = None
@@ -82,6 +89,8 @@ class ScheduleResult:
     def replay_command(self, sink: str, kills: int = 3) -> str:
         """The command that runs this schedule alone (same seed, workload and number of kills)."""
         only = {"eosink": "", "naive": " --only naive", "nondeterministic": " --only nondeterministic"}[self.mode]
+        if self.replication:
+            only += f" --topology replicated --replication {self.replication}"
         strategy = "" if self.mode == "naive" else f" --strategy {self.strategy}"
         w = self.schedule["workload"]
         shape = f" --files {w['files']} --rows {w['rows']} --keys {w['keys']} --kills {kills}"

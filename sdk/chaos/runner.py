@@ -21,8 +21,10 @@ under the same kills, and the non-deterministic mode; runs those not already in 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -75,8 +77,19 @@ def _happened(fault: Fault, injected: Sequence[str]) -> bool:
         return any(x.startswith(f"{fault.point}@") and x.endswith(":kill") for x in injected)
     if fault.kind == "task-failure":
         return any(x.startswith(f"{fault.point}@") and x.endswith(":raise") for x in injected)
-    prefix = {"random-kill": "random kill", "commit-cut": "cut after COMMIT", "sink-restart": "sink "}[fault.kind]
+    prefix = {
+        "random-kill": "random kill",
+        "commit-cut": "cut after COMMIT",
+        "sink-restart": "sink ",
+        "failover": "failover",
+        "link-cut": "link cut",
+    }[fault.kind]
     return any(x.startswith(prefix) for x in injected)
+
+
+EXPLAINED = ("F2@", "sink ", "cut ", "failover", "link cut")
+"""Injected faults that explain a run's error exit (the sink was down or failed over, a task kept failing):
+the next run goes on, with the faults that did not happen yet."""
 
 
 # -- one schedule ----------------------------------------------------------------------------------
@@ -103,7 +116,7 @@ class _RunnerFaults:
         self.target, self.commit_marker, self.checkpoint = target, commit_marker, checkpoint
         self.proxy, self.fault_log, self.rec = proxy, fault_log, rec
         self.base = len(_committed(checkpoint))
-        self.pending = [f for f in faults if f.kind in ("commit-cut", "sink-restart")]
+        self.pending = [f for f in faults if f.kind in ("commit-cut", "sink-restart", "failover", "link-cut")]
         self.random_kill = next((f for f in faults if f.kind == "random-kill"), None)
         self.task_failure = any(f.kind == "task-failure" for f in faults)
         self.armed_cut = False
@@ -139,6 +152,10 @@ class _RunnerFaults:
             elif f.kind == "sink-restart":
                 self.target.restart(crash=f.crash)
                 self.rec.injected.append(f"sink {'crash' if f.crash else 'restart'}")
+            elif f.kind == "link-cut":
+                self.rec.injected.append(f"link cut: {self.target.cut_link()}")
+            elif f.kind == "failover":
+                self.rec.injected.append(f"failover: {self.target.fail_over()}")
 
     def _schedule_random_kill(self, progress: int) -> None:
         """Set the random kill's moment, after the run's other faults: a task failure shows in the fault log
@@ -179,12 +196,13 @@ class ScheduleRunner:
 
     def names(self, schedule: Schedule) -> Names:
         mode = "naive" if schedule.naive else "nd" if schedule.nondeterministic else "eo"
-        tag = f"{mode}_{schedule.strategy.replace('-', '')}_{schedule.seed}"
+        tag = f"{mode}{schedule.replication}_{schedule.strategy.replace('-', '')}_{schedule.seed}"
         return Names(table=f"chaos_{tag}", control_schema=f"chaos_{tag}_ctl", app_id=f"chaos-{tag}")
 
     def run(self, schedule: Schedule) -> ScheduleResult:
         """Run ``schedule`` to the end of its input (or to the expected stop) and check the sink."""
         result = ScheduleResult(schedule.strategy, schedule.seed, schedule.mode, schedule.to_json())
+        result.replication = schedule.replication
         started = time.monotonic()
         names = self.names(schedule)
         root = self.workdir / names.table
@@ -206,10 +224,15 @@ class ScheduleRunner:
             return known[batch_id]
 
         self.target.drop(names)
+        if schedule.replication:
+            self.target.set_replication(schedule.replication)
         atomic = not schedule.naive and self.target.atomic(schedule.strategy)
-        proxy = None
+        proxy: Any = None
         if not schedule.naive:
-            proxy = FaultProxy(*self.target.address(), listen_port=self.target.proxy_port()).start()
+            proxy = (
+                self.target.fault_proxy()
+                or FaultProxy(*self.target.address(), listen_port=self.target.proxy_port()).start()
+            )
         reader = Reader(self.target.snapshotter(names), expected_count, atomic=atomic)
         try:
             with reader:
@@ -252,6 +275,7 @@ class ScheduleRunner:
                 f"in {rec.duration_s:.0f} s; injected: {', '.join(rec.injected) or '-'}"
             )
             result.faults_injected += len(rec.injected)
+            result.failovers += sum(x.startswith("failover") for x in rec.injected)
             for key, attr in (("ambiguous_commits", "ambiguous_commits"), ("replays_skipped", "replays_skipped")):
                 setattr(result, attr, getattr(result, attr) + int(rec.stats.get(key, 0)))
             i += 1
@@ -269,7 +293,18 @@ class ScheduleRunner:
                 m = re.search(r"Batch (\d+)", rec.error or "")
                 result.detected_batch = int(m.group(1)) if m else None
                 return
-            if any(x.startswith(("F2@", "sink ", "cut ")) for x in rec.injected):
+            if rec.error_kind == "CommittedWorkLostError" and self._expects_loss(schedule, result):
+                # An asynchronous standby promoted without batches the primary had acknowledged: PostgreSQL
+                # dropped them, eosink stopped instead of going on silently. The operator's way back: a rewind.
+                result.losses_detected += 1
+                self.say(f"    batches lost in the failover, detected: {(rec.error or '')[:200]}; rewinding")
+                refused = self._rewind(names, root)
+                if refused is not None:
+                    result.failure = f"run {rec.index}: eosink recover --rewind failed: {refused}"
+                    return
+                result.rewinds += 1
+                continue
+            if any(x.startswith(EXPLAINED) for x in rec.injected):
                 # An exit the run's own fault explains (the sink was down, a task kept failing): the next
                 # run gets the faults that did not happen yet, so none of the schedule's faults is lost.
                 leftover = tuple(f for f in faults if not _happened(f, rec.injected))
@@ -279,6 +314,29 @@ class ScheduleRunner:
                 continue
             result.failure = f"run {rec.index} failed: {rec.error_kind}: {(rec.error or '')[:600]}"
             return
+
+    @staticmethod
+    def _expects_loss(schedule: Schedule, result: ScheduleResult) -> bool:
+        """Whether a lost batch is what the schedule's faults may cause: a failover to an asynchronous standby."""
+        failed_over = any(x.startswith("failover") for r in result.runs for x in r.injected)
+        return schedule.replication == "async" and failed_over
+
+    def _rewind(self, names: Names, root: Path) -> str | None:
+        """``eosink recover --rewind --yes`` as an operator runs it, against the sink's current primary; None when
+        it rewound, else what it said."""
+        env = {**os.environ, **self.target.job_env(None)}
+        cmd = [
+            sys.executable,
+            "-m",
+            "eosink.cli",
+            "recover",
+            *self.target.recover_args(names),
+            *("--app-id", names.app_id, "--checkpoint", str(root / "checkpoint"), "--rewind", "--yes"),
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+        if done.returncode != 0:
+            return f"exit {done.returncode}: {self.target.scrub(done.stdout + done.stderr)[-1500:]}"
+        return None
 
     def _run_once(
         self,
@@ -308,6 +366,7 @@ class ScheduleRunner:
             run.watch(_RunnerFaults(self.target, self.commit_marker, checkpoint, faults, proxy, fault_log, rec), POLL_S)
         if proxy is not None:
             proxy.passthrough()  # disarm a cut that never happened
+        self.target.heal()  # a link cut whose failover never came is restored
         outcome = run.outcome()
         rec.duration_s = round(time.monotonic() - started, 1)
         rec.returncode = outcome.returncode
@@ -387,15 +446,26 @@ def replace_seed(workload: Workload, seed: int) -> Workload:
 
 
 def plan_schedules(
-    seed: int, schedules: int, strategies: Sequence[str], modes: Sequence[str], workload: Workload, kills: int
+    seed: int,
+    schedules: int,
+    strategies: Sequence[str],
+    modes: Sequence[str],
+    workload: Workload,
+    kills: int,
+    replications: Sequence[str] = ("",),
 ) -> list[Schedule]:
-    """Every schedule of a harness run, in order: per seed ``seed + k``, one per strategy and the baseline's;
-    then the non-deterministic mode's, one per strategy it applies to."""
+    """Every schedule of a harness run, in order: per seed ``seed + k``, one per strategy (and per replication
+    mode of a replicated server) and the baseline's; then the non-deterministic mode's, one per strategy it
+    applies to."""
     planned: list[Schedule] = []
     for k in range(schedules):
         s = seed + k
         if "eosink" in modes:
-            planned += [make_schedule(s, strategy, replace_seed(workload, s), kills=kills) for strategy in strategies]
+            planned += [
+                make_schedule(s, strategy, replace_seed(workload, s), kills=kills, replication=replication)
+                for replication in replications
+                for strategy in strategies
+            ]
         if "naive" in modes:
             planned.append(naive_schedule(make_schedule(s, "2pc", replace_seed(workload, s), kills=kills)))
     if "nondeterministic" in modes:
@@ -442,9 +512,10 @@ class _Pool:
         *,
         kills: int,
         say: Callable[[str], None],
+        topology: str = "single",
     ) -> None:
         self.sink, self.planned, self.done, self.journal = sink, planned, done, journal
-        self.make_runner, self.kills, self.say = make_runner, kills, say
+        self.make_runner, self.kills, self.say, self.topology = make_runner, kills, say, topology
         self.todo = [i for i in range(len(planned)) if i not in done]
         self.lock = threading.Lock()
         self.errors: list[BaseException] = []
@@ -491,7 +562,7 @@ class _Pool:
             ended.set()
 
     def _worker(self, slot: int) -> None:
-        target = get_target(self.sink)
+        target = get_target(self.sink, topology=self.topology)
         target.start()
         try:
             runner = self.make_runner(target, slot)
@@ -511,7 +582,7 @@ class _Pool:
         """Run ``schedule``, saying what it plans and how it ended."""
         label = (
             "naive" if schedule.naive else f"{schedule.strategy}{' (non-deterministic)' * schedule.nondeterministic}"
-        )
+        ) + (f" ({schedule.replication} replication)" if schedule.replication else "")
         plan = " | ".join(", ".join(r) or "to the end" for r in schedule.to_json()["runs"])
         self.say(f"  {label}, seed {schedule.seed}: {plan}")
         res = runner.run(schedule)
@@ -544,15 +615,20 @@ def run_chaos(
     jobs: int = 1,
     resume: bool = False,
     say: Callable[[str], None] = print,
+    topology: str = "single",
+    replications: Sequence[str] = ("sync", "async"),
 ) -> dict[str, Any]:
     """Run the harness; returns the report (``results/chaos-<sink>.json``). Schedule ``k`` uses seed ``seed + k``.
 
     ``jobs`` schedules run at once, each worker against a private server of its own. Every finished
     schedule is kept in ``workdir/journal``; with ``resume`` a schedule already there (same seed,
     workload and faults) is not run again, so a long run that was interrupted goes on where it stopped.
+    ``topology="replicated"``: the sink on a primary with a synchronous and an asynchronous standby, each
+    schedule under each of ``replications`` (failovers and link cuts among its faults).
     """
     base = workload or Workload()
-    planned = plan_schedules(seed, schedules, strategies, modes, base, kills)
+    modes_of = ("",) if topology == "single" else tuple(replications)
+    planned = plan_schedules(seed, schedules, strategies, modes, base, kills, modes_of)
     journal = Journal(workdir / "journal")
     done = journal.finished(planned) if resume else {}
     if done:
@@ -566,7 +642,7 @@ def run_chaos(
             target, workdir / f"w{slot}", commit_marker=marker, master=master, java_opts=java_opts, keep=keep, say=say
         )
 
-    workers = _Pool(sink, planned, done, journal, make_runner, kills=kills, say=say).run(jobs)
+    workers = _Pool(sink, planned, done, journal, make_runner, kills=kills, say=say, topology=topology).run(jobs)
     return build_report(
         [done[i] for i in sorted(done)],
         sink=sink,
@@ -576,8 +652,9 @@ def run_chaos(
         workload=base,
         master=master,
         strategies=strategies,
-        atomic=get_target(sink).atomic,
+        atomic=get_target(sink, topology=topology).atomic,
         duration_s=time.monotonic() - started,
         jobs=workers,
         resumed=resumed,
+        topology=topology,
     )

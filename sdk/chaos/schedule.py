@@ -12,7 +12,12 @@ one of which ends it (a kill). Kinds:
   ambiguous commit), armed once the run has committed ``after`` batches;
 * ``sink-restart``: the sink's server is restarted (``crash``: SIGKILLed) while the job runs,
   ``delay_s`` after the run has committed ``after`` batches;
-* ``task-failure``: an executor task raises at ``F2`` (mid-write); Spark retries the task.
+* ``task-failure``: an executor task raises at ``F2`` (mid-write); Spark retries the task;
+* on a replicated server (``topology="replicated"``) a ``failover`` takes the sink restart's
+  place: the primary is SIGKILLed and a standby promoted (the synchronous one, or in ``async``
+  replication the asynchronous one) once the run has committed ``after`` batches, the old
+  primary rewound into a standby; and a ``link-cut`` cuts that standby's replication link one
+  batch before, so that an asynchronous failover drops the batches committed in between.
 
 Everything is drawn from ``random.Random(f"{seed}-{strategy}")``: the same seed and strategy
 give the same schedule, so a failing schedule is replayed alone with ``--seed``.
@@ -26,9 +31,19 @@ from typing import Any, Literal
 
 from eosink.chaos.oracle import Workload
 
-__all__ = ["KILL_POINTS", "Fault", "Schedule", "make_schedule", "naive_schedule", "nondeterministic_schedule"]
+__all__ = [
+    "KILL_POINTS",
+    "TOPOLOGIES",
+    "Fault",
+    "Schedule",
+    "make_schedule",
+    "naive_schedule",
+    "nondeterministic_schedule",
+]
 
-FaultKind = Literal["point-kill", "random-kill", "commit-cut", "sink-restart", "task-failure"]
+FaultKind = Literal["point-kill", "random-kill", "commit-cut", "sink-restart", "task-failure", "failover", "link-cut"]
+TOPOLOGIES = ("single", "replicated")
+"""A sink on one server, or on a primary with standbys that fails over (PostgreSQL)."""
 TERMINAL = ("point-kill", "random-kill")
 
 #: The named fault points each strategy passes through with a transactional sink (F5 is 2PC only).
@@ -63,6 +78,10 @@ class Fault:
             return f"kill {self.delay_s:.2f} s after {self.after} committed batches"
         if self.kind == "commit-cut":
             return f"COMMIT reply cut after {self.after} committed batches"
+        if self.kind == "failover":
+            return f"failover {self.delay_s:.2f} s after {self.after} committed batches"
+        if self.kind == "link-cut":
+            return f"replication link cut after {self.after} committed batches"
         what = "crash" if self.crash else "restart"
         return f"sink {what} {self.delay_s:.2f} s after {self.after} committed batches"
 
@@ -80,6 +99,8 @@ class Schedule:
     runs: tuple[tuple[Fault, ...], ...]
     nondeterministic: bool = False
     naive: bool = False
+    replication: str = ""
+    """On a replicated server: ``sync`` (the primary waits for a synchronous standby) or ``async``; else empty."""
 
     @property
     def planned(self) -> int:
@@ -98,6 +119,7 @@ class Schedule:
             "naive": self.naive,
             "workload": self.workload.to_json(),
             "runs": [[f.describe() for f in run] for run in self.runs],
+            **({"replication": self.replication} if self.replication else {}),
         }
 
 
@@ -106,14 +128,22 @@ def _rng(seed: int, strategy: str, tag: str = "") -> random.Random:
 
 
 def make_schedule(
-    seed: int, strategy: str, workload: Workload, *, kills: int = 3, with_sink_faults: bool = True
+    seed: int,
+    strategy: str,
+    workload: Workload,
+    *,
+    kills: int = 3,
+    with_sink_faults: bool = True,
+    replication: str = "",
 ) -> Schedule:
     """``kills + 3`` faults in ``kills + 1`` runs, in a seeded order: a point kill, a random kill and
     (``kills=3``) a second point kill; a task failure, a lost COMMIT reply and a sink restart (the
-    last two omitted with ``with_sink_faults=False``). ``kills`` is 2 or 3."""
+    last two omitted with ``with_sink_faults=False``). ``kills`` is 2 or 3. With ``replication``
+    (``sync`` or ``async``: a replicated server) the sink restart is a link cut followed, one batch
+    later in the same run, by a failover."""
     if kills not in (2, 3):
         raise ValueError(f"kills must be 2 or 3, not {kills}")
-    rng = _rng(seed, strategy)
+    rng = _rng(seed, strategy + (f"-{replication}" if replication else ""))
     points = KILL_POINTS[strategy]
     first, second = rng.sample(points, 2)
     pool = [
@@ -127,19 +157,26 @@ def make_schedule(
     extras: list[Fault] = [Fault("task-failure", point="F2", offset=rng.randint(1, 2))]
     if with_sink_faults:
         extras.append(Fault("commit-cut", after=1))
-        extras.append(Fault("sink-restart", after=1, delay_s=round(rng.uniform(0.0, 1.0), 3), crash=rng.random() < 0.5))
+        if replication:
+            extras.append(Fault("failover", after=2, delay_s=round(rng.uniform(0.0, 1.0), 3)))
+        else:
+            restart = Fault("sink-restart", after=1, delay_s=round(rng.uniform(0.0, 1.0), 3), crash=rng.random() < 0.5)
+            extras.append(restart)
     rng.shuffle(extras)
     runs: list[list[Fault]] = [[k] for k in kills_] + [[]]
     for i, extra in enumerate(extras):
         runs[i % len(kills_)].insert(0, extra)  # non-terminal faults first, before the run's kill
-    for run in runs:  # leave a batch for the run's other faults before its kill
+        if extra.kind == "failover":  # the standby it promotes stops following one batch before
+            runs[i % len(kills_)].insert(0, Fault("link-cut", after=1))
+    for run in runs:  # leave a batch for the run's other faults before its kill (two for a failover's cut)
         if len(run) > 1:
             kill = run[-1]
-            run[-1] = replace(kill, offset=kill.offset + 1) if kill.kind == "point-kill" else kill
+            room = 2 if any(f.kind == "failover" for f in run) else 1
+            run[-1] = replace(kill, offset=kill.offset + room) if kill.kind == "point-kill" else kill
             for j, f in enumerate(run[:-1]):
                 if f.kind == "task-failure" and run[-1].kind == "point-kill":
                     run[j] = replace(f, offset=min(f.offset, run[-1].offset - 1))
-    return Schedule(seed, strategy, workload, tuple(tuple(r) for r in runs))
+    return Schedule(seed, strategy, workload, tuple(tuple(r) for r in runs), replication=replication)
 
 
 def naive_schedule(schedule: Schedule) -> Schedule:

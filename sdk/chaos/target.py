@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from eosink.chaos.oracle import Row
+from eosink.errors import ConfigurationError
 from eosink.profiles import get_profile
 
 __all__ = [
@@ -114,6 +115,34 @@ class ChaosTarget(Protocol):
         baseline's crash point, ``F8``, after the whole write (after every sink's, in a fan-out)."""
         ...
 
+    # -- a replicated server (topology "replicated"); a target on one server keeps ServerSide's defaults
+
+    def fault_proxy(self) -> Any:
+        """The proxy whose ``cut_after_request`` cuts a COMMIT's reply, if the target has its own (a replicated
+        server's primary changes); None: the runner puts a FaultProxy in front of :meth:`address`."""
+        ...
+
+    def heal(self) -> None:
+        """Undo what a run's faults left behind that the next run must not inherit (a cut replication link)."""
+        ...
+
+    def set_replication(self, mode: str) -> None:
+        """Make the primary wait for a synchronous standby (``sync``) or for none (``async``)."""
+        ...
+
+    def cut_link(self) -> str:
+        """Cut the replication link of the standby the next failover promotes; what was done."""
+        ...
+
+    def fail_over(self) -> str:
+        """Kill the primary, promote a standby, rewind the old primary into a standby; what was done."""
+        ...
+
+    def recover_args(self, names: Names) -> list[str]:
+        """``eosink recover``'s options naming this sink (the connection in an environment variable of
+        :meth:`job_env`), for the rewind after a detected loss."""
+        ...
+
 
 class _Server(Protocol):
     def start(self) -> Any: ...
@@ -182,15 +211,54 @@ class ServerSide:
     def proxy_port(self) -> int:
         return 0
 
+    def fault_proxy(self) -> Any:
+        return None
 
-def get_target(name: str, root: Path | None = None) -> ChaosTarget:
+    def heal(self) -> None:
+        return None
+
+    def set_replication(self, mode: str) -> None:
+        raise _one_server(self, "replication")
+
+    def cut_link(self) -> str:
+        raise _one_server(self, "a replication link to cut")
+
+    def fail_over(self) -> str:
+        raise _one_server(self, "a standby to fail over to")
+
+    def recover_args(self, names: Names) -> list[str]:
+        raise _one_server(self, "a rewind after a failover")
+
+
+def _one_server(target: Any, what: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"The {getattr(target, 'name', 'sink')} chaos target runs one server: it has no {what}.",
+        "Use --topology replicated with a sink that offers it (eosink chaos --help lists them).",
+    )
+
+
+def get_target(name: str, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
     """The chaos target of sink ``name`` (the ``--sink`` of ``eosink chaos``), from its profile; ``a+b``: a
-    fan-out into sinks ``a`` then ``b`` (:class:`eosink.chaos.fanout.FanOutTarget`)."""
+    fan-out into sinks ``a`` then ``b`` (:class:`eosink.chaos.fanout.FanOutTarget`). ``topology="replicated"``:
+    the sink on a primary with standbys that fail over, where its profile offers that."""
     if "+" in name:
+        if topology != "single":
+            raise ConfigurationError(
+                f"--topology {topology} takes one sink, not the fan-out {name!r}.", "Name one sink with --sink."
+            )
         from eosink.chaos.fanout import FanOutTarget
 
         return FanOutTarget([get_target(part) for part in name.split("+")])
-    return get_profile(name, "chaos_target").chaos_target(root)
+    profile = get_profile(name, "chaos_target")
+    if topology not in profile.chaos_topologies:
+        offered = ", ".join(profile.chaos_topologies)
+        raise ConfigurationError(
+            f"The {name} chaos target offers the topologies {offered}, not {topology!r}.",
+            "Pick one of those; a replicated PostgreSQL is --sink postgres --topology replicated.",
+        )
+    if topology == "single":  # a profile written before topologies existed takes no such argument
+        return profile.chaos_target(root)
+    return profile.chaos_target(root, topology=topology)
 
 
 def commit_marker(name: str) -> Any:

@@ -292,7 +292,8 @@ def test_happened_matches_what_the_runner_records() -> None:
     from eosink.chaos.runner import _happened
     from eosink.chaos.schedule import Fault
 
-    injected = ["F8@3:kill", "F2@2:raise", "sink crash", "cut after COMMIT"]
+    injected = ["F8@3:kill", "F2@2:raise", "sink crash", "cut after COMMIT", "failover: a killed", "link cut: b"]
+    assert _happened(Fault("failover"), injected) and _happened(Fault("link-cut"), injected)
     assert _happened(Fault("point-kill", point="F8"), injected)
     assert not _happened(Fault("point-kill", point="F3"), injected)
     assert _happened(Fault("task-failure", point="F2"), injected)
@@ -525,3 +526,80 @@ def test_report_of_one_sink_has_no_breakdown() -> None:
     report = _report([one], "postgres")
     assert report["naive"]["sinks"] == {} and "by sink" not in format_table(report)
     assert "ahead of an earlier one" not in format_table(report)
+
+
+@pytest.mark.parametrize("replication", ["sync", "async"])
+@pytest.mark.parametrize("strategy", ["2pc", "txid-check", "idempotent"])
+def test_a_replicated_schedule_fails_over_after_cutting_the_standbys_link(strategy: str, replication: str) -> None:
+    """On a replicated server the sink restart is a failover, one batch after the promoted standby's link is cut
+    (in the same run, before its kill), so that under async replication the batch committed in between is lost.
+
+    Pass: seeded; the same kinds as a single server's but the restart, plus link-cut and failover; the link cut
+    right before the failover, in a run whose kill leaves two batches for them; one server's schedules unchanged.
+    """
+    a = make_schedule(11, strategy, W, replication=replication)
+    assert a == make_schedule(11, strategy, W, replication=replication) and a.replication == replication
+    kinds = [f.kind for run in a.runs for f in run]
+    assert set(kinds) == {"point-kill", "random-kill", "task-failure", "commit-cut", "link-cut", "failover"}
+    run = next(r for r in a.runs if any(f.kind == "failover" for f in r))
+    kinds_of_run = [f.kind for f in run]
+    cut, failover = kinds_of_run.index("link-cut"), kinds_of_run.index("failover")
+    assert cut < failover and run[cut].after < run[failover].after, run
+    if run[-1].kind == "point-kill":
+        assert run[-1].offset >= 3, "the run's kill leaves the failover its batches"
+    assert a.to_json()["replication"] == replication and "replication" not in make_schedule(11, strategy, W).to_json()
+    assert make_schedule(11, strategy, W) == make_schedule(11, strategy, W, replication="")
+
+
+def test_a_replicated_report_has_a_row_per_strategy_and_replication() -> None:
+    """Pass: rows per (replication, strategy) with failovers, losses detected and rewinds; the table shows them."""
+    from eosink.chaos.report import build_report
+    from eosink.chaos.results import ScheduleResult
+
+    results = []
+    for replication in ("sync", "async"):
+        for strategy in ("2pc", "txid-check"):
+            r = ScheduleResult(strategy, 1, "eosink", {}, replication=replication, failovers=1)
+            if replication == "async":
+                r.losses_detected = r.rewinds = 1
+            results.append(r)
+    report = build_report(
+        results,
+        sink="postgres",
+        seed=1,
+        schedules=1,
+        kills=3,
+        workload=W,
+        master="local[2]",
+        strategies=("2pc", "txid-check"),
+        atomic=lambda s: True,
+        duration_s=1.0,
+        jobs=1,
+        resumed=0,
+        topology="replicated",
+    )
+    assert report["topology"] == "replicated"
+    rows = [
+        (r["replication"], r["strategy"], r["failovers"], r["losses_detected"], r["rewinds"]) for r in report["results"]
+    ]
+    assert rows == [
+        ("sync", "2pc", 1, 0, 0),
+        ("sync", "txid-check", 1, 0, 0),
+        ("async", "2pc", 1, 1, 1),
+        ("async", "txid-check", 1, 1, 1),
+    ]
+    assert "txid-check (async replication): 1 failover(s), 1 loss(es)" in format_table(report)
+
+
+def test_the_replicated_topology_is_offered_by_postgres_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    """Pass: get_target refuses another sink's replicated topology with a ConfigurationError naming what it offers;
+    the CLI refuses --replication without --topology replicated."""
+    from eosink.chaos.cli import main
+    from eosink.chaos.target import get_target
+    from eosink.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="offers the topologies single"):
+        get_target("kafka", topology="replicated")
+    assert type(get_target("postgres", topology="replicated")).__name__ == "ReplicatedPostgresChaosTarget"
+    assert main(["--replication", "async"]) == 2
+    assert "--replication needs --topology replicated" in capsys.readouterr().err
