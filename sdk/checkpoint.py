@@ -396,6 +396,26 @@ class SparkCheckpoint:
     def delete_lease(self, app_id: str) -> None:
         self._io("delete the lease", self._fs.delete, f"{self._manifest_dir(app_id)}/lease.json")
 
+    # -- the first batch committed: tells a sink that lost every bundle from an app_id it never saw --------
+
+    def write_first_commit(self, app_id: str, batch_id: int) -> None:
+        """Record that ``app_id`` has committed batches from ``batch_id`` on (the earliest such batch is kept)."""
+        known = self.read_first_commit(app_id)
+        if known is not None and known <= batch_id:
+            return
+        path = f"{self._manifest_dir(app_id)}/first-commit.json"
+        self._io("record the first commit", self._fs.write_atomic, path, json.dumps({"batch_id": batch_id}))
+
+    def read_first_commit(self, app_id: str) -> int | None:
+        """The first batch ``app_id`` committed from this checkpoint, None before its first commit (or when the
+        checkpoint predates the record)."""
+        path = f"{self._manifest_dir(app_id)}/first-commit.json"
+        text = self._io("read the first commit", self._fs.read_text, path)
+        try:
+            return int(json.loads(text)["batch_id"]) if text else None
+        except (ValueError, KeyError, TypeError):
+            return None
+
     # -- a fan-out's sinks: their names in commit order --------------------------------------------
 
     def write_fanout(self, app_id: str, names: list[str]) -> None:

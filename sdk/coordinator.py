@@ -446,6 +446,8 @@ class Coordinator(Engine[BatchInput]):
         self.stats.commit_latency_ms.append((time.monotonic() - started) * 1000)
         faults.hit(FaultPoint.F8, batch.batch_id)
         self.stats.batches_committed += 1
+        if self._last is None:  # the sink held no batch of the app_id: from now on losing them all is told apart
+            self.checkpoint.write_first_commit(self.app_id, batch.batch_id)
         self._last = bundle
         self.checkpoint.delete_manifest(self.app_id, batch.batch_id)
 

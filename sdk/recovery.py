@@ -13,12 +13,14 @@ eosink's manifests with Spark's commit log, and decides per batch (:class:`Actio
 * ``nothing``: only a stale manifest of a committed batch is removed;
 * ``lost``: Spark's commit log holds the batch, so Spark will never replay it, but the sink no
   longer has its work: its prepared work is gone (``commit_status`` answers ABORTED), or the
-  sink's newest bundle is of an older batch and no manifest covers the gap (the sink lost
-  committed batches). Recovery stops with :class:`~eosink.errors.PreparedWorkLostError`; the way
-  back is to rewind the checkpoint (:mod:`eosink.rewind`).
+  sink's newest bundle is of an older batch, or it holds none although the checkpoint records the
+  app_id's first commit, and no manifest covers the gap (the sink lost committed batches).
+  Recovery stops with :class:`~eosink.errors.PreparedWorkLostError` (its
+  :class:`~eosink.errors.CommittedWorkLostError` for lost committed batches); the way back is to
+  rewind the checkpoint (:mod:`eosink.rewind`).
 
-A sink that lost every bundle of an app_id cannot be told from an app_id that is new to an
-existing checkpoint, so that loss is not detected; nor is a table emptied under its bundles.
+Not detected: a table emptied under its bundles, and a sink that lost every bundle of an app_id
+whose checkpoint predates the record of the first commit (it looks like an app_id new to it).
 
 :meth:`eosink.coordinator.Coordinator.recover` executes such a plan; ``eosink recover
 --dry-run`` prints it. Planning never writes: with a sink whose ``recover`` and
@@ -184,19 +186,23 @@ def sink_behind_spark(
 
     Every strategy writes a batch's bundle before Spark's commit log holds it, or (2PC) keeps its
     manifest until it does: a commit-log entry beyond the newest bundle with no manifest means the
-    sink lost committed work. Without any bundle nothing can be told (a new app_id looks the same).
+    sink lost committed work. Without any bundle, the checkpoint's record of the app_id's first commit
+    tells a sink that lost them all from an app_id new to the checkpoint (a checkpoint older than the
+    record cannot tell).
     """
-    if last is None:
+    first = last.batch.batch_id + 1 if last is not None else checkpoint.read_first_commit(app_id)
+    if first is None:
         return None
     spark_last = checkpoint.last_committed()
-    if spark_last is None or spark_last <= last.batch.batch_id:
+    if spark_last is None or spark_last < first:
         return None
-    missing = tuple(b for b in range(last.batch.batch_id + 1, spark_last + 1) if b not in manifests)
+    missing = tuple(b for b in range(first, spark_last + 1) if b not in manifests)
     if not missing:
         return None
+    newest = f"is of batch {last.batch.batch_id}" if last is not None else "is gone (it holds none)"
     reason = (
-        f"its newest bundle of app_id {app_id!r} is of batch {last.batch.batch_id}, and no manifest covers "
-        f"batch {missing[0]}: the sink lost committed work"
+        f"its newest bundle of app_id {app_id!r} {newest}, and no manifest covers batch {missing[0]}: the sink "
+        "lost committed work"
     )
     return BatchPlan(missing[0], Action.LOST, reason, False, True, lost_batches=missing)
 

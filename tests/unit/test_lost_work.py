@@ -199,21 +199,40 @@ def test_a_lost_batch_whose_participants_work_survived_is_lost_not_a_leftover(tm
 
 
 @pytest.mark.parametrize("variant", INLINE, ids=[v.id for v in INLINE])
-def test_what_cannot_be_detected_a_table_emptied_under_its_bundles_or_every_bundle_gone(
-    tmp_path: Path, variant: Variant
-) -> None:
-    """The documented limits: rows deleted while the bundles stay look committed; a sink that lost every
-    bundle of the app_id looks like an app_id new to an existing checkpoint. Pass: both starts go on."""
+def test_what_cannot_be_detected_a_table_emptied_under_its_bundles(tmp_path: Path, variant: Variant) -> None:
+    """The documented limit: rows deleted while the bundles stay look committed. Pass: the start goes on."""
     ms = _mini(tmp_path, variant)
     ms.run()
     with sqlite3.connect(ms.db) as conn:
         conn.execute("DELETE FROM data WHERE app_id = ?", (APP,))
     ms.restart()
     ms.run()  # not detected: the bundles say every batch landed
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.id for v in VARIANTS])
+def test_a_sink_that_lost_every_bundle_is_told_from_a_new_app_id(tmp_path: Path, variant: Variant) -> None:
+    """A sink that lost every batch of the app_id (a failover right after the first commits, a restore from before
+    them) looks like an app_id new to the checkpoint, but for the record of the first commit the checkpoint keeps.
+
+    Pass: the restart stops with CommittedWorkLostError naming every batch Spark committed; after the rewind,
+    exact. An app_id that never committed starts as before (no record, nothing lost)."""
+    ms = _mini(tmp_path, variant)
+    ms.run()
+    assert ms.ckpt.spark().read_first_commit(APP) == 0
     with sqlite3.connect(ms.db) as conn:
+        conn.execute("DELETE FROM data WHERE app_id = ?", (APP,))
         conn.execute("DELETE FROM bundles WHERE app_id = ?", (APP,))
+    _died(ms)
     ms.restart()
-    ms.run()  # not detected: no bundle at all
+    with pytest.raises(CommittedWorkLostError) as err:
+        ms.run()
+    assert err.value.batches == (0, 1, 2) and "Batches 0 to 2 of app_id" in err.value.problem
+    rewind(ms.ckpt.spark(), _plan(ms))
+    ms.restart()
+    ms.run()
+    ms.assert_exact()
+    fresh = _mini(tmp_path / "fresh", variant)
+    assert fresh.ckpt.spark().read_first_commit(APP) is None
 
 
 # -- rewind ----------------------------------------------------------------------------------------------
