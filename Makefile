@@ -146,7 +146,7 @@ SINK_SPARK = "$(PYTEST) tests/spark/test_$(1)_pipeline.py tests/chaos/test_chaos
 SINK_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --durations=10" $(call SINK_SPARK,$(1))
 # The secured servers' Spark tests run in test-secured(-full), which starts those servers.
 SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py) tests/spark/test_secured_pipelines.py \
-	tests/spark/test_fanout_pipeline.py
+	tests/spark/test_fanout_pipeline.py tests/spark/test_postgres_replicated.py
 # The quick Spark tests (tests/spark -m "not full or matrix", $(2) passed on) with Python $(1), in two pytest
 # processes run together: local-cluster and the PySpark matrix. Of the sinks' pipelines only the 2pc kill
 # (its checkpoint on S3 and HDFS; marked matrix where make test runs another kill): what the Spark version and the executors' layout touch is the executors'
@@ -155,7 +155,7 @@ SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py) tests/
 # file (the demo and the reference sink's kills in one, the data source and the sinks' pipelines in the
 # other), not by --shard: a dozen tests of unlike lengths dealt every second one left one process waiting
 # on the other for 1-3 minutes.
-QUICK_K := not (_pipeline and (txid or idempotent)) and not test_secured_pipelines
+QUICK_K := not (_pipeline and (txid or idempotent)) and not test_secured_pipelines and not test_postgres_replicated
 QUICK_SPLIT := test_demo or test_kill_restart
 QUICK_SPARK = $(call TOGETHER_K,$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full or matrix' --durations=5 $(2),\
 	($(QUICK_K)) and ,$(QUICK_SPLIT))
@@ -170,8 +170,10 @@ KAFKA_CONTRACT = --eosink-contract-examples=4 --eosink-crash-stride=8
 SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --durations=10 $(if $(3),-k 'not ($(3))')" \
 	$(if $(3),"$(PYTEST) tests/connectors/$(1) -q --durations=5 -k '$(3)' $(LIGHT_CONTRACT)") \
 	$(foreach k,0 1,"$(PYTEST) tests/spark/test_$(1)_pipeline.py -q --durations=10 --shard=$(k)/2")
+# The replicated server's tests run in test-postgres-replicated(-full), which starts that server.
+PG_PLAIN := --ignore=tests/connectors/postgres/test_postgres_replicated.py
 test-postgres: venv java
-	@$(call WITH_POSTGRES,$(call SINK_TESTS,postgres,))
+	@$(call WITH_POSTGRES,$(call SINK_TESTS,postgres,$(PG_PLAIN)))
 
 # PostgreSQL on a primary with a synchronous and an asynchronous standby that fail over (docs/connectors/postgres.md):
 # make test: the contract suite's failover cases and the connector's failover tests against the postgres-replicated
@@ -197,7 +199,7 @@ test-postgres-replicated-full: venv java
 $(foreach s,$(SINKS),test-$(s)-full): export EOSINK_HISTORY_BATCHES := 100000
 
 test-postgres-full: venv java
-	@$(call WITH_POSTGRES,$(call SINK_FULL_TESTS,postgres,tests/bench/test_quick_run.py))
+	@$(call WITH_POSTGRES,$(call SINK_FULL_TESTS,postgres,tests/bench/test_quick_run.py $(PG_PLAIN)))
 
 # Kafka: every step is a broker round trip, so make test draws 4 random schedules and crashes the
 # walks at every 8th step; test-kafka-full runs the whole suite (60 schedules, every step) and every
@@ -278,7 +280,8 @@ PG15_BINDIR ?= /usr/lib/postgresql/15/bin
 postgres15: venv
 	@test -x $(PG15_BINDIR)/postgres || { echo "PostgreSQL 15 not found in $(PG15_BINDIR): apt-get install postgresql-15, or set PG15_BINDIR" >&2; exit 1; }
 	@export EOSINK_CACHE=$(CURDIR)/.cache/pg15 EOSINK_POSTGRES_BINDIR=$(PG15_BINDIR); \
-	$(EOSINK) services up postgres && $(PYTEST) tests/connectors/postgres -q $(LIGHT_CONTRACT); rc=$$?; $(EOSINK) services down postgres; exit $$rc
+	$(EOSINK) services up postgres && $(PYTEST) tests/connectors/postgres -q $(LIGHT_CONTRACT) $(PG_PLAIN); rc=$$?; \
+	$(EOSINK) services down postgres; exit $$rc
 
 # SECURE=1: the secured variants instead (TLS, authentication, a least-privileged writer).
 SECURE_FLAG = $(if $(SECURE),--secure)
