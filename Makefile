@@ -132,18 +132,22 @@ spark: venv java
 	@$(TOGETHER) "$(PYTEST) tests/spark/test_kill_restart.py -q -m 'not full' --durations=10" \
 		"$(PYTEST) tests/spark/test_datasource.py tests/spark/test_demo.py -q -m 'not full' --durations=10"
 
-# -- one pattern per sink: make test-SINK runs its contract suite and connector tests, one Spark
-# kill-and-restart per strategy and one chaos schedule (docs/testing.md). make test runs it for every sink.
+# -- one pattern per sink: make test-SINK runs its contract suite and connector tests, a Spark
+# kill-and-restart and one chaos schedule (docs/testing.md). make test runs it for every sink.
 # The connector tests mostly wait on the server's round trips, the Spark tests and the chaos schedule mostly
-# compute: $(call SINK_TESTS,sink,connector test options) runs the two halves at the same time.
+# compute: $(call SINK_TESTS,sink,connector test options) runs them at the same time, in four processes: the
+# contract suite (test_SINK_contract.py), the other connector tests, the Spark kill-and-restart, and the chaos
+# schedule (each Spark process waits much of its time on its driver's JVM starting and on its own restarts).
 SINKS := postgres kafka s3 hdfs delta
 TOGETHER = $(PYTHON) scripts/together.py
 # Command $(1) as two processes run together, one given -k '$(2)($(3))', the other -k '$(2)not ($(3))':
 # a split by test name, for selections too short or uneven for --shard's every-N-th dealing.
 TOGETHER_K = $(TOGETHER) "$(1) -k '$(2)($(3))'" "$(1) -k '$(2)not ($(3))'"
-SINK_SPARK = "$(PYTEST) tests/spark/test_$(1)_pipeline.py tests/chaos/test_chaos_quick.py -q -m 'not full' \
-	-k 'not chaos or $(1)' --durations=10"
-SINK_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --durations=10" $(call SINK_SPARK,$(1))
+SINK_SPARK = "$(PYTEST) tests/spark/test_$(1)_pipeline.py -q -m 'not full' --durations=10" \
+	"$(PYTEST) tests/chaos/test_chaos_quick.py -q -m 'not full' -k $(1) --durations=5"
+SINK_SUITE = tests/connectors/$(1)/test_$(1)_contract.py
+SINK_TESTS = $(TOGETHER) "$(PYTEST) $(SINK_SUITE) -q -m 'not full' $(2) --durations=10" \
+	"$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --ignore=$(SINK_SUITE) --durations=10" $(call SINK_SPARK,$(1))
 # The secured servers' Spark tests run in test-secured(-full), which starts those servers.
 SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py) tests/spark/test_secured_pipelines.py \
 	tests/spark/test_fanout_pipeline.py tests/spark/test_postgres_replicated.py
@@ -204,12 +208,16 @@ test-postgres-full: venv java
 # Kafka: every step is a broker round trip, so make test draws 4 random schedules and crashes the
 # walks at every 8th step; test-kafka-full runs the whole suite (60 schedules, every step) and every
 # fault point x strategy under Spark. The chaos schedule runs against a private broker of its own.
-# make test-kafka: the contract suite (the only tests that use the broker's fault proxy, at its advertised
-# port) in a process of its own, beside the other connector tests and the Spark half: as one process the
-# connector tests took 5:30, the Spark half 3:18.
+# make test-kafka: the contract suite's walks and random schedules in a process of their own, beside its other
+# cases (those on the broker's fault proxy, at its advertised port: one process at a time can hold it), the other
+# connector tests and the Spark half: as one process the connector tests took 5:30, the Spark half 3:18; the
+# suite alone in one process 4:15.
 KAFKA_SUITE := tests/connectors/kafka/test_kafka_contract.py
+KAFKA_WALKS := test_crash_at_every_step or test_random_schedules
 test-kafka: venv java
-	@$(call WITH_KAFKA,$(TOGETHER) "$(PYTEST) $(KAFKA_SUITE) -q -m 'not full' $(KAFKA_CONTRACT) --durations=5" \
+	@$(call WITH_KAFKA,$(TOGETHER) \
+		"$(PYTEST) $(KAFKA_SUITE) -q -m 'not full' $(KAFKA_CONTRACT) -k '$(KAFKA_WALKS)' --durations=5" \
+		"$(PYTEST) $(KAFKA_SUITE) -q -m 'not full' $(KAFKA_CONTRACT) -k 'not ($(KAFKA_WALKS))' --durations=5" \
 		"$(PYTEST) tests/connectors/kafka -q -m 'not full' --ignore=$(KAFKA_SUITE) --durations=10" \
 		$(call SINK_SPARK,kafka))
 
@@ -240,19 +248,15 @@ test-hdfs-full: venv java tools
 # tests, one Spark kill-and-restart per strategy and one chaos schedule (against a private MinIO);
 # test-delta-full: the whole suite on MinIO, local disk and HDFS (a private cluster at HDFS's default
 # num-committed-allowed, which delta-rs needs), and every Delta pipeline.
-# make test-delta's contract suite on MinIO runs at Kafka's strength (4 random schedules, crash walks at every 8th
-# step: each step is several round trips to MinIO and a read of the whole table), dealt to two processes by name
-# (its three walks in one), beside the rest of its connector tests: as one process at make test-s3's strength
-# the suite took 6:21 on 2026-12-02.
-DELTA_WALKS := test_crash_at_every_step or test_a_commit_cut_after
+# make test-delta runs the contract suite on local disk (the Delta logic: every case) and, on MinIO, the cases only
+# a server shows (a commit's reply cut by the proxy, an unreachable store); the whole suite on MinIO is
+# test-delta-full's: it took 5 to 6:21 in make test (each step several round trips to MinIO and a read of the table).
+DELTA_ON_S3 := TestDeltaS3Contract and (test_ambiguous_commit_through_the_proxy or test_unreachable_server)
 test-delta: venv java tools
 	@$(call WITH_MINIO,$(TOGETHER) \
 		"$(PYTEST) tests/connectors/delta -q -m 'not full' $(LIGHT_CONTRACT) -k 'not Hdfs and not TestDeltaS3Contract' \
 			--durations=10" \
-		"$(PYTEST) tests/connectors/delta -q -m 'not full' $(KAFKA_CONTRACT) -k 'TestDeltaS3Contract and ($(DELTA_WALKS))' \
-			--durations=5" \
-		"$(PYTEST) tests/connectors/delta -q -m 'not full' $(KAFKA_CONTRACT) \
-			-k 'TestDeltaS3Contract and not ($(DELTA_WALKS))' --durations=5" \
+		"$(PYTEST) tests/connectors/delta/test_delta_contract.py -q -m 'not full' -k '$(DELTA_ON_S3)' --durations=5" \
 		$(call SINK_SPARK,delta))
 
 test-delta-full: venv java tools
@@ -424,7 +428,7 @@ chaos-quick: venv java tools
 # The examples (examples/*.py) against the harness's PostgreSQL, Kafka and MinIO: once each in `make test`,
 # through a kill and a restart in `make test-full`.
 examples: venv java tools
-	@$(call WITH_SPARK_SERVICES,$(PYTEST) tests/examples -q -m "not full" --durations=5)
+	@$(call WITH_SPARK_SERVICES,$(call TOGETHER_K,$(PYTEST) tests/examples -q -m 'not full' --durations=5,,$(EXAMPLES_SPLIT)))
 
 # Two drivers at a time, as in spark-full, dealt by example rather than --shard: every other test is a
 # through-a-kill run, so dealing every second test would give one process all the long runs.

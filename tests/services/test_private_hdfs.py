@@ -36,6 +36,7 @@ def _read(client: object, path: str) -> bytes:
     return data
 
 
+@pytest.mark.full  # make test-hdfs crashes and restarts a private HDFS under the connector (test_hdfs_restarts.py)
 def test_a_crashed_private_hdfs_comes_back_on_its_ports_with_its_data(tmp_path: Path) -> None:
     """Pass: a file written before a SIGKILL of the cluster reads back afterwards (the NameNode replayed its
     edit log, the DataNodes reported the file's blocks) at the same RPC and HTTP ports, through the same
@@ -75,6 +76,7 @@ def _datanodes(server: HdfsServer) -> tuple[int, int, int]:
     return int(stats["NumLiveDataNodes"]), int(stats["NumDeadDataNodes"]), int(stats["CapacityTotal"])
 
 
+@pytest.mark.full  # make test-hdfs stops a private HDFS's DataNode under the connector's participants
 def test_one_datanode_of_a_private_hdfs_stops_and_starts_while_the_rest_runs(tmp_path: Path) -> None:
     """Pass: with DataNode 1 stopped, a file written before reads back from the other replica, the NameNode
     declares the DataNode dead within a minute (12-17 s here) and stops placing blocks on it, and a new file

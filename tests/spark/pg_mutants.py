@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from eosink.connectors.postgres import PostgresSink
-from eosink.connectors.postgres._pool import Conn
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
 
 
@@ -35,5 +34,5 @@ class XidTrustingPostgresSink(PostgresSink):
                 return CommitStatus.COMMITTED
         return super().commit_status(batch, committables)
 
-    def _check_follows(self, ctl: Conn, batch: BatchRef, bundle: Bundle, newest: int | None) -> None:
+    def _check_follows(self, ctl: Any, batch: BatchRef, bundle: Bundle, newest: int | None) -> None:
         return None
