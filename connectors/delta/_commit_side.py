@@ -27,7 +27,14 @@ from eosink.connectors.delta._base import _SinkBase
 from eosink.connectors.delta._files import AddFile
 from eosink.connectors.delta._schema import check_batch, delta_columns, table_columns
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
-from eosink.errors import AmbiguousCommitError, CommitAbortedError, ConfigurationError, EosinkError, TransientError
+from eosink.errors import (
+    AmbiguousCommitError,
+    CommitAbortedError,
+    CommittedWorkLostError,
+    ConfigurationError,
+    EosinkError,
+    TransientError,
+)
 from eosink.keys import KEY_COLUMN
 
 if TYPE_CHECKING:
@@ -89,6 +96,7 @@ class _CommitSide(_SinkBase):
                     self._same_bundle(batch, found, bundle)
                     break
                 last = _log.last_batch(table, app)
+                self._check_follows(batch, bundle, last)
                 if last is not None and last < batch_id:
                     self._compact_if_due(app, last)  # a compaction a crash kept from running after the last batch
                 adds = _adds(committables)
@@ -129,6 +137,25 @@ class _CommitSide(_SinkBase):
         if _keys(committables):  # merged: the log names the rewritten files, never the prepared ones
             self._quietly("removing a merged batch's prepared files", [a.path for a in _adds(committables)])
         self._compact_if_due(app, batch_id)
+
+    def _check_follows(self, batch: BatchRef, bundle: Bundle, last: int | None) -> None:
+        """CommittedWorkLostError when the table no longer holds the batch ``bundle`` follows (its store lost log
+        entries: a restore, an asynchronously replicated bucket). The check is on the snapshot the conditional
+        commit builds on, so no other commit slips in between."""
+        follows = bundle.follows
+        if follows is None or (last is not None and last >= follows):
+            return
+        lost = tuple(range(follows if last is None else last + 1, follows + 1))
+        holds = f"up to batch {last} only" if last is not None else "no batch of it at all"
+        raise CommittedWorkLostError(
+            f"The Delta table {self.config.table} holds app_id {batch.app_id!r} {holds}, but batch {follows} was "
+            f"committed before batch {batch.batch_id}: the log lost entries its store had acknowledged (a restore, "
+            "an asynchronously replicated store).",
+            f"Stop the query and rewind its checkpoint to batch {lost[0]} (eosink recover --rewind).",
+            app_id=batch.app_id,
+            batch_id=lost[0],
+            batches=lost,
+        )
 
     def _quietly(self, what: str, paths: Sequence[str]) -> None:
         """Delete ``paths``, best effort (the batch is committed whatever happens here; leftovers are unnamed by

@@ -7,6 +7,7 @@ import datetime as dt
 import decimal
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from eosink.errors import (
     AmbiguousCommitError,
     BadRecordError,
     CommitAbortedError,
+    CommittedWorkLostError,
     ConfigurationError,
     EosinkError,
     SchemaError,
@@ -320,6 +322,33 @@ def test_a_batch_whose_commit_left_the_logs_history_is_committed_for_good(tmp_pa
         assert again.recover(APP) == []  # committed by the txn: tidied, not in doubt
         again.abort(made)  # whose work it was, nothing says now: a file the log names is never deleted
         assert canon(read_table(again.config)) == canon(rows)
+
+
+def test_a_batch_whose_predecessor_the_log_lost_is_refused_and_nothing_of_it_lands(tmp_path: Path) -> None:
+    """The store lost the log's newest entry (batch 1's commit: a restore, an asynchronously replicated bucket).
+
+    Pass: batch 2, whose bundle follows batch 1, is refused with CommittedWorkLostError naming batch 1, in the
+    commit that would have made it visible: the table still holds batch 0's rows only."""
+    sink = sink_at(tmp_path)
+    epoch = sink.fence(APP)
+    rows0: list[dict[str, Any]] = []
+    for batch_id in (0, 1):
+        batch = BatchRef(APP, batch_id)
+        rows = rows_for(APP, batch_id, 0, 4)
+        rows0 = rows0 or rows
+        made = [prepare(sink, batch, epoch, 0, rows)]
+        follows = batch_id - 1 if batch_id else None
+        sink.commit(batch, made, replace(bundle_for(batch, epoch, made), follows=follows))
+    log_dir = tmp_path / "table" / "_delta_log"
+    newest = max(log_dir.glob("*.json"))
+    newest.rename(newest.with_suffix(".lost"))  # the store no longer has batch 1's commit
+    again = sink_at(tmp_path)
+    batch2 = BatchRef(APP, 2)
+    made2 = [prepare(again, batch2, epoch, 0, rows_for(APP, 2, 0, 4))]
+    with pytest.raises(CommittedWorkLostError) as lost:
+        again.commit(batch2, made2, replace(bundle_for(batch2, epoch, made2), follows=1))
+    assert lost.value.batches == (1,)
+    assert canon(read_table(again.config)) == canon(rows0)
 
 
 def test_a_new_column_joins_as_nullable_even_from_a_non_nullable_field(tmp_path: Path) -> None:
