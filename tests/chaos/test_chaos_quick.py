@@ -71,6 +71,29 @@ def test_one_schedule_of_five_faults_is_exactly_once(tmp_path: Path, sink: str) 
     assert s["order_breaks"] == 0, "a later sink showed a batch the one before it did not hold"
 
 
+@pytest.mark.full
+def test_a_replicated_postgresql_fails_over_exactly_once_or_detected_and_rewound(tmp_path: Path) -> None:
+    """txid-check on a replicated PostgreSQL (``--topology replicated``), one schedule under each replication mode:
+    two kills, a task failure, a lost COMMIT reply, and a failover one batch after the promoted standby's link
+    was cut.
+
+    Pass: every fault injected, the failover among them; under ``sync`` no loss at all; under ``async`` every
+    batch the failover dropped detected (CommittedWorkLostError) and landed again by a rewind; in the end
+    nothing lost or duplicated, nothing in doubt, no partial read.
+    """
+    report = _run("postgres", tmp_path, strategies=["txid-check"], modes=["eosink"], topology="replicated")
+    assert report["topology"] == "replicated"
+    by_mode = {s["replication"]: s for s in report["schedules"]}
+    assert set(by_mode) == {"sync", "async"}
+    for mode, s in by_mode.items():
+        replay = f"eosink chaos --sink postgres --topology replicated --replication {mode} --seed {SEED}"
+        assert s["ok"], f"{s['failure']}\nreplay: {replay}"
+        assert s["failovers"] >= 1, [r["injected"] for r in s["runs"]]
+        assert s["lost"] == 0 and s["duplicated"] == 0 and s["partial_reads"] == 0
+        assert s["rewinds"] == s["losses_detected"]
+    assert by_mode["sync"]["losses_detected"] == 0
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The harness's whole mode against PostgreSQL, ``SCHEDULES`` per strategy (make chaos-full)."""
