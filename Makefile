@@ -148,6 +148,9 @@ SINK_SPARK = "$(PYTEST) tests/spark/test_$(1)_pipeline.py -q -m 'not full' --dur
 SINK_SUITE = tests/connectors/$(1)/test_$(1)_contract.py
 SINK_TESTS = $(TOGETHER) "$(PYTEST) $(SINK_SUITE) -q -m 'not full' $(2) --durations=10" \
 	"$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --ignore=$(SINK_SUITE) --durations=10" $(call SINK_SPARK,$(1))
+# The same with the connector tests in one process, for a sink whose tests use up a shared server's resource (the
+# PostgreSQL tests fill its prepared-transaction slots, which the contract suite's walks need).
+SINK_TESTS_ONE = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --durations=10" $(call SINK_SPARK,$(1))
 # The secured servers' Spark tests run in test-secured(-full), which starts those servers.
 SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py) tests/spark/test_secured_pipelines.py \
 	tests/spark/test_fanout_pipeline.py tests/spark/test_postgres_replicated.py
@@ -177,7 +180,7 @@ SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --duratio
 # The replicated server's tests run in test-postgres-replicated(-full), which starts that server.
 PG_PLAIN := --ignore=tests/connectors/postgres/test_postgres_replicated.py
 test-postgres: venv java
-	@$(call WITH_POSTGRES,$(call SINK_TESTS,postgres,$(PG_PLAIN)))
+	@$(call WITH_POSTGRES,$(call SINK_TESTS_ONE,postgres,$(PG_PLAIN)))
 
 # PostgreSQL on a primary with a synchronous and an asynchronous standby that fail over (docs/connectors/postgres.md):
 # make test: the contract suite's failover cases and the connector's failover tests against the postgres-replicated
