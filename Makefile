@@ -145,8 +145,12 @@ TOGETHER = $(PYTHON) scripts/together.py
 TOGETHER_K = $(TOGETHER) "$(1) -k '$(2)($(3))'" "$(1) -k '$(2)not ($(3))'"
 SINK_SPARK = "$(PYTEST) tests/spark/test_$(1)_pipeline.py -q -m 'not full' --durations=10" \
 	"$(PYTEST) tests/chaos/test_chaos_quick.py -q -m 'not full' -k $(1) --durations=5"
+# The contract suite itself in two processes: its crash cases (the walks and the fault points) and random schedules
+# in one, its other cases (those on the fault proxy among them: Kafka's is at a fixed port) in the other.
 SINK_SUITE = tests/connectors/$(1)/test_$(1)_contract.py
-SINK_TESTS = $(TOGETHER) "$(PYTEST) $(SINK_SUITE) -q -m 'not full' $(2) --durations=10" \
+SUITE_CRASHES := test_crash_at or test_random_schedules
+SINK_TESTS = $(TOGETHER) "$(PYTEST) $(SINK_SUITE) -q -m 'not full' $(2) -k '$(SUITE_CRASHES)' --durations=10" \
+	"$(PYTEST) $(SINK_SUITE) -q -m 'not full' $(2) -k 'not ($(SUITE_CRASHES))' --durations=10" \
 	"$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --ignore=$(SINK_SUITE) --durations=10" $(call SINK_SPARK,$(1))
 # The same with the connector tests in one process, for a sink whose tests use up a shared server's resource (the
 # PostgreSQL tests fill its prepared-transaction slots, which the contract suite's walks need).
@@ -211,18 +215,9 @@ test-postgres-full: venv java
 # Kafka: every step is a broker round trip, so make test draws 4 random schedules and crashes the
 # walks at every 8th step; test-kafka-full runs the whole suite (60 schedules, every step) and every
 # fault point x strategy under Spark. The chaos schedule runs against a private broker of its own.
-# make test-kafka: the contract suite's walks and random schedules in a process of their own, beside its other
-# cases (those on the broker's fault proxy, at its advertised port: one process at a time can hold it), the other
-# connector tests and the Spark half: as one process the connector tests took 5:30, the Spark half 3:18; the
-# suite alone in one process 4:15.
-KAFKA_SUITE := tests/connectors/kafka/test_kafka_contract.py
-KAFKA_WALKS := test_crash_at_every_step or test_random_schedules
+# As one process Kafka's connector tests took 5:30 in make test, the Spark half 3:18; its contract suite alone 4:15.
 test-kafka: venv java
-	@$(call WITH_KAFKA,$(TOGETHER) \
-		"$(PYTEST) $(KAFKA_SUITE) -q -m 'not full' $(KAFKA_CONTRACT) -k '$(KAFKA_WALKS)' --durations=5" \
-		"$(PYTEST) $(KAFKA_SUITE) -q -m 'not full' $(KAFKA_CONTRACT) -k 'not ($(KAFKA_WALKS))' --durations=5" \
-		"$(PYTEST) tests/connectors/kafka -q -m 'not full' --ignore=$(KAFKA_SUITE) --durations=10" \
-		$(call SINK_SPARK,kafka))
+	@$(call WITH_KAFKA,$(call SINK_TESTS,kafka,$(KAFKA_CONTRACT)))
 
 test-kafka-full: venv java
 	@$(call WITH_KAFKA,$(call SINK_FULL_TESTS,kafka,))
