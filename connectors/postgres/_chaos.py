@@ -18,6 +18,7 @@ from typing import Any
 from eosink.chaos.oracle import Row
 from eosink.chaos.target import Names, ServerSide, Snapshot, oracle_rows
 from eosink.connectors.postgres._control import gid_prefix
+from eosink.errors import ConfigurationError
 
 __all__ = ["PostgresChaosTarget", "ReplicatedPostgresChaosTarget"]
 
@@ -268,24 +269,35 @@ class ReplicatedPostgresChaosTarget(PostgresChaosTarget):
         self.replication = mode
         self.cluster.set_mode(mode)
 
-    def _standby(self) -> str:
-        """The standby a failover promotes: the synchronous one, or under ``async`` replication the other."""
+    def _standbys(self) -> tuple[str, str]:
+        """(the synchronous standby, the other): under ``async`` replication, as the cluster names them."""
         nodes = [n for n in self.cluster.status().nodes if n.role == "standby"]
-        sync = [n.name for n in nodes if n.sync_state == "sync"]
-        other = [n.name for n in nodes if n.sync_state != "sync"]
-        return str((sync or other)[0] if self.replication == "sync" else (other or sync)[0])
+        ordered = sorted(nodes, key=lambda n: n.sync_state != "sync")
+        if len(ordered) < 2:
+            raise ConfigurationError(
+                f"The chaos cluster has {len(ordered)} standby(s), not 2: {self.cluster.status().summary()}.",
+                "A failover left it short; see the cluster's log.",
+            )
+        return str(ordered[0].name), str(ordered[1].name)
+
+    def _promoted(self) -> str:
+        """The standby a failover promotes: the synchronous one (``sync``), or the one whose link is cut (``async``)."""
+        sync, other = self._standbys()
+        return sync if self.replication == "sync" else other
 
     def cut_link(self) -> str:
-        standby = self._standby()
-        self.cluster.cut_link(standby)
-        self._cut = standby
-        return f"{standby} stops following {self.cluster.primary()}"
+        """Under ``async`` replication the standby the failover promotes stops following (what it lacks is lost);
+        under ``sync`` the other one (commits go on: the primary waits for the synchronous standby only)."""
+        _, other = self._standbys()
+        self._cut = other
+        self.cluster.cut_link(other)
+        return f"{other} stops following {self.cluster.primary()}"
 
     def fail_over(self) -> str:
         from eosink.connectors.postgres.testing import reassemble
 
         old = self.cluster.primary()
-        standby = self._cut or self._standby()
+        standby = self._promoted()
         self.cluster.kill(old)
         self.cluster.promote(standby)
         self._cut = None

@@ -293,6 +293,7 @@ class ScheduleRunner:
                 m = re.search(r"Batch (\d+)", rec.error or "")
                 result.detected_batch = int(m.group(1)) if m else None
                 return
+            rewound = False
             if rec.error_kind == "CommittedWorkLostError" and self._expects_loss(schedule, result):
                 # An asynchronous standby promoted without batches the primary had acknowledged: PostgreSQL
                 # dropped them, eosink stopped instead of going on silently. The operator's way back: a rewind.
@@ -303,10 +304,11 @@ class ScheduleRunner:
                     result.failure = f"run {rec.index}: eosink recover --rewind failed: {refused}"
                     return
                 result.rewinds += 1
-                continue
-            if any(x.startswith(EXPLAINED) for x in rec.injected):
-                # An exit the run's own fault explains (the sink was down, a task kept failing): the next
-                # run gets the faults that did not happen yet, so none of the schedule's faults is lost.
+                rewound = True
+            if rewound or any(x.startswith(EXPLAINED) for x in rec.injected):
+                # An exit the run's own fault explains (the sink was down or failed over, a task kept failing, a
+                # loss detected and rewound): the next run gets the faults that did not happen yet, so none of the
+                # schedule's faults is lost.
                 leftover = tuple(f for f in faults if not _happened(f, rec.injected))
                 if any(f.terminal for f in leftover) and rearmed < MAX_EXTRA_RUNS:
                     planned.insert(i, leftover)
