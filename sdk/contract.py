@@ -229,6 +229,14 @@ class Bundle:
     (:class:`~eosink.errors.CommittedWorkLostError`): its server lost committed batches, say in a
     failover, and committing on top of the gap would hide the loss for good."""
 
+    def missing_predecessors(self, newest: int | None) -> tuple[int, ...]:
+        """The batches up to :attr:`follows` that a sink whose newest committed batch of the app_id is ``newest``
+        (None: none) no longer holds; () when it holds :attr:`follows` (or the bundle follows nothing). Not empty:
+        the sink lost committed batches, and must refuse this one (:class:`~eosink.errors.CommittedWorkLostError`)."""
+        if self.follows is None or (newest is not None and newest >= self.follows):
+            return ()
+        return tuple(range(self.follows if newest is None else newest + 1, self.follows + 1))
+
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "batch": self.batch.to_json(),

@@ -29,6 +29,8 @@ nothing duplicated.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AmbiguousCommitError",
     "AuthenticationError",
@@ -167,14 +169,11 @@ class CommittedWorkLostError(PreparedWorkLostError):
         problem: str,
         fix: str | None = None,
         *,
-        app_id: str | None = None,
-        batch_id: int | None = None,
-        committables: tuple[str, ...] = (),
-        sink: str | None = None,
         batches: tuple[int, ...] = (),
         server: str | None = None,
+        **where: Any,
     ) -> None:
-        super().__init__(problem, fix, app_id=app_id, batch_id=batch_id, committables=committables, sink=sink)
+        super().__init__(problem, fix, **where)  # app_id, batch_id, committables, sink
         self.batches = batches
         self.server = server
         """What the sink knows of the change of its server (None: nothing)."""

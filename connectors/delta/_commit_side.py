@@ -142,10 +142,10 @@ class _CommitSide(_SinkBase):
         """CommittedWorkLostError when the table no longer holds the batch ``bundle`` follows (its store lost log
         entries: a restore, an asynchronously replicated bucket). The check is on the snapshot the conditional
         commit builds on, so no other commit slips in between."""
-        follows = bundle.follows
-        if follows is None or (last is not None and last >= follows):
+        lost = bundle.missing_predecessors(last)
+        if not lost:
             return
-        lost = tuple(range(follows if last is None else last + 1, follows + 1))
+        follows = bundle.follows
         holds = f"up to batch {last} only" if last is not None else "no batch of it at all"
         raise CommittedWorkLostError(
             f"The Delta table {self.config.table} holds app_id {batch.app_id!r} {holds}, but batch {follows} was "

@@ -204,11 +204,10 @@ class _CommitSide(_SinkBase):
     def _check_follows(self, ctl: Conn, batch: BatchRef, bundle: Bundle, newest: int | None) -> None:
         """CommittedWorkLostError when the server no longer holds the batch ``bundle`` follows: it lost committed
         batches (a failover to a standby that lacked them); committing on top of the gap would hide the loss."""
-        follows = bundle.follows
-        if follows is None or (newest is not None and newest >= follows):
+        lost = bundle.missing_predecessors(newest)
+        if not lost:
             return
-        lost = tuple(range(follows if newest is None else newest + 1, follows + 1))
-        app = batch.app_id
+        follows, app = bundle.follows, batch.app_id
         now = self._lineage(ctl)
         before = self._committed_on.get(app)
         change = (

@@ -455,9 +455,9 @@ class ReferenceSink(Sink[_Txn]):
             return
         row = conn.execute("SELECT max(batch_id) FROM bundles WHERE app_id = ?", (batch.app_id,)).fetchone()
         newest = row[0] if row else None
-        if newest is not None and newest >= bundle.follows:
+        lost = bundle.missing_predecessors(newest)
+        if not lost:
             return
-        lost = tuple(range(bundle.follows if newest is None else newest + 1, bundle.follows + 1))
         raise CommittedWorkLostError(
             f"The reference sink holds batches of {batch.app_id!r} up to {newest} only, but batch {bundle.follows} "
             f"was committed before batch {batch.batch_id}: batches {list(lost)} are gone (the file was replaced by "

@@ -37,7 +37,7 @@ from eosink._procs import is_stopped, signal_session
 from eosink.connectors.postgres.testing import reassemble
 from eosink.services.postgres_cluster import PostgresCluster
 
-from .conftest import assert_clean, rewind_batch_1, wait_for
+from .conftest import assert_clean, finish_with_restarts, rewind_batch_1, wait_for
 from .test_postgres_pipeline import PgPipeline
 
 pytestmark = pytest.mark.spark
@@ -139,10 +139,7 @@ def test_an_async_failover_that_loses_the_commit_reply_is_settled_from_the_new_p
     Pass: the driver settles batch 1 from the new primary's tables (PREPARED, then commits it again) and
     finishes cleanly; every input row once, one bundle per batch of Spark's commit log, nothing in doubt.
     """
-    rp.variant = strategy
-    proc = _reply_lost_then_failover(cluster, rp, strategy, "async")
-    assert_clean(rp.finish(proc))
-    rp.assert_exact()
+    _reply_lost_then_exact(cluster, rp, strategy, "async")
 
 
 @pytest.mark.full
@@ -151,8 +148,12 @@ def test_a_sync_failover_that_loses_the_commit_reply_is_exact(
     rp: PgPipeline, cluster: PostgresCluster, strategy: str
 ) -> None:
     """The same with a synchronous standby promoted: it holds the commit. Pass: clean finish, exact."""
+    _reply_lost_then_exact(cluster, rp, strategy, "sync")
+
+
+def _reply_lost_then_exact(cluster: PostgresCluster, rp: PgPipeline, strategy: str, mode: str) -> None:
     rp.variant = strategy
-    proc = _reply_lost_then_failover(cluster, rp, strategy, "sync")
+    proc = _reply_lost_then_failover(cluster, rp, strategy, mode)
     assert_clean(rp.finish(proc))
     rp.assert_exact()
 
@@ -204,11 +205,7 @@ def test_a_failover_at_each_step_of_the_commit_is_exact(
     cluster.kill(cluster.primary())
     cluster.promote(standby)
     signal_session(proc.pid, signal.SIGCONT)
-    runs = [rp.finish(proc)]
-    while runs[-1].returncode != 0 and len(runs) < 3:
-        assert runs[-1].returncode == 3, f"driver failed ({runs[-1].returncode}):\n{runs[-1].stderr[-4000:]}"
-        runs.append(rp.run())
-    assert_clean(runs[-1])
+    finish_with_restarts(rp, proc)
     rp.assert_exact()
 
 
