@@ -48,6 +48,7 @@ __all__ = [
     "Fingerprint",
     "Sink",
     "TaskRef",
+    "missing_predecessors",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -126,6 +127,14 @@ class Fingerprint:
         return f"{self.rows} rows/{self.sum1:016x}{self.sum2:016x}{suffix}"
 
 
+def missing_predecessors(follows: int | None, newest: int | None) -> tuple[int, ...]:
+    """The batches from the one after ``newest`` (None: from ``follows``) to ``follows`` that a sink lacks when its
+    newest committed batch is ``newest``; () when it holds ``follows``, or when nothing is followed."""
+    if follows is None or (newest is not None and newest >= follows):
+        return ()
+    return tuple(range(follows if newest is None else newest + 1, follows + 1))
+
+
 @dataclass(frozen=True)
 class TaskRef:
     """What a participant needs to write its share of a batch.
@@ -146,9 +155,13 @@ class TaskRef:
     upsert_keys: tuple[str, ...] | None = None
     transactional: bool = True
     strategy: str = ""
+    follows: int | None = None
+    """The batch the writer last committed (the batch's :attr:`Bundle.follows`). A sink whose participants make
+    rows visible as they write (``transactional=False``) checks it before the first row, in the participant's own
+    transaction, where it can: a server that lost that batch must not show rows of this one."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "batch": self.batch.to_json(),
             "epoch": self.epoch,
             "participant": self.participant,
@@ -157,10 +170,14 @@ class TaskRef:
             "transactional": self.transactional,
             "strategy": self.strategy,
         }
+        if self.follows is not None:
+            data["follows"] = self.follows
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TaskRef:
         keys = data.get("upsert_keys")
+        follows = data.get("follows")
         return cls(
             BatchRef.from_json(data["batch"]),
             int(data["epoch"]),
@@ -169,6 +186,7 @@ class TaskRef:
             tuple(keys) if keys is not None else None,
             bool(data.get("transactional", True)),
             str(data.get("strategy", "")),
+            None if follows is None else int(follows),
         )
 
 
@@ -233,9 +251,7 @@ class Bundle:
         """The batches up to :attr:`follows` that a sink whose newest committed batch of the app_id is ``newest``
         (None: none) no longer holds; () when it holds :attr:`follows` (or the bundle follows nothing). Not empty:
         the sink lost committed batches, and must refuse this one (:class:`~eosink.errors.CommittedWorkLostError`)."""
-        if self.follows is None or (newest is not None and newest >= self.follows):
-            return ()
-        return tuple(range(self.follows if newest is None else newest + 1, self.follows + 1))
+        return missing_predecessors(self.follows, newest)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {

@@ -273,6 +273,11 @@ class Coordinator(Engine[BatchInput]):
             return
         try:
             committables = data.write(plan)
+        except CommittedWorkLostError as exc:  # a participant found the batch this one follows gone
+            self.abort_batch(batch_id)
+            if not exc.batches:
+                raise
+            raise self._lost(exc.batches[0], (), exc.problem, committed=exc.batches, server=exc.server) from None
         except BaseException:
             self.abort_batch(batch_id)
             raise
@@ -301,6 +306,7 @@ class Coordinator(Engine[BatchInput]):
             strategy=self.strategy.name,
             begin_timeout_s=self.policy.transient_timeout_s,
             member=self.member,
+            follows=self._last_id(),
         )
 
     def abort_batch(self, batch_id: int) -> None:

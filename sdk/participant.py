@@ -68,6 +68,8 @@ class WritePlan:
     a short outage is waited out instead of using up Spark's task retries in a second."""
     member: str | None = None
     """The sink's name in a fan-out (None alone): errors its participants raise name it."""
+    follows: int | None = None
+    """The batch the writer last committed (``TaskRef.follows``)."""
 
     def task(self, participant: int) -> TaskRef:
         """A task reference for one attempt of one participant (a fresh, unique attempt id)."""
@@ -79,6 +81,7 @@ class WritePlan:
             self.upsert_keys,
             self.transactional,
             self.strategy,
+            self.follows,
         )
 
 

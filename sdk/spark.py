@@ -98,7 +98,9 @@ class _Participant:
         except EosinkError as exc:
             if isinstance(exc, (TransientError, InjectedFault)):
                 raise  # fail this task attempt: Spark retries it
-            yield _result("error", {"type": type(exc).__name__, "problem": exc.problem, "fix": exc.fix})
+            yield _result(
+                "error", {"type": type(exc).__name__, "problem": exc.problem, "fix": exc.fix, **_details(exc)}
+            )
             return
         for n, committable in enumerate(committables):
             if committable is not None:
@@ -115,13 +117,22 @@ class _FingerprintPartition:
         yield _result("fingerprint", fingerprint_participant(batches, self.version).to_json())
 
 
+def _details(exc: EosinkError) -> dict[str, Any]:
+    """What an error carries beyond its text (the lost batches, their app_id, a permission), as JSON values."""
+    found = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(exc).items() if k not in ("problem", "fix")}
+    return {"details": {k: v for k, v in found.items() if isinstance(v, (str, int, float, bool, list, type(None)))}}
+
+
 def _raise_remote(body: dict[str, Any]) -> None:
     from eosink import errors
 
     cls = getattr(errors, str(body.get("type")), None)
     if not (isinstance(cls, type) and issubclass(cls, EosinkError)):
         cls = EosinkError
-    raise cls(str(body.get("problem")), body.get("fix"))
+    error = cls(str(body.get("problem")), body.get("fix"))
+    for name, value in (body.get("details") or {}).items():
+        setattr(error, name, tuple(value) if isinstance(value, list) else value)
+    raise error
 
 
 class SparkBatch:

@@ -16,6 +16,7 @@ from psycopg import sql
 from eosink.connectors.postgres._lineage import Lineage
 from eosink.connectors.postgres._pool import Conn, Connections
 from eosink.connectors.postgres.config import PostgresConfig
+from eosink.contract import BatchRef
 
 __all__ = ["_SinkBase"]
 
@@ -38,6 +39,9 @@ class _SinkBase:
 
         def _lineage(self, conn: Conn) -> Lineage:
             """The lineage of ``conn``'s server."""
+
+        def _check_follows(self, ctl: Conn, batch: BatchRef, follows: int | None, newest: int | None) -> None:
+            """CommittedWorkLostError when the server no longer holds batch ``follows`` (``_commit_side``)."""
 
         def _errors(self, what: str) -> AbstractContextManager[None]:
             """psycopg errors inside become eosink errors."""

@@ -54,7 +54,7 @@ from eosink.connectors.postgres._control import OWN_STAGING, SEQ_COLUMN, TXN_COL
 from eosink.connectors.postgres._lineage import Lineage
 from eosink.connectors.postgres._pool import Conn
 from eosink.connectors.postgres.metrics import PostgresMetrics
-from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
+from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, missing_predecessors
 from eosink.errors import AmbiguousCommitError, CommitAbortedError, CommittedWorkLostError, TransientError
 
 __all__ = ["_CommitSide"]
@@ -102,7 +102,7 @@ class _CommitSide(_SinkBase):
                 self._in_flight.pop(batch, None)
                 self.metrics.committed(batch, committables, time.monotonic() - started)
                 return None
-            self._check_follows(ctl, batch, bundle, row[3])
+            self._check_follows(ctl, batch, bundle.follows, row[3])
             for gid in row[2]:
                 with suppress(psycopg.errors.UndefinedObject):  # resolved meanwhile: step 3 tells how
                     ctl.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
@@ -144,7 +144,7 @@ class _CommitSide(_SinkBase):
                 if found[0] is not None:
                     self._same_bundle(batch, found[0], bundle)
                     return
-                self._check_follows(ctl, batch, bundle, found[1])
+                self._check_follows(ctl, batch, bundle.follows, found[1])
                 rows = ctl.execute(
                     sql.SQL(
                         "SELECT id, app_id, batch_id, state, transactional, staging, target, columns, upsert_keys "
@@ -201,13 +201,14 @@ class _CommitSide(_SinkBase):
                 "Ask commit_status (the coordinator does): it settles the batch from the new primary's tables.",
             )
 
-    def _check_follows(self, ctl: Conn, batch: BatchRef, bundle: Bundle, newest: int | None) -> None:
-        """CommittedWorkLostError when the server no longer holds the batch ``bundle`` follows: it lost committed
-        batches (a failover to a standby that lacked them); committing on top of the gap would hide the loss."""
-        lost = bundle.missing_predecessors(newest)
+    def _check_follows(self, ctl: Conn, batch: BatchRef, follows: int | None, newest: int | None) -> None:
+        """CommittedWorkLostError when the server, whose newest bundle of the app_id is ``newest``, no longer holds
+        batch ``follows``, which ``batch`` follows: it lost committed batches (a failover to a standby that lacked
+        them); committing, or showing rows, on top of the gap would hide the loss."""
+        lost = missing_predecessors(follows, newest)
         if not lost:
             return
-        follows, app = bundle.follows, batch.app_id
+        app = batch.app_id
         now = self._lineage(ctl)
         before = self._committed_on.get(app)
         change = (

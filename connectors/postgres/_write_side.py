@@ -6,7 +6,8 @@ T does (``ctl`` is ``PostgresConfig.control_schema``)::
     begin(task)            one connection and one transaction T per participant attempt; the
                            epoch is read (a plain read: a lock would be kept by the prepared T and
                            block the next fence); a fenced attempt, or an attempt id already
-                           prepared, stops here
+                           prepared, stops here; so does one whose rows would be visible at once
+                           (idempotent) when the batch it follows is gone (a failover lost it)
     write(txn, batch)      first write: reflect the target (create it with create_table=True),
                            check the batch against it (SchemaError / BadRecordError before any
                            row is sent), make sure the staging table ctl.s_<hash> exists; then
@@ -141,12 +142,15 @@ class _WriteSide(_SinkBase):
                     sql.SQL(
                         "SELECT (SELECT epoch FROM {e} WHERE app_id = %(app)s), "
                         "EXISTS (SELECT 1 FROM {t} WHERE id = %(gid)s) "
-                        "OR EXISTS (SELECT 1 FROM pg_prepared_xacts WHERE gid = %(gid)s)"
-                    ).format(e=self._t("epochs"), t=self._t("txns")),
+                        "OR EXISTS (SELECT 1 FROM pg_prepared_xacts WHERE gid = %(gid)s), "
+                        "(SELECT max(batch_id) FROM {b} WHERE app_id = %(app)s)"
+                    ).format(e=self._t("epochs"), t=self._t("txns"), b=self._t("bundles")),
                     {"app": app, "gid": gid},
                 ).fetchone()
                 assert row is not None
                 self._fenced(app, task.epoch, int(row[0] or 0), "begin")
+                if not task.transactional:  # its rows are visible once written: not on top of a lost batch
+                    self._check_follows(conn, task.batch, task.follows, row[2])
                 if row[1]:
                     raise ConfigurationError(
                         f"Participant {task.participant} of batch {task.batch} attempt {task.attempt!r} was already "

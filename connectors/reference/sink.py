@@ -45,6 +45,7 @@ from eosink.contract import (
     Committable,
     Sink,
     TaskRef,
+    missing_predecessors,
 )
 from eosink.errors import (
     BadRecordError,
@@ -295,6 +296,8 @@ class ReferenceSink(Sink[_Txn]):
         keys = task.upsert_keys or (self.key_columns if self.mode == "upsert" else ())
         with self._transaction() as conn:
             self._check_epoch(conn, task.batch.app_id, task.epoch, "begin")
+            if not task.transactional:  # its rows are visible once written: never on top of a lost batch
+                self._check_lost(conn, task.batch, task.follows)
             row = conn.execute("SELECT state FROM txns WHERE id = ?", (txn_id,)).fetchone()
             if row is not None and row[0] != "open":
                 raise ConfigurationError(
@@ -447,19 +450,22 @@ class ReferenceSink(Sink[_Txn]):
             "Abort this attempt's committables; the batch is done.",
         )
 
-    @staticmethod
-    def _check_follows(conn: sqlite3.Connection, batch: BatchRef, bundle: Bundle) -> None:
+    def _check_follows(self, conn: sqlite3.Connection, batch: BatchRef, bundle: Bundle) -> None:
         """Refuse a batch whose predecessor (``bundle.follows``) is gone: the file lost committed batches (it was
         replaced by an older copy), and committing on top would hide the loss."""
-        if bundle.follows is None:
+        self._check_lost(conn, batch, bundle.follows)
+
+    @staticmethod
+    def _check_lost(conn: sqlite3.Connection, batch: BatchRef, follows: int | None) -> None:
+        if follows is None:
             return
         row = conn.execute("SELECT max(batch_id) FROM bundles WHERE app_id = ?", (batch.app_id,)).fetchone()
         newest = row[0] if row else None
-        lost = bundle.missing_predecessors(newest)
+        lost = missing_predecessors(follows, newest)
         if not lost:
             return
         raise CommittedWorkLostError(
-            f"The reference sink holds batches of {batch.app_id!r} up to {newest} only, but batch {bundle.follows} "
+            f"The reference sink holds batches of {batch.app_id!r} up to {newest} only, but batch {follows} "
             f"was committed before batch {batch.batch_id}: batches {list(lost)} are gone (the file was replaced by "
             "an older copy).",
             f"Rewind the query's checkpoint to batch {lost[0]} (eosink recover --rewind).",

@@ -254,8 +254,7 @@ class HandleTrustingStatus(ReferenceSink):
 class NoPredecessorCheck(ReferenceSink):
     """Commits a batch whatever became of the batch it follows (``Bundle.follows``): a lost batch goes unnoticed."""
 
-    @staticmethod
-    def _check_follows(conn: sqlite3.Connection, batch: BatchRef, bundle: Bundle) -> None:
+    def _check_follows(self, conn: sqlite3.Connection, batch: BatchRef, bundle: Bundle) -> None:
         return None
 
 

@@ -139,3 +139,23 @@ def test_a_pyspark_older_than_3_5_is_a_clear_error(version: str) -> None:
     assert "3.5" in str(err.value)
     for good in ("3.5.0", "3.5.9", "4.0.5", "4.2.0", "4.3.0", "4.1.0.dev1"):
         check_pyspark_version(good)
+
+
+def test_an_executors_error_reaches_the_driver_with_its_details() -> None:
+    """A participant's terminal error crosses mapInArrow as JSON. Pass: its class, text and the details it carries
+    (a CommittedWorkLostError's lost batches, its app_id; a PermissionDeniedError's permission) come back."""
+    import json
+
+    from eosink import errors
+    from eosink.spark import _details, _raise_remote
+
+    lost = errors.CommittedWorkLostError("Gone.", "Rewind.", app_id="a", batch_id=3, batches=(3, 4), server="tl 2")
+    denied = errors.PermissionDeniedError("No.", "Grant it.", permission="INSERT on t")
+    for sent in (lost, denied):
+        body = json.loads(
+            json.dumps({"type": type(sent).__name__, "problem": sent.problem, "fix": sent.fix, **_details(sent)})
+        )
+        with pytest.raises(type(sent)) as got:
+            _raise_remote(body)
+        assert (got.value.problem, got.value.fix) == (sent.problem, sent.fix)
+        assert vars(got.value) == vars(sent)
