@@ -69,9 +69,10 @@ def prepare(
     *,
     upsert_keys: tuple[str, ...] | None = None,
     transactional: bool = True,
+    follows: int | None = None,
 ) -> Committable:
     """One participant's begin / write (in chunks of 3 rows) / pre_commit; its committable."""
-    plan = WritePlan(sink, batch, epoch, upsert_keys, transactional, False, 0)
+    plan = WritePlan(sink, batch, epoch, upsert_keys, transactional, False, 0, follows=follows)
     chunks = [pa.RecordBatch.from_pylist(list(rows[i : i + 3]), schema=CONTRACT_SCHEMA) for i in range(0, len(rows), 3)]
     committable = run_participant(plan, participant, chunks)
     assert committable is not None, "a share with rows must produce a committable"

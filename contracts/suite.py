@@ -1011,9 +1011,11 @@ class SinkContract(HarnessCases):
         next commit, before that batch becomes visible on top of the gap.
 
         How: batch 0 is committed; the standby stops following; batch 1 is committed and acknowledged;
-        the standby is promoted; batch 2, whose bundle follows batch 1, is prepared and committed.
-        Pass: the commit raises CommittedWorkLostError naming batch 1 (``batches == (1,)``); nothing
-        of batch 2 is visible; the app_id's last bundle is batch 0's.
+        the standby is promoted; batch 2, whose bundle follows batch 1, is prepared and committed; and,
+        where the sink upserts by key, a participant of batch 2 whose rows would be visible at once
+        (``transactional=False``, ``TaskRef.follows`` 1) begins. Pass: the commit raises
+        CommittedWorkLostError naming batch 1 (``batches == (1,)``), and so does that participant before
+        its first row; nothing of batch 2 is visible; the app_id's last bundle is batch 0's.
         """
         with self._failover(ns) as failover:
             sink = failover.make_sink()
@@ -1030,6 +1032,11 @@ class SinkContract(HarnessCases):
             with pytest.raises(CommittedWorkLostError) as lost:
                 settle_commit(lambda: sink.commit(batch2, committables2, bundle2))
             assert lost.value.batches == (1,), lost.value.batches
+            if sink.capabilities.supports_keys:  # the idempotent strategy's participants: visible as they write
+                keyed = rows_for(APP, 2, 1, 4)
+                with pytest.raises(CommittedWorkLostError) as refused:
+                    prepare(sink, batch2, epoch, 1, keyed, upsert_keys=("id",), transactional=False, follows=1)
+                assert refused.value.batches == (1,), refused.value.batches
             assert self.visible(ns) == canon(rows0)
             last = failover.make_sink().fetch_last_bundle(APP)
             assert last is not None and last.batch.batch_id == 0

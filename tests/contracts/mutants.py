@@ -15,7 +15,7 @@ from typing import Any
 
 from eosink.connectors.reference import ReferenceSink
 from eosink.connectors.reference.sink import _Txn
-from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint
+from eosink.contract import BatchRef, Bundle, CommitStatus, Committable, Fingerprint, TaskRef
 from eosink.errors import FencedError
 
 
@@ -258,6 +258,14 @@ class NoPredecessorCheck(ReferenceSink):
         return None
 
 
+class NoPredecessorCheckAtBegin(ReferenceSink):
+    """Checks the batch a batch follows at commit only: a participant whose rows are visible as it writes them
+    (the idempotent strategy's) shows them on top of a lost batch."""
+
+    def begin(self, task: TaskRef) -> _Txn:
+        return super().begin(replace(task, follows=None))
+
+
 def _one_bundle(sink: ReferenceSink, where_order: str, app_id: str) -> Bundle | None:
     """The first bundle ``SELECT bundle FROM bundles WHERE <where_order> LIMIT 1`` finds (a mutant's own query)."""
     query = f"SELECT bundle FROM bundles WHERE {where_order} LIMIT 1"  # the mutants' fixed text, no input
@@ -295,4 +303,5 @@ MUST_FAIL: dict[type[ReferenceSink], tuple[str, ...]] = {
     NoMidCommitPoint: ("test_crash_at_a_fault_point_then_restart_is_exact",),
     HandleTrustingStatus: ("test_a_lost_commit_reply_across_a_failover_is_settled_from_the_new_servers_records",),
     NoPredecessorCheck: ("test_committed_batches_lost_in_a_failover_stop_the_next_commit",),
+    NoPredecessorCheckAtBegin: ("test_committed_batches_lost_in_a_failover_stop_the_next_commit",),
 }
