@@ -222,7 +222,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         query = query.foreachBatch(writer)
     try:
-        query.trigger(availableNow=True).start().awaitTermination()
+        if writer is None:  # named and started with a path, as most streams are: Spark passes both as options
+            query = query.queryName(f"eosink-{args.app_id}")
+            query.trigger(availableNow=True).start(str(Path(args.checkpoint).parent / "unused-path")).awaitTermination()
+        else:
+            query.trigger(availableNow=True).start().awaitTermination()
         if writer is not None:
             writer.close()
     except Exception as exc:

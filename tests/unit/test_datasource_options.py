@@ -77,6 +77,21 @@ def test_bad_options_are_refused_with_the_option_named(options: dict[str, str], 
     assert info.value.fix and "s3cr3t-pw" not in str(info.value)
 
 
+def test_the_options_spark_itself_adds_pass_and_an_unknown_one_beside_them_is_still_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Spark puts ``queryName`` (from ``.queryName(...)``) and ``path`` (from ``.start(path)``) among the
+    options, lower-cased or not. Pass: both parse, the path is reported as unused; with a misspelt option
+    beside them, the error names only that one."""
+    spark_adds = {"queryName": "payments", "path": "/out/payments", "checkpointlocation": "/chk/p"}
+    with caplog.at_level("WARNING", logger="eosink.datasource"):
+        parsed = parse_options({**BASE, **spark_adds, "postgres.conninfo": SECRET}, streaming=True)
+    assert parsed.app_id == "payments" and "ignores the path" in caplog.text
+    with pytest.raises(ConfigurationError, match=r"Unknown option\(s\) \['quryname'\]\.") as info:
+        parse_options({**BASE, **spark_adds, "postgres.conninfo": SECRET, "quryName": "x"}, streaming=True)
+    assert "path" not in str(info.value).split("Fix:")[0]
+
+
 def test_a_malformed_value_is_shown_unless_the_option_may_hold_a_secret() -> None:
     """Pass: a wrong number is quoted back, except under an option whose name says it may hold a secret."""
     with pytest.raises(ConfigurationError, match="got 'many'"):
