@@ -81,6 +81,8 @@ def translate(config: PostgresConfig, exc: psycopg.Error, what: str) -> EosinkEr
     if pooled is not None:
         return ConfigurationError(f"{where}: {detail}. {pooled[0]}", pooled[1])
     if isinstance(exc, psycopg.DataError | psycopg.IntegrityError):
+        table = ".".join(part for part in config.target if part)
+        detail = _STAGING.sub(f"{table} (eosink's staging copy)", detail)
         return BadRecordError(f"{where}: a row was refused: {detail}.", "Fix or filter the offending rows.")
     if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
         return SchemaError(f"{where}: {detail}.", "Check the target table; it changed while the query ran.")
@@ -130,6 +132,7 @@ def permission_denied(config: PostgresConfig, where: str, detail: str) -> Permis
     return PermissionDeniedError(f"{where} was refused: {detail}.", grants_fix(config, grants), permission=permission)
 
 
+_STAGING = re.compile(r"\b[st]_[0-9a-f]{12,}\b")  # a staging table's name (ctl.s_<hash>, ctl.t_<hash>)
 _DENIED = re.compile(r"permission denied for (table|schema|database|relation|sequence) (\S+)")
 
 

@@ -41,6 +41,21 @@ __all__ = ["Column", "TargetTable", "check_batch", "create_table_sql", "reflect"
 _INTS = {"int2", "int4", "int8"}
 _FLOATS = {"float4", "float8"}
 _JSON = {"json", "jsonb"}
+# Column types Spark has a type of its own for, and that type's name for a cast. A text column of the stream is
+# refused for them: it is a query that forgot a cast, found before a row is sent rather than as a refused row.
+# Text still goes into the types Spark has none for (uuid, json, enums, inet, numeric beyond 38 digits, ...).
+_SPARK_CAST = {
+    "int2": "smallint",
+    "int4": "int",
+    "int8": "bigint",
+    "float4": "float",
+    "float8": "double",
+    "bool": "boolean",
+    "date": "date",
+    "timestamp": "timestamp_ntz",
+    "timestamptz": "timestamp",
+    "bytea": "binary",
+}
 
 # Which relation the (possibly unqualified: search_path) name resolves to, and its relkind: SQLAlchemy
 # reflects a given schema's objects only, and tells no relkind.
@@ -458,8 +473,10 @@ def create_table_sql(schema: str | None, table: str, arrow: pa.Schema) -> sql.SQ
 def compatible(t: pa.DataType, col: Column) -> bool:
     """Whether values of Arrow type ``t`` can be written into ``col`` without guessing."""
     base = col.base
-    if pa.types.is_null(t) or pa.types.is_string(t) or pa.types.is_large_string(t) or _is_string_view(t):
-        return True  # text is every type's input format: the server parses (and rejects) per value
+    if pa.types.is_null(t):
+        return True
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or _is_string_view(t):
+        return base not in _SPARK_CAST  # text is the input format of the types Spark has no type for
     if pa.types.is_boolean(t):
         return base == "bool"
     if pa.types.is_integer(t):
@@ -510,10 +527,12 @@ def check_batch(target: TargetTable, batch: pa.RecordBatch, keys: Sequence[str],
                 "Drop the column from the query's output.",
             )
         if not compatible(f.type, col):
+            cast = _SPARK_CAST.get(col.base)
+            how = f"col({f.name!r}).cast({cast!r})" if cast else f"a type that fits {col.type_sql}"
             raise SchemaError(
-                f"Column {f.name!r}: Arrow type {f.type} cannot be written into {table}.{_q(col.name)} of type "
-                f"{col.type_sql}.",
-                f"Cast the column in the query to a type that fits {col.type_sql}, or ALTER the column's type.",
+                f"Column {f.name!r}: the stream's type {f.type} cannot be written into {table}.{_q(col.name)} of "
+                f"type {col.type_sql}.",
+                f"Cast the column in the query ({how}), or ALTER the column's type.",
             )
         if col.not_null and batch.column(names.index(f.name)).null_count and f.name not in keys:
             raise SchemaError(

@@ -131,12 +131,13 @@ BATCH = pa.RecordBatch.from_pylist(
     ("columns", "match"),
     [
         ("id bigint, name text, amount double precision", "'tag' of the batch is not in table"),
-        ("id bigint, name text, amount boolean, tag text", "Arrow type double cannot be written"),
+        ("id bigint, name text, amount boolean, tag text", "the stream's type double cannot be written"),
+        ("id bigint, name bigint, amount float8, tag text", r"string cannot .* type BIGINT.*col\('name'\).cast"),
         ("id bigint, name text, amount float8, tag text NOT NULL", "'tag' has null values"),
         ("id bigint, name text, amount float8, tag text, extra int NOT NULL", "'extra' .* NOT NULL without a default"),
         ('id bigint, name text, amount float8, "Tag" text', "names are case-sensitive"),
     ],
-    ids=["missing-column", "incompatible-type", "not-null-violation", "required-column", "case"],
+    ids=["missing-column", "incompatible-type", "text-into-bigint", "not-null-violation", "required-column", "case"],
 )
 def test_schema_errors_before_anything_is_visible(
     postgres_endpoint: PostgresEndpoint, names: dict[str, str], columns: str, match: str
@@ -188,13 +189,18 @@ def test_null_key_is_a_bad_record(postgres_endpoint: PostgresEndpoint, names: di
 def test_value_refused_by_the_server_is_a_bad_record(
     postgres_endpoint: PostgresEndpoint, names: dict[str, str]
 ) -> None:
-    """A value the column's input function rejects fails the write with BadRecordError; nothing is prepared."""
-    _existing(postgres_endpoint, names, "id smallint, name text, amount float8, tag text")
+    """A value the column's input function rejects fails the write with BadRecordError; nothing is prepared.
+
+    Pass also: the message names the target table, never the staging table the rows were copied into."""
+    _existing(postgres_endpoint, names, "id smallint, name text, amount float8, tag uuid")
     sink = PostgresSink(_config(postgres_endpoint, names))
     rows = BATCH.to_pylist()
     rows[0]["id"] = 1 << 40  # out of smallint's range
     with pytest.raises(BadRecordError, match="out of range"):
         _write(sink, 0, sink.fence(APP), pa.RecordBatch.from_pylist(rows, schema=BATCH.schema))
+    with pytest.raises(BadRecordError, match='input syntax for type uuid: "x"') as info:  # text goes into uuid
+        _write(sink, 0, sink.fence(APP), BATCH)
+    assert names["table"] in str(info.value) and not re.search(r"\b[st]_[0-9a-f]{12,}", str(info.value))
     assert sink.recover(APP) == []
 
 

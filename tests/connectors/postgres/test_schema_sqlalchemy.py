@@ -192,6 +192,10 @@ def test_compatibility_follows_the_base_type(typed: TargetTable) -> None:
     assert fits("{S}.lsn", strings) and not fits("{S}.lsn", ints)
     assert fits("jsonb", pa.array([{"a": 1}])) and not fits("text", pa.array([{"a": 1}]))
     assert fits("timestamp(3) with time zone", pa.array([0], pa.timestamp("us", "UTC")))
+    # Text goes into the types Spark has no type of its own for; into the others it is a forgotten cast.
+    assert all(fits(ddl, strings) for ddl in ("uuid", "jsonb", "numeric", "interval", "time", "varchar(5)"))
+    typed_in_spark = ("bigint", "smallint", "double precision", "boolean", "bytea", "date", "timestamp")
+    assert not any(fits(ddl, strings) for ddl in (*typed_in_spark, "{S}.posint", "timestamp(3) with time zone"))
 
 
 def test_nullability_defaults_identity_and_generated(admin: psycopg.Connection[tuple[Any, ...]], schema: str) -> None:
