@@ -47,7 +47,12 @@ class PostgresAdmin(SinkAdmin):
         where = f"control schema {found.control_schema!r}, database {found.database!r}"
         apps = tuple(_app(a, found) for a in found.apps)
         servers, replication = survey(self.config)
-        notes = () if replication is None else (f"replication: {replication.promise()}",)
+        notes: tuple[str, ...] = () if replication is None else (f"replication: {replication.promise()}",)
+        if app_id is None and len(apps) > 1:
+            notes += (
+                f"the control schema keeps the app_ids of every table of the database, not only "
+                f"{self.config.target[1]!r}'s: --app-id shows one",
+            )
         orphans = tuple(_prepared(p) for p in found.orphans)
         return SinkStatus("postgres", where, found.exists, apps, orphans, notes=notes, servers=servers)
 

@@ -140,10 +140,25 @@ class ServiceUser:
         return None
 
 
-def _fallback_root() -> Path:
-    """``<tmp>/eosink-<hash of the cache path>``: world-traversable, created by us (0755)."""
+def fallback_root_path() -> Path:
+    """``<tmp>/eosink-<hash of the cache path>``: where the service user's copies and data go when it cannot
+    reach the cache (a 0700 home); nothing else of eosink lives outside the cache."""
     tag = hashlib.sha256(str(cache_root()).encode()).hexdigest()[:10]
-    root = Path(tempfile.gettempdir()) / f"eosink-{tag}"
+    return Path(tempfile.gettempdir()) / f"eosink-{tag}"
+
+
+def purge_fallback_root() -> Path | None:
+    """Remove :func:`fallback_root_path` if it exists and is ours (no server may run from it); the removed path."""
+    root = fallback_root_path()
+    if not root.exists() or root.stat().st_uid != os.geteuid():
+        return None
+    shutil.rmtree(root, ignore_errors=True)
+    return root
+
+
+def _fallback_root() -> Path:
+    """:func:`fallback_root_path`, world-traversable, created by us (0755)."""
+    root = fallback_root_path()
     root.mkdir(mode=0o755, exist_ok=True)
     if root.stat().st_uid != os.geteuid():
         raise ServiceError(

@@ -21,6 +21,7 @@ from typing import Any
 
 from eosink.errors import ServiceError
 from eosink.services._registry import PLAIN_SERVICE_NAMES, SECURE_VARIANTS, SERVICE_NAMES, get_service
+from eosink.services._users import purge_fallback_root
 from eosink.services.base import Service
 from eosink.services.spark_jars import SparkJars
 
@@ -124,10 +125,15 @@ def check(names: list[str]) -> int:
 
 
 def down(names: list[str]) -> int:
-    """Stop every named local server (your own servers are left alone)."""
+    """Stop every named local server (your own servers are left alone); once none runs, remove what the
+    harness made outside its cache (the service user's copies and data under the system's temp folder)."""
     for server in _servers(names):
         if not server.down():
             log.info("[%s] not running", server.name)
+    if all(get_service(n).pid() is None for n in SERVICE_NAMES):
+        removed = purge_fallback_root()
+        if removed is not None:
+            log.info("removed %s (the service user's copies and data)", removed)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import stat
 import threading
@@ -212,3 +213,30 @@ def test_server_runs_from_an_install_in_a_directory_only_root_can_enter(
                 shutil.rmtree(libs)  # damage the copy, which stays marked complete
     finally:
         shutil.rmtree(_fallback_root(), ignore_errors=True)  # this test's own copy
+
+
+def test_services_down_leaves_nothing_outside_the_cache_once_no_server_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root's servers run as another user; with the cache out of its reach (a 0700 home) their copies and
+    data go under ``<tmp>/eosink-<hash>``. Pass: ``eosink services down`` removes that folder once no
+    server of the harness runs, and only then; a folder of another cache's is left alone."""
+    from eosink.services import cli
+    from eosink.services._users import fallback_root_path
+
+    monkeypatch.setenv("EOSINK_CACHE", str(tmp_path / "other-cache"))
+    other = fallback_root_path()
+    monkeypatch.setenv("EOSINK_CACHE", str(tmp_path / "cache"))
+    ours = fallback_root_path()
+    try:
+        for root in (ours, other):
+            (root / "pginstall").mkdir(parents=True)
+            (root / "pginstall" / "postgres").write_text("a copy")
+        monkeypatch.setattr(cli.Service, "pid", lambda self: 1 if self.name == "kafka" else None)
+        assert cli.down(["postgres"]) == 0 and ours.exists(), "Kafka still runs: nothing may be removed"
+        monkeypatch.setattr(cli.Service, "pid", lambda self: None)
+        assert cli.down(["postgres"]) == 0
+        assert not ours.exists() and (other / "pginstall" / "postgres").exists()
+    finally:
+        shutil.rmtree(ours, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)
