@@ -380,7 +380,7 @@ chaos-full: venv java tools
 
 # The quick Spark tests on each supported PySpark (Java 17), each in a virtualenv of its own under .cache/matrix:
 # the newest 3.5.x, the newest 4.0.x, and "latest": what a fresh `pip install 'eosink[spark,postgres]'` resolves
-# today, unpinned (PySpark 4.3 with pandas 3). The pinned 4.2 is the main virtualenv's: every Spark test ran on it
+# today, unpinned (PySpark 4.3; the spark extra keeps pandas < 3, which PySpark 4.x supports). The pinned 4.2 is the main virtualenv's: every Spark test ran on it
 # in spark-full, test-SINK-full and local-cluster, so the matrix does not run its quick subset again
 # (`make spark-on PYSPARK=4.2.0` does). A virtualenv is made once per set of extras; eosink itself is
 # reinstalled from this tree at every run, so the matrix never tests an older copy. The extras are every
