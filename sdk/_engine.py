@@ -9,6 +9,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Generic, TypeVar, final
 
+import pyarrow as pa
+
 from eosink._watcher import CommitLogWatcher
 from eosink.errors import FencedError
 
@@ -46,6 +48,11 @@ class Engine(ABC, Generic[I]):
     @abstractmethod
     def _process(self, batch_id: int, data: I) -> None:
         """One batch, from settling earlier ones to its commit (or hand-over to the commit-log watcher)."""
+
+    @abstractmethod
+    def preflight(self, schema: pa.Schema | None) -> None:
+        """Check before the stream starts what the first batch would find wrong (the sink's credentials, its
+        target against the stream's ``schema``, the app_id against the checkpoint), changing nothing."""
 
     @abstractmethod
     def reset(self) -> None:

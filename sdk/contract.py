@@ -343,6 +343,15 @@ class Sink(ABC, Generic[TxnT]):
         """The stream's Arrow schema, handed over on the driver before ``setup`` and the first batch (a sink
         that creates its table keeps it for that). Default: nothing."""
 
+    def preflight(
+        self, schema: pa.Schema | None, *, strategy: str, upsert_keys: tuple[str, ...] | None, transactional: bool
+    ) -> None:
+        """Check, on the driver before the stream starts and without writing, what the first batch would find
+        wrong: the target (it exists, or will be created) and whether its columns take the stream's ``schema``
+        (None: unknown), and whether the server offers what ``strategy``'s participants need (PostgreSQL's
+        prepared transactions for ``2pc``). Raise the eosink error, with its fix. Default: nothing (the first
+        batch finds it). Runs after :meth:`setup`, which reaches the server with the sink's credentials."""
+
     @abstractmethod
     def fence(self, app_id: str) -> int:
         """Register a new writer of ``app_id`` and return its epoch, higher than any before."""

@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, TypeVar
 
+import pyarrow as pa
+
 from eosink import faults
 from eosink._engine import Engine
 from eosink._retry import retry_transient
@@ -41,6 +43,7 @@ from eosink.errors import (
     TransientError,
 )
 from eosink.faults import FaultPoint
+from eosink.keys import KEY_COLUMN
 from eosink.participant import WritePlan
 from eosink.recovery import Action, BatchPlan, RecoveryPlan, behind_earlier_sinks, plan_recovery, sink_behind_spark
 from eosink.rewind import new_lease
@@ -172,6 +175,22 @@ class Coordinator(Engine[BatchInput]):
             raise
         self._started = True
         log.info("eosink %s: writer epoch %d, last committed batch %s", self.app_id, self.epoch, self._last_id())
+
+    def preflight(self, schema: pa.Schema | None) -> None:
+        """What the first batch would find wrong, found before the stream starts and without a write: the sink
+        reached with its credentials (``setup``), its target against the stream's ``schema`` and the strategy's
+        needs (:meth:`Sink.preflight`), and this app_id against the checkpoint. Fences nothing: the first batch
+        starts as it would have. Raises the eosink error."""
+        self._retrying("setup", lambda: self.sink.setup(self.app_id))
+        if schema is not None and self.strategy.generates_keys():
+            schema = schema.append(pa.field(KEY_COLUMN, pa.string(), nullable=False))
+        self.sink.preflight(
+            schema,
+            strategy=self.strategy.name,
+            upsert_keys=self.strategy.upsert_keys(),
+            transactional=self.strategy.transactional,
+        )
+        self._check_checkpoint(self._fetch_last_bundle(), self.checkpoint.query_id())
 
     def resume(self, epoch: int) -> None:
         """Go on as the writer that fenced in with ``epoch`` in another process, without fencing or recovering.

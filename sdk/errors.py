@@ -17,6 +17,7 @@ strategies how to react::
      │    └── PreparedWorkLostError    ... of a batch Spark's commit log holds: rewind the checkpoint
      │         └── CommittedWorkLostError  the sink lost batches it had committed (a failover): rewind
      ├── FencedError                   a newer writer owns the app_id: this one must stop
+ ├── QueryStoppedError             a batch began after the query was asked to stop: not written
      ├── NonDeterministicReplayError   a replayed batch differs from the one already committed
      ├── InjectedFault                 raised by an enabled fault point (tests only)
      └── ServiceError                  a local test service could not be provisioned, started or checked
@@ -45,6 +46,7 @@ __all__ = [
     "NonDeterministicReplayError",
     "PermissionDeniedError",
     "PreparedWorkLostError",
+    "QueryStoppedError",
     "SchemaError",
     "ServiceError",
     "TlsError",
@@ -181,6 +183,11 @@ class CommittedWorkLostError(PreparedWorkLostError):
 
 class FencedError(EosinkError):
     """A newer writer (higher epoch) has taken over this app_id; this writer is a zombie."""
+
+
+class QueryStoppedError(EosinkError):
+    """A batch began after :meth:`eosink.spark.Query.stop` asked the query to stop: nothing of it was written,
+    and the next start runs it. :meth:`~eosink.spark.Query.awaitTermination` does not raise it."""
 
 
 class NonDeterministicReplayError(EosinkError):

@@ -33,6 +33,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+import pyarrow as pa
+
 from eosink import faults
 from eosink._engine import Engine
 from eosink._watcher import CommitLogWatcher, Pending
@@ -202,6 +204,13 @@ class FanOut(Engine[FanOutInput]):
                 last = coordinator.last_bundle
                 newest = -1 if last is None else last.batch.batch_id
                 held = newest if held is None else min(held, newest)
+
+    def preflight(self, schema: pa.Schema | None) -> None:
+        """Each sink's :meth:`Coordinator.preflight`, in order, after the sinks' order is checked against the
+        checkpoint's record (nothing recorded: the first batch records it)."""
+        check_order(self.checkpoint, self.app_id, self.names, record=False)
+        for coordinator in self.coordinators:
+            coordinator.preflight(schema)
 
     def _settle_order(self) -> None:
         """Check the sinks' order against the checkpoint's record, or record it, once the checkpoint exists (a

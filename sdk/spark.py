@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import logging
 import os
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,7 +22,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import pyarrow as pa
 
 from eosink._extras import from_missing_module
+from eosink._query import BatchGate, Query
 from eosink._spark_schema import arrow_schema
+from eosink._waiting import wait_until
 from eosink.checkpoint import SparkCheckpoint
 from eosink.contract import Committable, Fingerprint, Sink
 from eosink.coordinator import CommitPolicy, Coordinator, Stats
@@ -32,10 +35,11 @@ from eosink.strategies import Strategy, resolve_strategy
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-    from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-__all__ = ["BatchWriter", "FanOutWriter", "foreach_batch", "register"]
+__all__ = ["BatchWriter", "FanOutWriter", "Query", "foreach_batch", "register"]
+
+log = logging.getLogger("eosink")
 
 _RESULT_SCHEMA = "eosink string"
 _DEFAULT_PARTICIPANTS = 4
@@ -215,6 +219,9 @@ class _StreamWriter:
         self.participants = participants
         self.policy = policy or CommitPolicy()
         self._engine: Engine | None = None
+        self._gate = BatchGate()
+        self._closed = False  # close() ran and no batch or start since: a second close() does nothing
+        self._last_batch: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -237,14 +244,17 @@ class _StreamWriter:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         _require_pyspark()
-        if not self.engine.started:  # the first batch of a run: is this the query's checkpoint?
-            self.checkpoint.require_offsets(int(batch_id))
-            schema = arrow_schema(df.schema)
-            for sink in self._sinks():
-                sink.bind_schema(schema)
-        self.engine.process(int(batch_id), SparkBatch(df, self.participants))
+        self._closed = False
+        with self._gate.batch(int(batch_id)):
+            if not self.engine.started:  # the first batch of a run: is this the query's checkpoint?
+                self.checkpoint.require_offsets(int(batch_id))
+                schema = arrow_schema(df.schema)
+                for sink in self._sinks():
+                    sink.bind_schema(schema)
+            self.engine.process(int(batch_id), SparkBatch(df, self.participants))
+            self._last_batch = int(batch_id)
 
-    def start(self, stream: DataStreamWriter) -> StreamingQuery:
+    def start(self, stream: DataStreamWriter, *, preflight: bool = True) -> Query:
         """Start ``stream`` (``df.writeStream...``) with this writer and its checkpoint location.
 
         Sets Spark's ``checkpointLocation`` to the writer's and ``foreachBatch`` to the writer, so
@@ -252,9 +262,46 @@ class _StreamWriter:
 
             writer = eosink.foreach_batch(sink, app_id="payments", checkpoint_location="/chk/payments")
             query = writer.start(df.writeStream.trigger(processingTime="10 seconds"))
+            query.run()  # until the input ends (availableNow) or Ctrl-C / SIGTERM; then the writer is closed
+
+        First, with ``preflight``, what the first batch would find wrong stops it here, before Spark starts
+        the query, with the eosink error (:meth:`preflight`). The :class:`~eosink.spark.Query` it returns is
+        Spark's query, whose ``awaitTermination`` raises the eosink error that stopped it, and whose
+        ``stop()`` stops after the batch in flight and closes this writer.
         """
         _require_pyspark()
-        return stream.option("checkpointLocation", self.checkpoint.location).foreachBatch(self).start()
+        self._closed = False
+        if preflight:
+            self.preflight(stream)
+        query = stream.option("checkpointLocation", self.checkpoint.location).foreachBatch(self).start()
+        return Query(query, self._gate, self._settle, self.close)
+
+    def preflight(self, stream: DataStreamWriter | None = None) -> None:
+        """Check now what the first batch would find wrong, changing nothing: each sink reached with its
+        credentials, its target (table, topic, ...) against the stream's schema (from ``stream``, the
+        ``df.writeStream`` to start), what the strategy needs of the server, and the app_id against the
+        checkpoint. Raises the eosink error with its fix (:meth:`start` calls it)."""
+        schema = _stream_schema(stream)
+        if schema is not None:
+            for sink in self._sinks():
+                sink.bind_schema(schema)
+        try:
+            self.engine.preflight(schema)
+        except BaseException:
+            self._drop_engine()  # nothing started: close() has nothing to finish
+            raise
+
+    def _drop_engine(self) -> None:
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            _LIVE.discard(self)
+            engine.close()
+
+    def _settle(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) until Spark's commit log holds the last batch this writer processed."""
+        last = self._last_batch
+        if last is not None and not wait_until(lambda: self.checkpoint.has_commit_file(last), timeout_s):
+            log.warning("eosink: Spark's commit log lacks batch %d after %.0f s; it may run again", last, timeout_s)
 
     def __enter__(self: _W) -> _W:
         return self
@@ -280,6 +327,8 @@ class _StreamWriter:
         Spark committed whose work the sink no longer has raises
         :class:`~eosink.errors.PreparedWorkLostError` (every strategy).
         """
+        if self._closed:
+            return
         if self._engine is None and self.checkpoint.exists():
             _ = self.engine  # a writer that processed no batch: commit what Spark committed, check for loss
         if self._engine is not None:
@@ -288,6 +337,7 @@ class _StreamWriter:
             finally:
                 self._engine.close()
                 _LIVE.discard(self)
+        self._closed = True
 
 
 class BatchWriter(_StreamWriter):
@@ -393,6 +443,19 @@ class FanOutWriter(_StreamWriter):
     def stats(self) -> dict[str, Stats]:
         """Per sink, by name: what the protocol did in this process."""
         return self.fanout.stats
+
+
+def _stream_schema(stream: DataStreamWriter | None) -> pa.Schema | None:
+    """The Arrow schema of the DataFrame ``stream`` writes (classic PySpark and Spark Connect keep it as
+    ``_df``), or None when it cannot be had."""
+    df = getattr(stream, "_df", None)
+    if df is None:
+        return None
+    try:
+        return arrow_schema(df.schema)
+    except Exception as exc:  # a schema Arrow cannot take is the first batch's to report, as before
+        log.debug("eosink: no Arrow schema for the stream before it starts: %s", exc)
+        return None
 
 
 def register(spark: Any) -> None:

@@ -120,8 +120,9 @@ class _WriteSide(_SinkBase):
             """Move one committable's staged rows into the target (``_commit_side``)."""
 
     def _keys(self, task: TaskRef) -> tuple[str, ...]:
-        if task.upsert_keys:
-            return tuple(task.upsert_keys)
+        return tuple(task.upsert_keys) if task.upsert_keys else self._keys_of_config()
+
+    def _keys_of_config(self) -> tuple[str, ...]:
         return self.config.key_columns if self.config.mode == "upsert" else ()
 
     def begin(self, task: TaskRef) -> _Txn:
@@ -214,22 +215,9 @@ class _WriteSide(_SinkBase):
                 ctl.execute(create_table_sql(schema, table, data.schema))
             target = reflect(ctl, schema, table)
         if target is None:
-            name = table if schema is None else f"{schema}.{table}"
-            raise SchemaError(
-                f"The target table {name!r} does not exist ({where}).",
-                "Create it, or configure the sink with create_table=True.",
-            )
-        if target.kind not in ("r", "p"):
-            raise SchemaError(f"{target.display} is not a table (relkind {target.kind!r}).", "Write into a table.")
+            raise self._missing(where)
+        self._check_target(target, txn.keys)
         if txn.keys and not target.has_unique(txn.keys):
-            if not self.config.create_table:
-                raise SchemaError(
-                    f"Upserting into {target.display} by {list(txn.keys)} needs a unique index on exactly those "
-                    "columns.",
-                    f"CREATE UNIQUE INDEX ON {target.display} "
-                    f"({sql.SQL(', ').join(sql.Identifier(k) for k in txn.keys).as_string(None)}), "
-                    "or set create_table=True.",
-                )
             check_batch(target, data, txn.keys, where)  # the key columns exist before indexing them
             index = sql.Identifier(f"eosink_{short_hash(target.display + chr(0) + chr(0).join(txn.keys))}_key")
             with ctl.transaction():
@@ -241,13 +229,59 @@ class _WriteSide(_SinkBase):
                 )
             target = reflect(ctl, target.schema, target.name)
             assert target is not None
-        if target.column(TXN_COLUMN) or target.column(SEQ_COLUMN):
-            raise SchemaError(f"{target.display} has a column named {TXN_COLUMN!r} or {SEQ_COLUMN!r}.", "Rename it.")
         txn.target, txn.columns = target, tuple(data.schema.names)
         if not txn.task.transactional or (txn.prepares and self.config.commit_mode == "per-participant"):
             txn.direct = True  # this transaction makes the rows visible: no staging, no move
         else:
             self._stage_own(txn, target, unlogged=False)
+
+    def _missing(self, where: str) -> SchemaError:
+        schema, table = self.config.target
+        name = table if schema is None else f"{schema}.{table}"
+        return SchemaError(
+            f"The target table {name!r} does not exist ({where}).",
+            "Create it, or configure the sink with create_table=True.",
+        )
+
+    def _check_target(self, target: TargetTable, keys: Sequence[str]) -> None:
+        """What makes ``target`` unfit whatever the rows: not a table, no unique index for the upsert's ``keys``
+        (create_table adds it), a column named like eosink's own staging columns."""
+        if target.kind not in ("r", "p"):
+            raise SchemaError(f"{target.display} is not a table (relkind {target.kind!r}).", "Write into a table.")
+        if keys and not target.has_unique(keys) and not self.config.create_table:
+            raise SchemaError(
+                f"Upserting into {target.display} by {list(keys)} needs a unique index on exactly those columns.",
+                f"CREATE UNIQUE INDEX ON {target.display} "
+                f"({sql.SQL(', ').join(sql.Identifier(k) for k in keys).as_string(None)}), or set create_table=True.",
+            )
+        if target.column(TXN_COLUMN) or target.column(SEQ_COLUMN):
+            raise SchemaError(f"{target.display} has a column named {TXN_COLUMN!r} or {SEQ_COLUMN!r}.", "Rename it.")
+
+    def preflight(
+        self, schema: pa.Schema | None, *, strategy: str, upsert_keys: tuple[str, ...] | None, transactional: bool
+    ) -> None:
+        """The first write's checks, before the stream starts and without a write: prepared transactions when
+        participants will prepare; the target exists (or create_table can make it from ``schema``), and its
+        columns take ``schema``'s (types, NOT NULL columns, the upsert's unique index)."""
+        where = "before the stream starts"
+        with self._errors(f"the check {where}"):
+            ctl = self._ctl()
+            per_participant = self.config.commit_mode == "per-participant"
+            if transactional and (strategy != "txid-check" or per_participant):
+                off = self._prepared_off(ctl)
+                if off is not None:
+                    raise off
+            if schema is None:
+                return
+            target = reflect(ctl, *self.config.target)
+            if target is None:
+                if not self.config.create_table:
+                    raise self._missing(where)
+                create_table_sql(*self.config.target, schema)  # a column no PostgreSQL type fits raises here
+                return
+            keys = tuple(upsert_keys) if upsert_keys else self._keys_of_config()
+            self._check_target(target, keys)
+            check_batch(target, pa.RecordBatch.from_pylist([], schema=schema), keys, where)
 
     def _stage_own(self, txn: _Txn, target: TargetTable, *, unlogged: bool) -> None:
         """Create the attempt's own staging table, in its transaction (UNLOGGED when the rows leave it

@@ -70,6 +70,11 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--way", choices=["foreach_batch", "datasource"], default="foreach_batch", help="or format('eosink')"
     )
     ap.add_argument(
+        "--until-signal",
+        action="store_true",
+        help="foreach_batch: a 500 ms trigger, waited for by query.run() until SIGINT / SIGTERM stops it cleanly",
+    )
+    ap.add_argument(
         "--ride-out", action="store_true", help="Spark's own S3A and HDFS clients retry an unreachable store for ~2 min"
     )
     return ap.parse_args(argv)
@@ -225,6 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if writer is None:  # named and started with a path, as most streams are: Spark passes both as options
             query = query.queryName(f"eosink-{args.app_id}")
             query.trigger(availableNow=True).start(str(Path(args.checkpoint).parent / "unused-path")).awaitTermination()
+        elif args.until_signal and writer is not None:
+            print("EOSINK-RUNNING", flush=True)
+            writer.start(query.trigger(processingTime="500 milliseconds")).run()  # stops, then closes the writer
         else:
             query.trigger(availableNow=True).start().awaitTermination()
         if writer is not None:

@@ -17,6 +17,7 @@ import json
 import os
 import random
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from eosink._procs import kill_session
 from eosink.chaos.oracle import batch_of_file
@@ -513,4 +515,141 @@ def test_bad_data_source_options_stop_the_query_before_anything_is_written(pg_pi
     assert exists == (None,), "a bad start created the table"
     assert not p.prepared() and not p.bundles()
     assert _options_job(p, {"fixed": good}) == {"fixed": "ok"}
+    p.assert_exact()
+
+
+# -- a new user's mistakes, stopped by writer.start() -------------------------------------------------------
+
+
+PREFLIGHT_JOB = Path(__file__).with_name("preflight_job.py")
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def no_prepared(tmp_path: Path) -> Iterator[str]:
+    """A private PostgreSQL with max_prepared_transactions = 0 (the shared one is never restarted)."""
+    from tests.connectors.postgres._badinput import PrivatePostgres
+
+    server = PrivatePostgres()
+    try:
+        server.start(0)
+        yield server.url
+    finally:
+        server.destroy()
+
+
+def test_each_mistake_is_the_eosink_error_before_the_query_starts_and_the_fixed_start_lands_every_row_once(
+    pg_pipeline: PgPipeline, no_prepared: str
+) -> None:
+    """In order: a wrong password, an unreachable server, a missing table, a column of the wrong type (a
+    string into bigint), then a table that refuses rows while a batch runs (a CHECK constraint), the fix,
+    a reused app_id with a new checkpoint, and 2pc on a server without prepared transactions.
+
+    Pass: each start-time mistake raises its eosink error class itself (AuthenticationError, TransientError,
+    SchemaError, SchemaError naming the column and both types, CheckpointMismatchError, ConfigurationError
+    naming max_prepared_transactions) and Spark never started the query (no checkpoint metadata, no active
+    query); the refused rows raise BadRecordError from the query itself (not Spark's
+    StreamingQueryException); after the fix every row is in the table once, one bundle per batch, nothing in
+    doubt; no message holds a password.
+    """
+    p = pg_pipeline
+    params = conninfo_to_dict(p.url)
+    bad_password = make_conninfo("", **{**params, "password": "not-the-password"})
+    down = make_conninfo("", **{**params, "port": str(_closed_port())})
+    table, ctl = p.table, p.control_schema
+    t = sql.Identifier(table).as_string(None)
+    base = {"table": table, "control_schema": ctl, "app_id": p.app_id, "checkpoint": str(p.checkpoint)}
+    base |= {"url_env": "EOSINK_TEST_PG_URL", "create_table": False, "strategy": "2pc"}
+    other = f"{table}_np"
+    cases: list[dict[str, Any]] = [
+        {**base, "name": "wrong-password", "url_env": "EOSINK_TEST_BAD_PW", "create_table": True},
+        {**base, "name": "unreachable", "url_env": "EOSINK_TEST_DOWN", "create_table": True},
+        {**base, "name": "missing-table"},
+        {**base, "name": "wrong-type", "sql": [f"CREATE TABLE {t} (id bigint, account bigint, amount bigint)"]},
+        {
+            **base,
+            "name": "refused-rows",
+            "sql": [
+                f"DROP TABLE {t}",
+                f"CREATE TABLE {t} (id bigint, account text, amount bigint CONSTRAINT neg CHECK (amount < 0))",
+            ],
+        },
+        {**base, "name": "fixed", "sql": [f"ALTER TABLE {t} DROP CONSTRAINT neg"]},
+        {**base, "name": "new-checkpoint", "checkpoint": str(p.root / "another-checkpoint")},
+        {
+            **base,
+            "name": "2pc-without-prepared",
+            "url_env": "EOSINK_TEST_NO_PREPARED",
+            "table": other,
+            "create_table": True,
+            "checkpoint": str(p.root / "np-checkpoint"),
+        },
+    ]
+    plan, out = p.root / "plan.json", p.root / "results.json"
+    plan.write_text(json.dumps({"input": str(p.input), "cases": cases}))
+    env = {
+        **p.environment(),
+        "EOSINK_TEST_BAD_PW": bad_password,
+        "EOSINK_TEST_DOWN": down,
+        "EOSINK_TEST_NO_PREPARED": no_prepared,
+    }
+    code, stderr = run_script([str(PREFLIGHT_JOB), str(plan), str(out)], env)
+    assert code == 0 and out.exists(), stderr[-4000:]
+    results: dict[str, dict[str, Any]] = json.loads(out.read_text())
+
+    expected = {
+        "wrong-password": ("AuthenticationError", "password"),
+        "unreachable": ("TransientError", "Retry"),
+        "missing-table": ("SchemaError", "does not exist"),
+        "wrong-type": ("SchemaError", "Column 'account': the stream's type string"),
+        "new-checkpoint": ("CheckpointMismatchError", "is new"),
+        "2pc-without-prepared": ("ConfigurationError", "max_prepared_transactions"),
+    }
+    for name, (error, text) in expected.items():
+        got = results[name]
+        assert (got["error"], got["eosink"]) == (error, True), f"{name}: {got}"
+        assert text in got["message"] and "Fix: " in got["message"], f"{name}: {got['message']}"
+        assert not got["started"] and got["active"] == 0, f"{name}: Spark started the query: {got}"
+    assert "BIGINT" in results["wrong-type"]["message"], results["wrong-type"]["message"]
+    refused = results["refused-rows"]
+    assert (refused["error"], refused["eosink"], refused["active"]) == ("BadRecordError", True, 0), refused
+    assert "StreamingQueryException" not in refused["error"]
+    assert results["fixed"]["error"] is None, results["fixed"]
+    password = PostgresEndpoint.from_url(p.url).password
+    assert not password or all(password not in json.dumps(r) for r in results.values())
+    p.assert_exact()
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_signal_stops_the_pipeline_after_the_batch_in_flight_and_a_restart_is_exact(
+    pg_pipeline: PgPipeline, signum: signal.Signals
+) -> None:
+    """A 2pc stream waited for by ``writer.start(...).run()`` (a 500 ms trigger, one file per batch) gets Ctrl-C
+    (SIGINT to the driver's whole process group, as a terminal sends it) or a scheduler's SIGTERM (to the
+    driver's process) once its first batch is committed.
+
+    Pass: the driver exits 0 with no eosink error; every batch Spark committed is committed in PostgreSQL, one
+    bundle each, nothing prepared or staged (the writer was closed, nothing in doubt); a restart with
+    ``availableNow`` lands every row once.
+    """
+    p = pg_pipeline
+    p.variant = "2pc"
+    proc = p.start(args=["--until-signal"])
+    wait_for(lambda: proc.poll() is not None or bool(p.bundles()), 180, "the first committed batch")
+    assert proc.poll() is None, proc.communicate()[1][-4000:]
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
+    stopped = p.finish(proc, timeout_s=120)
+    assert_clean(stopped)
+    assert "EOSINK-ERROR" not in stopped.stderr and "StackOverflowError" not in stopped.stderr
+    p.assert_settled()
+    assert_clean(p.run())
     p.assert_exact()

@@ -274,9 +274,9 @@ def test_error_tree_shape() -> None:
     """Every exported error is an EosinkError; the mismatch, credentials, TLS and permission errors are
     ConfigurationErrors (terminal: fix, then restart).
 
-    Pass: the subclass relations hold, and the module exports all seventeen classes.
+    Pass: the subclass relations hold, and the module exports all eighteen classes.
     """
-    assert len(ERROR_CLASSES) == 17
+    assert len(ERROR_CLASSES) == 18
     assert all(issubclass(cls, EosinkError) for cls in ERROR_CLASSES)
     for cls in (CheckpointMismatchError, errors.AuthenticationError, errors.TlsError, errors.PermissionDeniedError):
         assert issubclass(cls, ConfigurationError)

@@ -13,6 +13,7 @@ import eosink
 from eosink.connectors.reference import ReferenceSink
 from eosink.contract import Capabilities
 from eosink.errors import ConfigurationError
+from eosink.spark import Query
 
 
 def _writer(tmp_path: Path, **kw: object) -> eosink.BatchWriter:
@@ -123,7 +124,8 @@ def test_start_sets_the_checkpoint_location_and_the_writer(tmp_path: Path) -> No
             return "query"
 
     writer = _writer(tmp_path)
-    assert writer.start(Stream()) == "query"  # type: ignore[arg-type]
+    query = writer.start(Stream())  # type: ignore[arg-type]
+    assert isinstance(query, Query) and query.spark_query == "query"
     assert calls == [("checkpointLocation", str(tmp_path / "chk")), ("foreachBatch", writer), ("start", None)]
     with writer as same:
         assert same is writer
