@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from eosink import errors
 from eosink.errors import EosinkError, QueryStoppedError
 
 if TYPE_CHECKING:
@@ -82,6 +83,20 @@ class BatchGate:
         self.__init__()  # type: ignore[misc]
 
 
+def error_in(text: str) -> EosinkError | None:
+    """The eosink error whose ``Class: problem Fix: fix`` line Spark's exception text ends with (the error was
+    raised in another process: a ``format("eosink")`` worker, a Spark Connect server), rebuilt as that class;
+    None when the text holds none."""
+    names = [n for n in errors.__all__ if f"{n}: " in text]
+    if not names:
+        return None
+    kind = max(names, key=len)  # the most specific class named (CommittedWorkLostError over PreparedWorkLostError)
+    line = text[text.rfind(f"{kind}: ") + len(kind) + 2 :].splitlines()[0].strip()
+    problem, _, fix = line.partition(" Fix: ")
+    cls = getattr(errors, kind)
+    return cls(problem, fix or None) if isinstance(cls, type) and issubclass(cls, EosinkError) else None
+
+
 class Query:
     """A running streaming query of an eosink writer: Spark's ``StreamingQuery`` (every attribute of it works
     here), with the eosink error raised by :meth:`awaitTermination` and a :meth:`stop` after the batch in
@@ -106,6 +121,14 @@ class Query:
     def __repr__(self) -> str:
         return f"eosink.spark.Query({self._query!r})"
 
+    @classmethod
+    def of(cls, query: StreamingQuery) -> Query:
+        """Wrap a query started another way, e.g. ``df.writeStream.format("eosink")...start()``: its
+        :meth:`awaitTermination` raises the eosink error named in Spark's exception (rebuilt from the text:
+        the error was raised in Spark's Python worker). :meth:`stop` is Spark's there: it may interrupt a batch
+        in flight, which the next start runs again."""
+        return cls(query, BatchGate(), lambda timeout_s: None, lambda: None)
+
     @property
     def spark_query(self) -> StreamingQuery:
         """Spark's own query object."""
@@ -116,8 +139,8 @@ class Query:
         exception is its ``__context__``). A query ended by :meth:`stop` ends without an error."""
         try:
             return self._query.awaitTermination() if timeout is None else self._query.awaitTermination(timeout)
-        except Exception:
-            failure = self._gate.failure
+        except Exception as exc:
+            failure = self._gate.failure or error_in(str(exc))
             if isinstance(failure, QueryStoppedError) or (failure is None and self._gate.stopping):
                 return True
             if failure is None:

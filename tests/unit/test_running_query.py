@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from eosink._query import BatchGate, Query
-from eosink.errors import BadRecordError, QueryStoppedError
+from eosink._query import BatchGate, Query, error_in
+from eosink.errors import BadRecordError, CommittedWorkLostError, QueryStoppedError, SchemaError
 
 
 class FakeSparkQuery:
@@ -119,3 +119,24 @@ def test_run_returns_when_the_query_ends_by_itself() -> None:
     threading.Timer(0.2, spark.stopped.set).start()
     query.run()
     assert calls[-1] == "close"
+
+
+def test_an_error_raised_in_another_process_is_rebuilt_from_sparks_text() -> None:
+    """format("eosink") raises in Spark's Python worker: only the text reaches the driver. Pass: Query.of(...)
+    raises the most specific eosink class named there, with its problem and fix; text naming none is Spark's."""
+    text = (
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: [PYTHON_DATA_SOURCE_ERROR] ...\n"
+        "Traceback (most recent call last):\n  File ...\n"
+        "eosink.errors.SchemaError: Column 'id': the stream's type string cannot be written into t.id of type "
+        "BIGINT. Fix: Cast the column in the query (col('id').cast('bigint')), or ALTER the column's type.\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner..."
+    )
+    spark = FakeSparkQuery()
+    spark.failure = RuntimeError(text)
+    with pytest.raises(SchemaError) as info:
+        Query.of(spark).awaitTermination()  # type: ignore[arg-type]
+    assert info.value.problem.startswith("Column 'id': the stream's type string")
+    assert info.value.fix == "Cast the column in the query (col('id').cast('bigint')), or ALTER the column's type."
+    lost = error_in("eosink.errors.CommittedWorkLostError: Batch 3 is gone. Fix: Rewind.")
+    assert type(lost) is CommittedWorkLostError and lost.fix == "Rewind."
+    assert error_in("java.lang.OutOfMemoryError: Java heap space") is None
