@@ -3,7 +3,8 @@
 Usage: datasource_options_job.py <plan.json> <results.json>. The plan holds ``input`` (JSON files),
 ``checkpoint`` and ``cases``: ``[{"name": ..., "options": {...}}, ...]``. Each case's query runs to
 the end of the input (``availableNow``) on the same checkpoint; its result is ``"ok"`` or the
-``EOSINK-ERROR <kind>: <message>`` line of its failure. Options name secrets by environment variable.
+``EOSINK-ERROR <kind>: <message>`` line of the eosink error it raised (``Query.of(...).awaitTermination()``).
+Options name secrets by environment variable.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def main(argv: list[str]) -> int:
 
     spark = job_session("local[2,4]", "eosink-options")
     import eosink.spark
+    from eosink.errors import EosinkError
+    from eosink.spark import Query
 
     eosink.spark.register(spark)
     results: dict[str, str] = {}
@@ -27,10 +30,13 @@ def main(argv: list[str]) -> int:
         df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(plan["input"])
         query = df.writeStream.format("eosink").options(**case["options"])
         try:
-            query.option("checkpointLocation", plan["checkpoint"]).trigger(availableNow=True).start().awaitTermination()
+            started = query.option("checkpointLocation", plan["checkpoint"]).trigger(availableNow=True).start()
+            Query.of(started).awaitTermination()
             results[case["name"]] = "ok"
-        except Exception as exc:
+        except EosinkError as exc:  # the eosink error itself, as a user catching it gets it
             results[case["name"]] = error_line(exc, lambda text: text)
+        except Exception as exc:
+            results[case["name"]] = f"not an eosink error: {error_line(exc, lambda text: text)}"
     save_json(argv[1], results)
     spark.stop()
     return 0
