@@ -39,6 +39,8 @@ import threading
 from contextlib import AbstractContextManager, suppress
 from typing import Any
 
+import pyarrow as pa
+
 from eosink._extras import require
 from eosink.connectors.kafka import _wire
 from eosink.connectors.kafka._clients import drop_admin, shared_admin
@@ -54,6 +56,7 @@ from eosink.connectors.kafka._progress import (
     bundle_record,
     ensure_progress_topic,
 )
+from eosink.connectors.kafka._records import check_schema
 from eosink.connectors.kafka._two_phase import keeps_prepared
 from eosink.connectors.kafka._write_side import _Txn, _WriteSide
 from eosink.connectors.kafka.config import KafkaConfig
@@ -139,6 +142,13 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
             _quietly(producer.close, timeout=0)
 
     # -- setup and fencing ----------------------------------------------------------------------
+
+    def preflight(
+        self, schema: pa.Schema | None, *, strategy: str, upsert_keys: tuple[str, ...] | None, transactional: bool
+    ) -> None:
+        """The stream's columns checked as a batch's are (the topic and the brokers were checked by ``setup``)."""
+        if schema is not None:
+            check_schema(schema, self.config.value_format, self.config.topic, tuple(upsert_keys or ()))
 
     def setup(self, app_id: str) -> None:
         """Create the progress topic (and the sink's topic, if asked); check the transaction timeout."""
