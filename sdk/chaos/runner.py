@@ -212,16 +212,21 @@ class ScheduleRunner:
         files = read_input(root / "input")
         checkpoint = root / "checkpoint"
 
-        known: dict[int, int] = {}
+        known: dict[int, tuple[bytes, int]] = {}
 
         def expected_count(batch_id: int) -> int | None:
-            """Keys the batch touches; Spark's offset log says which files the batch covers (fixed once written)."""
-            if batch_id not in known:
-                if not (checkpoint / "offsets" / str(batch_id)).exists():
-                    return None
+            """Keys the batch touches; Spark's offset log says which files the batch covers. Fixed while its
+            ``offsets/N`` stays the same: a rewind moves the entries after the rewound batch aside, and Spark
+            plans those batches anew, over other files (recounted when the entry's text changes)."""
+            try:
+                entry = (checkpoint / "offsets" / str(batch_id)).read_bytes()
+            except FileNotFoundError:
+                return None
+            cached = known.get(batch_id)
+            if cached is None or cached[0] != entry:
                 planned = spark_batches(checkpoint, files)
-                known[batch_id] = len({r["key"] for r in planned[batch_id]})
-            return known[batch_id]
+                known[batch_id] = (entry, len({r["key"] for r in planned[batch_id]}))
+            return known[batch_id][1]
 
         self.target.drop(names)
         if schedule.replication:
