@@ -267,7 +267,9 @@ class _StreamWriter:
         First, with ``preflight``, what the first batch would find wrong stops it here, before Spark starts
         the query, with the eosink error (:meth:`preflight`). The :class:`~eosink.spark.Query` it returns is
         Spark's query, whose ``awaitTermination`` raises the eosink error that stopped it, and whose
-        ``stop()`` stops after the batch in flight and closes this writer.
+        ``stop()`` stops after the batch in flight and closes this writer. Under Spark Connect the checks run
+        in the client, and the batches on the server: pass ``preflight=False`` if only the server reaches
+        the sink.
         """
         _require_pyspark()
         self._closed = False
