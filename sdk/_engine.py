@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar, final
 import pyarrow as pa
 
 from eosink._watcher import CommitLogWatcher
-from eosink.errors import FencedError
+from eosink.errors import CommitAbortedError, FencedError
 
 __all__ = ["Engine"]
 
@@ -44,6 +44,15 @@ class Engine(ABC, Generic[I]):
         except BaseException:
             self.reset()
             raise
+
+    @final
+    def _raise_lost_work(self) -> None:
+        """At the end of ``close``: a commit that failed in the background because the sink no longer has work
+        Spark committed (:class:`CommitAbortedError`, and so PreparedWorkLostError and CommittedWorkLostError) is
+        the run's error, raised, never only logged: the query's last batch has no next batch to report it."""
+        err = self._watcher.error
+        if isinstance(err, CommitAbortedError):
+            raise err
 
     @abstractmethod
     def _process(self, batch_id: int, data: I) -> None:

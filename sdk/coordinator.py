@@ -666,6 +666,7 @@ class Coordinator(Engine[BatchInput]):
             log.warning(
                 "eosink %s: batches %s stay in doubt until the next start", self.app_id, self._watcher.batch_ids()
             )
+        self._raise_lost_work()
 
     def finish_spark_committed(self) -> bool:
         """Commit the batches Spark's commit log holds but the sink does not, without fencing (2PC); False when

@@ -350,6 +350,7 @@ class FanOut(Engine[FanOutInput]):
                 self.app_id,
                 self._watcher.batch_ids(),
             )
+        self._raise_lost_work()
 
 
 class _Member(Coordinator):

@@ -101,6 +101,23 @@ def test_the_2pc_commit_after_spark_committed_stops_before_the_next_batch_writes
     assert _rows_of(ms, 2) == 0 and not [c for c in ms.reader().recover(APP) if c.batch.batch_id == 2]
 
 
+def test_a_commit_that_failed_in_the_background_for_lost_work_is_raised_by_close(tmp_path: Path) -> None:
+    """The query's last batch: its commit, run by the commit-log watcher once Spark committed it, finds the work
+    gone, and no next batch is there to report it. Pass: close() raises PreparedWorkLostError (the driver exits
+    with it) instead of only logging it."""
+    ms = _mini(tmp_path)
+    ms.run_batch(0)
+    ms.ckpt.write_offsets(1)
+    ms.coordinator.process(1, ms.batches[1])
+    _vanish(ms, 1)
+    ms.ckpt.write_commit(1)
+    with pytest.raises(PreparedWorkLostError) as failed:
+        ms.coordinator.commit_ready()
+    ms.coordinator._watcher.error = failed.value  # as the watcher's thread keeps the error that stopped it
+    with pytest.raises(PreparedWorkLostError, match="Batch 1 of app_id"):
+        ms.coordinator.close()
+
+
 def test_a_writer_that_processed_no_batch_checks_at_close(tmp_path: Path) -> None:
     """A restart that finds no new input never calls foreachBatch: close() makes the same check.
 
