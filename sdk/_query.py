@@ -177,7 +177,17 @@ class Query:
         try:
             while not asked and self.awaitTermination(_POLL_S) is False:
                 pass
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-            self.stop()
+        except BaseException:
+            self._restore(previous)
+            try:
+                self.stop()
+            except Exception as closing:  # the query's own error is the one to report
+                log.warning("eosink: closing the writer after the query failed: %s", closing)
+            raise
+        self._restore(previous)
+        self.stop()
+
+    @staticmethod
+    def _restore(previous: dict[signal.Signals, Any]) -> None:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

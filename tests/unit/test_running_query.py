@@ -140,3 +140,20 @@ def test_an_error_raised_in_another_process_is_rebuilt_from_sparks_text() -> Non
     lost = error_in("eosink.errors.CommittedWorkLostError: Batch 3 is gone. Fix: Rewind.")
     assert type(lost) is CommittedWorkLostError and lost.fix == "Rewind."
     assert error_in("java.lang.OutOfMemoryError: Java heap space") is None
+
+
+def test_run_reports_the_querys_own_error_even_when_closing_fails_too() -> None:
+    """The query failed with a BadRecordError, and closing the writer then fails as well. Pass: run() raises the
+    BadRecordError (closing's error is logged), and the query was stopped."""
+    gate, spark = BatchGate(), FakeSparkQuery()
+
+    def close() -> None:
+        raise RuntimeError("the sink is down too")
+
+    query = Query(spark, gate, lambda timeout_s: None, close)  # type: ignore[arg-type]
+    with pytest.raises(BadRecordError), gate.batch(2):
+        raise BadRecordError("A row was refused.", "Fix it.")
+    spark.failure = RuntimeError("[STREAM_FAILED] ...")
+    with pytest.raises(BadRecordError):
+        query.run()
+    assert spark.stopped.is_set()
