@@ -15,11 +15,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from unit_conftest import APP, VARIANTS, MiniSpark, Variant, batches_for, db_query
+from unit_conftest import APP, FAST, VARIANTS, MiniSpark, Variant, batches_for, db_query
 
 from eosink import faults
 from eosink.connectors.reference import ReferenceSink
 from eosink.contract import BatchRef
+from eosink.coordinator import Coordinator
 from eosink.errors import CommittedWorkLostError, ConfigurationError, PreparedWorkLostError
 from eosink.rewind import new_lease, plan_rewind, rewind
 from eosink.spark import BatchWriter
@@ -102,20 +103,22 @@ def test_the_2pc_commit_after_spark_committed_stops_before_the_next_batch_writes
 
 
 def test_a_commit_that_failed_in_the_background_for_lost_work_is_raised_by_close(tmp_path: Path) -> None:
-    """The query's last batch: its commit, run by the commit-log watcher once Spark committed it, finds the work
-    gone, and no next batch is there to report it. Pass: close() raises PreparedWorkLostError (the driver exits
-    with it) instead of only logging it."""
+    """The query's last batch: its commit, run by the commit-log watcher's thread once Spark committed it, finds
+    the work gone, and no next batch is there to report it. Pass: close() raises PreparedWorkLostError (the
+    driver exits with it) instead of only logging it."""
     ms = _mini(tmp_path)
     ms.run_batch(0)
-    ms.ckpt.write_offsets(1)
-    ms.coordinator.process(1, ms.batches[1])
-    _vanish(ms, 1)
-    ms.ckpt.write_commit(1)
-    with pytest.raises(PreparedWorkLostError) as failed:
-        ms.coordinator.commit_ready()
-    ms.coordinator._watcher.error = failed.value  # as the watcher's thread keeps the error that stopped it
-    with pytest.raises(PreparedWorkLostError, match="Batch 1 of app_id"):
-        ms.coordinator.close()
+    driver = Coordinator(ReferenceSink(ms.db), APP, TWO_PC.make(), ms.ckpt.spark(), FAST)  # with its watcher
+    try:
+        ms.ckpt.write_offsets(1)
+        driver.process(1, ms.batches[1])
+        _vanish(ms, 1)
+        ms.ckpt.write_commit(1)  # the watcher's thread commits batch 1 now, and fails
+        with pytest.raises(PreparedWorkLostError):  # what the thread met, for whoever waits on it
+            driver.flush(5)
+    finally:
+        with pytest.raises(PreparedWorkLostError, match="Batch 1 of app_id"):
+            driver.close()
 
 
 def test_a_writer_that_processed_no_batch_checks_at_close(tmp_path: Path) -> None:
