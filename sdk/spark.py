@@ -248,9 +248,7 @@ class _StreamWriter:
         with self._gate.batch(int(batch_id)):
             if not self.engine.started:  # the first batch of a run: is this the query's checkpoint?
                 self.checkpoint.require_offsets(int(batch_id))
-                schema = arrow_schema(df.schema)
-                for sink in self._sinks():
-                    sink.bind_schema(schema)
+                self._bind(arrow_schema(df.schema))
             self.engine.process(int(batch_id), SparkBatch(df, self.participants))
             self._last_batch = int(batch_id)
 
@@ -285,13 +283,17 @@ class _StreamWriter:
         checkpoint. Raises the eosink error with its fix (:meth:`start` calls it)."""
         schema = _stream_schema(stream)
         if schema is not None:
-            for sink in self._sinks():
-                sink.bind_schema(schema)
+            self._bind(schema)
         try:
             self.engine.preflight(schema)
         except BaseException:
             self._drop_engine()  # nothing started: close() has nothing to finish
             raise
+
+    def _bind(self, schema: pa.Schema) -> None:
+        """Hand the stream's schema to every sink (one that creates its target keeps it for that)."""
+        for sink in self._sinks():
+            sink.bind_schema(schema)
 
     def _drop_engine(self) -> None:
         if self._engine is not None:
