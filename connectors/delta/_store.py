@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from eosink.stores.encoding import WriteOnlyFile
+from eosink.stores.hdfs import bounded
 from eosink.stores.s3 import S3Connection
 
 if TYPE_CHECKING:
     from eosink.connectors.delta.config import DeltaConfig
+    from eosink.stores.hdfs import HdfsFile
 
 __all__ = ["Store", "Writer", "open_store"]
 
@@ -253,13 +255,16 @@ class _S3Store:
 
 
 class _HdfsWriter(WriteOnlyFile):
-    def __init__(self, inner: Any) -> None:
+    """A data file on HDFS; each call into the cluster bounded by the connection's ``write_timeout_s``."""
+
+    def __init__(self, inner: HdfsFile, timeout_s: float) -> None:
         self.inner = inner
+        self.timeout_s = timeout_s
         self.written = 0
 
     def write(self, data: Any) -> int:
         chunk = bytes(data)
-        self.inner.write(chunk)
+        bounded(lambda: self.inner.write(chunk), self.timeout_s, "a write")
         self.written += len(chunk)
         return len(chunk)
 
@@ -273,7 +278,7 @@ class _HdfsWriter(WriteOnlyFile):
         """Closing the file ends writing; :meth:`finish` closes it on the cluster."""
 
     def finish(self) -> None:
-        self.inner.close()
+        bounded(self.inner.close, self.timeout_s, "close")
         self.closed = True
 
 
@@ -286,7 +291,7 @@ class _HdfsStore:
         self.root = self.hdfs.path
 
     def writer(self, path: str) -> Writer:
-        return _HdfsWriter(self.fs.create(f"{self.root}/{path}", overwrite=True))
+        return _HdfsWriter(self.fs.create(f"{self.root}/{path}", overwrite=True), self.hdfs.write_timeout_s)
 
     def put(self, path: str, data: bytes) -> None:
         self.fs.replace(f"{self.root}/{path}", data)

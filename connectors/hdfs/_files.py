@@ -24,9 +24,7 @@ from eosink.stores.parquet import parquet_table
 from eosink.stores.partitions import check_column_name, folder, groups
 
 if TYPE_CHECKING:
-    from hdfs_native import FileWriter
-
-    from eosink.stores.hdfs import Fs
+    from eosink.stores.hdfs import Fs, HdfsFile
 
 __all__ = [
     "FileSet",
@@ -74,7 +72,7 @@ class _Buffered(WriteOnlyFile):
     Every call into the writer is bounded by ``timeout_s`` (:func:`~eosink.stores.hdfs.bounded`).
     """
 
-    def __init__(self, raw: FileWriter, timeout_s: float) -> None:
+    def __init__(self, raw: HdfsFile, timeout_s: float) -> None:
         self.raw = raw
         self.timeout_s = timeout_s
         self.pos = 0

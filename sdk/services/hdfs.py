@@ -77,6 +77,7 @@ from eosink.services._process import (
     wait_until,
 )
 from eosink.services.base import Endpoint, Service
+from eosink.stores.hdfs import create_file
 
 __all__ = ["HADOOP_VERSION", "HdfsEndpoint", "HdfsServer", "HdfsService"]
 
@@ -358,7 +359,7 @@ class HdfsService(Service[HdfsEndpoint]):
         try:
             client = Client(endpoint.url, _CHECK_CLIENT_CONF)
             step = f"create {part}"
-            writer = client.create(part, WriteOptions(create_parent=True))
+            writer = create_file(client, part, WriteOptions(create_parent=True))
             created = True
             step = f"write {part}"
             writer.write(payload)

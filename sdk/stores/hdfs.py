@@ -14,6 +14,7 @@ server with the other behaviour cannot make a batch land in the wrong place unno
 
 from __future__ import annotations
 
+import io
 import os
 import posixpath
 import re
@@ -31,6 +32,7 @@ from eosink.errors import ConfigurationError, EosinkError, TransientError
 
 if TYPE_CHECKING:
     from hdfs_native import Client, FileStatus, FileWriter
+    from hdfs_native._internal import RawFileWriter
 
 __all__ = [
     "FAIL_FAST",
@@ -38,12 +40,14 @@ __all__ = [
     "MAX_PATH_CHARS",
     "Fs",
     "HdfsConnection",
+    "HdfsFile",
     "HdfsTarget",
     "RenameNotDone",
     "base",
     "bounded",
     "check_path",
     "client_for",
+    "create_file",
     "default_fs",
     "forget_clients",
     "split_url",
@@ -279,6 +283,44 @@ def bounded(call: Callable[[], _T], seconds: float, what: str) -> _T:
     return result
 
 
+class HdfsFile:
+    """A file being written on HDFS: hdfs-native's writer without its ``io`` finalizer.
+
+    hdfs-native's ``FileWriter`` is an ``io.RawIOBase``, so collecting one that is still open
+    closes the file: a NameNode call that waits without limit, run by whichever thread the
+    garbage collector happens to run in. That thread may be the one the call waits on (an event
+    loop in front of the NameNode), or one that must not block (a query's commit watcher); and a
+    writer abandoned on purpose (:func:`bounded`) must stay unfinished. A dropped :class:`HdfsFile`
+    only lets go of its lease, which is what hdfs-native's own writer does when it is dropped.
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, writer: FileWriter) -> None:
+        self._raw: RawFileWriter = writer.inner
+        io.RawIOBase.close(writer)  # marks the wrapper closed, without closing the file: its finalizer does nothing
+
+    def write(self, data: bytes) -> int:
+        """Send ``data`` (all of it) down the file's DataNode pipeline."""
+        return self._raw.write(data)
+
+    def hsync(self) -> None:
+        """Persist what was written on the DataNodes, and update the file's visible length."""
+        self._raw.hsync()
+
+    def close(self) -> None:
+        """Finish the file: the NameNode completes its last block."""
+        self._raw.close()
+
+    def __repr__(self) -> str:
+        return "HdfsFile()"
+
+
+def create_file(client: Client, path: str, options: Any) -> HdfsFile:
+    """``client.create(path, options)`` as an :class:`HdfsFile`."""
+    return HdfsFile(client.create(path, options))
+
+
 class RenameNotDone(EosinkError):
     """A rename answered success but did not leave the source gone and the destination in place."""
 
@@ -358,7 +400,7 @@ class Fs:
         if checked and (self.info(dst) is None or self.info(src) is not None):
             raise rename_not_done(src, dst)
 
-    def create(self, path: str, *, overwrite: bool = False, parents: bool = True) -> FileWriter:
+    def create(self, path: str, *, overwrite: bool = False, parents: bool = True) -> HdfsFile:
         from hdfs_native import WriteOptions
 
         options = WriteOptions(
@@ -367,7 +409,7 @@ class Fs:
             replication=self.config.replication,
             block_size=self.config.block_size,
         )
-        return self.client.create(path, options)
+        return create_file(self.client, path, options)
 
     def read_bytes(self, path: str) -> bytes | None:
         """The whole file, or None if it is missing.
