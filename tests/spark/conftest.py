@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -114,9 +115,11 @@ class Pipeline:
         mode: str = "eosink",
         args: list[str] | None = None,
         master: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen[str]:
-        """Start the driver in a session of its own, with fault points ``faults`` armed (only those)."""
-        env = self.environment()
+        """Start the driver in a session of its own, with fault points ``faults`` armed (only those), and ``env``
+        over its environment."""
+        env = {**self.environment(), **(env or {})}
         if faults:
             env["EOSINK_FAULTS"] = faults
         (self.root / "stats.json").unlink(missing_ok=True)
@@ -308,6 +311,41 @@ def finish_with_restarts(p: Pipeline, proc: subprocess.Popen[str]) -> None:
         assert runs[-1].returncode == 3, f"driver failed ({runs[-1].returncode}):\n{runs[-1].stderr[-4000:]}"
         runs.append(p.run())
     assert_clean(runs[-1])
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def assert_start_mistakes_stop_before_spark(p: Pipeline, mistakes: dict[str, tuple[dict[str, str], str]]) -> None:
+    """A production sink's driver started by ``writer.start(...)`` (``--way start``), once per mistake, then fixed.
+
+    ``mistakes``: a name, the environment that makes it (an unreachable server, a wrong secret) and the eosink
+    error class expected. Then the fixed start, then the same app_id with a new checkpoint. Pass: each mistake
+    is its eosink error (the driver's exit code 3 and ``EOSINK-ERROR`` line) and Spark never started the query
+    (no checkpoint metadata); the fixed start lands every row once; the new checkpoint is
+    CheckpointMismatchError, again before Spark started, and the sink still holds every row once.
+    """
+    p.way = "start"
+    quick = ["--transient-timeout-s", "3"]
+    for name, (env, kind) in mistakes.items():
+        run = p.run(args=quick, env=env)
+        assert run.returncode == 3 and run.error_kind == kind, f"{name}:\n{run.stderr[-3000:]}"
+        assert not (p.checkpoint / "metadata").exists(), f"{name}: Spark started the query"
+    assert_clean(p.run(args=quick))
+    p.assert_exact()
+    first = p.checkpoint
+    p.checkpoint = p.root / "another-checkpoint"
+    try:
+        run = p.run(args=quick)
+        assert run.error_kind == "CheckpointMismatchError", run.stderr[-3000:]
+        assert not (p.checkpoint / "metadata").exists(), "Spark started the query with the new checkpoint"
+    finally:
+        p.checkpoint = first
+    p.assert_exact()
 
 
 def assert_zombie_fenced(pipeline: Pipeline, point: str, mode: str = "eosink") -> None:

@@ -27,7 +27,9 @@ Connection settings never come from argv (a URL may hold a password). Two querie
 * ``balance`` (PostgreSQL): a running balance per account (``groupBy(account).sum(amount)``,
   update mode), upserted by ``account``.
 
-``--way datasource`` writes through ``format("eosink")`` with the same sink and strategy instead.
+``--way datasource`` writes through ``format("eosink")`` with the same sink and strategy instead; ``--way start``
+through ``foreachBatch`` started by ``writer.start(...)``, which checks the sink and the checkpoint before Spark
+starts the query.
 
 Exit codes: 0 done, 3 an eosink error (``EOSINK-ERROR <kind>: ...`` on stderr).
 """
@@ -67,8 +69,12 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--stats-out")
     ap.add_argument("--txn-timeout-ms", type=int, default=900_000, help="KafkaConfig.transaction_timeout_ms")
     ap.add_argument(
-        "--way", choices=["foreach_batch", "datasource"], default="foreach_batch", help="or format('eosink')"
+        "--way",
+        choices=["foreach_batch", "start", "datasource"],
+        default="foreach_batch",
+        help="start: foreach_batch through writer.start(...) (its checks before Spark starts); or format('eosink')",
     )
+    ap.add_argument("--transient-timeout-s", type=float, help="CommitPolicy.transient_timeout_s (eosink's default)")
     ap.add_argument(
         "--until-signal",
         action="store_true",
@@ -193,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import eosink
     from eosink._procs import error_line
+    from eosink.coordinator import CommitPolicy
 
     spark = job_session(args.master, f"eosink-{args.sink}-test")
     if on_s3:  # the session's Hadoop settings: what the checkpoint's file manager uses
@@ -224,12 +231,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             strategy=eosink.Idempotent(keys) if keys else args.strategy,
             checkpoint_location=args.checkpoint,
             participants=args.participants,
+            policy=CommitPolicy(transient_timeout_s=args.transient_timeout_s) if args.transient_timeout_s else None,
         )
         query = query.foreachBatch(writer)
     try:
         if writer is None:  # named and started with a path, as most streams are: Spark passes both as options
             query = query.queryName(f"eosink-{args.app_id}")
             query.trigger(availableNow=True).start(str(Path(args.checkpoint).parent / "unused-path")).awaitTermination()
+        elif args.way == "start":
+            writer.start(query.trigger(availableNow=True)).run()  # checks, starts, waits, closes the writer
         elif args.until_signal and writer is not None:
             print("EOSINK-RUNNING", flush=True)
             writer.start(query.trigger(processingTime="500 milliseconds")).run()  # stops, then closes the writer

@@ -34,9 +34,11 @@ from .conftest import (
     assert_clean,
     assert_killed,
     assert_random_kills_exact,
+    assert_start_mistakes_stop_before_spark,
     assert_stopped_as_lost,
     assert_store_crash_mid_batch_exact,
     assert_zombie_fenced,
+    closed_port,
     fault_point_cases,
     kill_through_the_data_source,
     rewind_batch_1,
@@ -232,3 +234,18 @@ def test_kill_through_the_data_source_then_restart_is_exact(
     """
     kill_through_the_data_source(delta_pipeline, strategy, point)
     delta_pipeline.assert_exact()
+
+
+@pytest.mark.full
+def test_start_time_mistakes_stop_before_spark_starts_and_the_fixed_start_lands_every_row_once(
+    delta_pipeline: DeltaPipeline,
+) -> None:
+    """An unreachable store and a wrong secret key, through ``writer.start(...)`` (see the helper)."""
+    down = f"http://127.0.0.1:{closed_port()}"
+    assert_start_mistakes_stop_before_spark(
+        delta_pipeline,
+        {
+            "unreachable": ({"EOSINK_S3_ENDPOINT": down}, "TransientError"),
+            "wrong-secret": ({"EOSINK_S3_SECRET_KEY": "not-the-secret-key"}, "AuthenticationError"),
+        },
+    )

@@ -38,8 +38,10 @@ from .conftest import (
     assert_clean,
     assert_killed,
     assert_random_kills_exact,
+    assert_start_mistakes_stop_before_spark,
     assert_stopped_as_lost,
     assert_zombie_fenced,
+    closed_port,
     fault_point_cases,
     kill_through_the_data_source,
     rewind_batch_1,
@@ -249,3 +251,14 @@ def test_pending_work_a_cleanup_job_deleted_stops_the_query_and_a_rewind_lands_t
     rewind_batch_1(p.checkpoint, cli, {**os.environ, **p.environment()})
     assert_clean(p.run())
     p.assert_exact()
+
+
+@pytest.mark.full
+def test_start_time_mistakes_stop_before_spark_starts_and_the_fixed_start_lands_every_row_once(
+    hdfs_pipeline: HdfsPipeline,
+) -> None:
+    """An unreachable NameNode, through ``writer.start(...)`` (see the helper)."""
+    down = f"hdfs://127.0.0.1:{closed_port()}"
+    assert_start_mistakes_stop_before_spark(
+        hdfs_pipeline, {"unreachable": ({"EOSINK_HDFS_URL": down}, "TransientError")}
+    )

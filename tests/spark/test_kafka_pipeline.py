@@ -38,8 +38,10 @@ from .conftest import (
     Pipeline,
     assert_clean,
     assert_killed,
+    assert_start_mistakes_stop_before_spark,
     assert_stopped_as_lost,
     assert_zombie_fenced,
+    closed_port,
     fault_point_cases,
     kill_through_the_data_source,
     rewind_batch_1,
@@ -295,3 +297,14 @@ def test_two_hundred_batches_through_the_data_source_keep_a_bounded_pool_of_tran
         assert len(ids) <= len(participants) * 1 + 2, ids
     finally:
         p.close()
+
+
+@pytest.mark.full
+def test_start_time_mistakes_stop_before_spark_starts_and_the_fixed_start_lands_every_row_once(
+    kafka_pipeline: KafkaPipeline,
+) -> None:
+    """Unreachable brokers, through ``writer.start(...)`` (see the helper)."""
+    down = f"127.0.0.1:{closed_port()}"
+    assert_start_mistakes_stop_before_spark(
+        kafka_pipeline, {"unreachable": ({"EOSINK_TEST_KAFKA_BOOTSTRAP": down}, "TransientError")}
+    )

@@ -17,7 +17,6 @@ import json
 import os
 import random
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -49,6 +48,7 @@ from .conftest import (
     assert_killed,
     assert_stopped_as_lost,
     assert_zombie_fenced,
+    closed_port,
     fault_point_cases,
     rewind_batch_1,
     run_script,
@@ -524,12 +524,6 @@ def test_bad_data_source_options_stop_the_query_before_anything_is_written(pg_pi
 PREFLIGHT_JOB = Path(__file__).with_name("preflight_job.py")
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def no_prepared(tmp_path: Path) -> Iterator[str]:
     """A private PostgreSQL with max_prepared_transactions = 0 (the shared one is never restarted)."""
@@ -560,7 +554,7 @@ def test_each_mistake_is_the_eosink_error_before_the_query_starts_and_the_fixed_
     p = pg_pipeline
     params = conninfo_to_dict(p.url)
     bad_password = make_conninfo("", **{**params, "password": "not-the-password"})
-    down = make_conninfo("", **{**params, "port": str(_closed_port())})
+    down = make_conninfo("", **{**params, "port": str(closed_port())})
     table, ctl = p.table, p.control_schema
     t = sql.Identifier(table).as_string(None)
     base = {"table": table, "control_schema": ctl, "app_id": p.app_id, "checkpoint": str(p.checkpoint)}

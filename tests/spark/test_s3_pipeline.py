@@ -35,9 +35,11 @@ from .conftest import (
     assert_clean,
     assert_killed,
     assert_random_kills_exact,
+    assert_start_mistakes_stop_before_spark,
     assert_stopped_as_lost,
     assert_store_crash_mid_batch_exact,
     assert_zombie_fenced,
+    closed_port,
     fault_point_cases,
     kill_through_the_data_source,
     rewind_batch_1,
@@ -284,3 +286,18 @@ def test_kill_through_the_data_source_then_restart_is_exact(s3_pipeline: S3Pipel
     """
     kill_through_the_data_source(s3_pipeline, strategy, point)
     s3_pipeline.assert_exact()
+
+
+@pytest.mark.full
+def test_start_time_mistakes_stop_before_spark_starts_and_the_fixed_start_lands_every_row_once(
+    s3_pipeline: S3Pipeline,
+) -> None:
+    """An unreachable store and a wrong secret key, through ``writer.start(...)`` (see the helper)."""
+    down = f"http://127.0.0.1:{closed_port()}"
+    assert_start_mistakes_stop_before_spark(
+        s3_pipeline,
+        {
+            "unreachable": ({"EOSINK_S3_ENDPOINT": down}, "TransientError"),
+            "wrong-secret": ({"EOSINK_S3_SECRET_KEY": "not-the-secret-key"}, "AuthenticationError"),
+        },
+    )
