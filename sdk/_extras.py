@@ -8,11 +8,12 @@ checks when it is made, and a module missing on an executor is named the same wa
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 
 from eosink.errors import ConfigurationError
 
-__all__ = ["from_missing_module", "require"]
+__all__ = ["from_missing_module", "missing_on_executors", "require"]
 
 #: The extra that brings each top-level module a connector imports.
 _EXTRA_OF = {
@@ -33,10 +34,13 @@ def _absent(module: str) -> bool:
         return True
 
 
-def _error(modules: list[str], extra: str, who: str) -> ConfigurationError:
+_NOT_FOUND = re.compile(r"ModuleNotFoundError: No module named '([A-Za-z_][\w.]*)'")
+
+
+def _error(modules: list[str], extra: str, who: str, where: str | None = None) -> ConfigurationError:
     return ConfigurationError(
         f"{who} needs the Python package{'s' if len(modules) > 1 else ''} {', '.join(modules)}, "
-        f"not installed in the Python at {sys.executable}.",
+        f"not installed in {where or f'the Python at {sys.executable}'}.",
         f"pip install 'eosink[{extra}]' in that Python, on the driver and on every executor (Spark runs the "
         "sink's writes in the executors' Python workers).",
     )
@@ -55,3 +59,18 @@ def from_missing_module(exc: ModuleNotFoundError) -> ConfigurationError | None:
     top = (exc.name or "").split(".")[0]
     extra = _EXTRA_OF.get(top)
     return None if extra is None else _error([top], extra, "The sink")
+
+
+def missing_on_executors(text: str) -> ConfigurationError | None:
+    """The ConfigurationError for a connector's module that the executors' Python could not import, read from the
+    text of the failure Spark reported; None when the text names none.
+
+    The import can fail before any eosink code runs on the executor (while its Python worker unpickles the
+    sink), so only the text of Spark's exception on the driver tells.
+    """
+    for name in _NOT_FOUND.findall(text):
+        top = name.split(".")[0]
+        extra = _EXTRA_OF.get(top)
+        if extra is not None:
+            return _error([top], extra, "The sink", "the executors' Python")
+    return None

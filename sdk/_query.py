@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from eosink import errors
+from eosink._extras import missing_on_executors
 from eosink.errors import EosinkError, QueryStoppedError
 
 if TYPE_CHECKING:
@@ -86,10 +87,11 @@ class BatchGate:
 def error_in(text: str) -> EosinkError | None:
     """The eosink error whose ``Class: problem Fix: fix`` line Spark's exception text ends with (the error was
     raised in another process: a ``format("eosink")`` worker, a Spark Connect server), rebuilt as that class;
-    None when the text holds none."""
+    else the ConfigurationError for a connector's package missing on the executors; None when the text holds
+    neither."""
     names = [n for n in errors.__all__ if f"{n}: " in text]
     if not names:
-        return None
+        return missing_on_executors(text)
     kind = max(names, key=len)  # the most specific class named (CommittedWorkLostError over PreparedWorkLostError)
     line = text[text.rfind(f"{kind}: ") + len(kind) + 2 :].splitlines()[0].strip()
     problem, _, fix = line.partition(" Fix: ")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pyarrow as pa
 
-from eosink._extras import from_missing_module
+from eosink._extras import from_missing_module, missing_on_executors
 from eosink._query import BatchGate, Query
 from eosink._spark_schema import arrow_schema
 from eosink._waiting import wait_until
@@ -148,7 +148,13 @@ class SparkBatch:
         self.participants = participants
 
     def _run(self, frame: DataFrame, fn: Any) -> list[dict[str, Any]]:
-        rows = frame.mapInArrow(fn, _RESULT_SCHEMA).collect()
+        try:
+            rows = frame.mapInArrow(fn, _RESULT_SCHEMA).collect()
+        except Exception as exc:
+            missing = missing_on_executors(str(exc))
+            if missing is None:
+                raise
+            raise missing from exc
         results = [json.loads(row[0]) for row in rows]
         for body in results:
             if body.get("kind") == "error":

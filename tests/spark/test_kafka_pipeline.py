@@ -303,8 +303,18 @@ def test_two_hundred_batches_through_the_data_source_keep_a_bounded_pool_of_tran
 def test_start_time_mistakes_stop_before_spark_starts_and_the_fixed_start_lands_every_row_once(
     kafka_pipeline: KafkaPipeline,
 ) -> None:
-    """Unreachable brokers, through ``writer.start(...)`` (see the helper)."""
+    """A missing topic, then unreachable brokers, through ``writer.start(...)`` (see the helper)."""
+    p = kafka_pipeline
+    topic, p.topic, p.way = p.topic, f"{p.topic}_missing", "start"
+    try:
+        run = p.run(args=["--transient-timeout-s", "3"])
+        assert run.error_kind == "ConfigurationError" and f"{p.topic!r} does not exist" in run.stderr, run.stderr
+        assert not (p.checkpoint / "metadata").exists(), "Spark started the query"
+    finally:
+        with contextlib.suppress(Exception):
+            p.admin().delete_topics([p.progress_topic])  # setup made the missing topic's progress topic first
+        p.topic = topic
     down = f"127.0.0.1:{closed_port()}"
     assert_start_mistakes_stop_before_spark(
-        kafka_pipeline, {"unreachable": ({"EOSINK_TEST_KAFKA_BOOTSTRAP": down}, "TransientError")}
+        p, {"unreachable": ({"EOSINK_TEST_KAFKA_BOOTSTRAP": down}, "TransientError")}
     )

@@ -647,3 +647,29 @@ def test_a_signal_stops_the_pipeline_after_the_batch_in_flight_and_a_restart_is_
     p.assert_settled()
     assert_clean(p.run())
     p.assert_exact()
+
+
+@pytest.mark.full
+def test_executors_without_the_connector_extra_stop_the_query_with_its_pip_install_and_the_fix_is_exact(
+    pg_pipeline: PgPipeline,
+) -> None:
+    """The driver has psycopg, the executors' Python does not (a folder that shadows it, first on their path
+    through ``spark.executorEnv.PYTHONPATH``), as on a cluster whose nodes lack ``eosink[postgres]``.
+
+    Pass: the query stops with ConfigurationError naming ``pip install 'eosink[postgres]'``, nothing is in the
+    table; with the executors fixed, a restart lands every row once and nothing is left in doubt.
+    """
+    p = pg_pipeline
+    p.way = "start"
+    shadow = p.root / "no-psycopg" / "psycopg"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        'raise ModuleNotFoundError("No module named \'psycopg\'", name="psycopg")  # this executor lacks the extra\n'
+    )
+    submit = f"--conf spark.executorEnv.PYTHONPATH={shadow.parent} pyspark-shell"
+    run = p.run(env={"PYSPARK_SUBMIT_ARGS": submit})
+    assert run.error_kind == "ConfigurationError", run.stderr[-4000:]
+    assert "pip install 'eosink[postgres]'" in run.stderr, run.stderr[-4000:]
+    assert not p.found(), "rows became visible before the query stopped"
+    assert_clean(p.run())
+    p.assert_exact()

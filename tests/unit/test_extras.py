@@ -112,3 +112,34 @@ def test_the_command_line_names_the_extra_when_a_connector_library_is_missing() 
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert "psycopg" in done.stderr and "pip install 'eosink[postgres]'" in done.stderr
+
+
+SPARK_FAILURE = (
+    "pyspark.errors.exceptions.captured.PythonException: Traceback (most recent call last):\n"
+    '  File "/opt/venv/lib/python3.11/site-packages/eosink/connectors/{pkg}/sink.py", line 50, in <module>\n'
+    "ModuleNotFoundError: No module named '{module}'\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("module", "extra"), [("psycopg", "postgres"), ("hdfs_native", "hdfs"), ("deltalake.writer", "delta")]
+)
+def test_an_executor_that_could_not_even_load_the_sink_is_named_from_sparks_text(module: str, extra: str) -> None:
+    """The import fails while the executor unpickles the sink, before eosink's code runs: only Spark's text says so."""
+    from eosink._extras import missing_on_executors
+    from eosink._query import error_in
+
+    text = SPARK_FAILURE.format(pkg=extra, module=module)
+    for error in (missing_on_executors(text), error_in(text)):
+        assert isinstance(error, ConfigurationError)
+        assert f"pip install 'eosink[{extra}]'" in str(error)
+        assert "the executors' Python" in str(error)
+
+
+def test_a_missing_module_of_the_users_own_stays_sparks_error() -> None:
+    from eosink._extras import missing_on_executors
+    from eosink._query import error_in
+
+    text = SPARK_FAILURE.format(pkg="postgres", module="my_udfs")
+    assert missing_on_executors(text) is None
+    assert error_in(text) is None
