@@ -125,7 +125,11 @@ def job_main(argv: Sequence[str] | None = None) -> int:
     else:
         stream = stream.foreachBatch(fn)
     try:
-        stream.trigger(availableNow=True).start().awaitTermination()
+        if args.mode == "datasource":  # named, started with a path: Spark passes both as options
+            named = stream.queryName(f"eosink-{args.app_id}").trigger(availableNow=True)
+            named.start(str(Path(args.checkpoint).parent / "unused-path")).awaitTermination()
+        else:
+            stream.trigger(availableNow=True).start().awaitTermination()
         if writer is not None:
             writer.close()
     except Exception as exc:
