@@ -59,7 +59,11 @@ __all__ = [
     "KafkaEndpoint",
     "KafkaServer",
     "KafkaService",
+    "format_storage",
+    "java_command",
+    "new_cluster_id",
     "server_properties",
+    "serves",
 ]
 
 log = logging.getLogger("eosink.services")
@@ -267,13 +271,15 @@ def _fix(config: Path, jars: Path) -> str:
     return f"check {config} and that {jars} holds Kafka {KAFKA_VERSION} (delete it to fetch it again)."
 
 
-def format_storage(java: list[str], config: Path, jars: Path, extra: Sequence[str] = ()) -> None:
-    """Format the log directory of ``config`` with Kafka's storage tool (a new cluster ID); ``extra``: more of the
-    tool's arguments (SCRAM credentials)."""
+def format_storage(
+    java: list[str], config: Path, jars: Path, extra: Sequence[str] = (), *, cluster_id: str | None = None
+) -> None:
+    """Format the log directory of ``config`` with Kafka's storage tool (``cluster_id``, else a new one); ``extra``:
+    more of the tool's arguments (SCRAM credentials)."""
     started = time.monotonic()
     try:
         fmt = subprocess.run(
-            [*java, STORAGE_TOOL, "format", "-t", _cluster_id(), "-c", str(config), *extra],
+            [*java, STORAGE_TOOL, "format", "-t", cluster_id or new_cluster_id(), "-c", str(config), *extra],
             capture_output=True,
             text=True,
             timeout=120,
@@ -315,7 +321,7 @@ def start_broker(
     proc = spawn([*java, "kafka.Kafka", str(config)], log_path, cwd=config.parent)
     try:
         wait_until(
-            lambda: _serves(endpoint.bootstrap_servers, client),
+            lambda: serves(endpoint.bootstrap_servers, client),
             what=f"Kafka {KAFKA_VERSION}",
             proc=proc,
             log_path=log_path,
@@ -462,7 +468,7 @@ def server_properties(
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """A random cluster ID in Kafka's form: a UUID, URL-safe base64 without padding, not starting with '-'."""
     while True:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -470,7 +476,7 @@ def _cluster_id() -> str:
             return cluster_id
 
 
-def _serves(bootstrap: str, client: Mapping[str, Any] | None = None) -> bool:
+def serves(bootstrap: str, client: Mapping[str, Any] | None = None) -> bool:
     """Whether the broker answers a metadata request and lists itself (it is registered and unfenced)."""
     from kafka import KafkaAdminClient
 

@@ -11,6 +11,8 @@ from the test, at any time, from any thread:
   ``wait_for_reply=False`` (the outcome may then still be in progress);
 * :meth:`FaultProxy.cut_before_request` — the next matching request never reaches the server:
   both sides are cut instead (a lost request: the server rolls back what the session had open);
+* :meth:`FaultProxy.hold_request` — the next matching request reaches the server late (after its client
+  may have given up and moved on: a delayed request), and the connection's later requests wait behind it;
 * :meth:`FaultProxy.delay` — hold every chunk, both ways, for a while;
 * :meth:`FaultProxy.refuse` — stop listening: new connections are refused; open ones are cut;
 * :meth:`FaultProxy.cut_all` — cut every open connection now.
@@ -51,6 +53,10 @@ class ProxyStats:
     refused: int = 0
     cuts: int = 0
     requests_cut: list[bytes] = field(default_factory=list)
+    requests_held: list[bytes] = field(default_factory=list)
+    """Requests :meth:`FaultProxy.hold_request` held, once each was delivered."""
+    holding: int = 0
+    """Requests being held right now."""
     bytes_to_server: int = 0
     bytes_to_client: int = 0
 
@@ -62,6 +68,8 @@ class _Conn:
     cut: bool = False
     finishing: bool = False
     """Cut when the reply comes: the rest of the cut request (an HTTP body sent after its headers) still goes on."""
+    held: bool = False
+    """A request of this connection was held: the server side stays open for its reply after the client leaves."""
 
 
 class FaultProxy:
@@ -91,7 +99,9 @@ class FaultProxy:
         self._skip = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._delay_s = 0.0
+        self._hold: tuple[RequestMatch, int, float] | None = None
         self._cut_event = threading.Event()
+        self._held_event = threading.Event()
         self.stats = ProxyStats()
 
     def __repr__(self) -> str:
@@ -138,7 +148,7 @@ class FaultProxy:
     def passthrough(self) -> None:
         """Forward everything; listen again if refusing."""
         with self._lock:
-            self._match, self._cuts_left, self._delay_s = None, 0, 0.0
+            self._match, self._cuts_left, self._delay_s, self._hold = None, 0, 0.0, None
         self._call(self._listen())
 
     def cut_after_request(
@@ -160,6 +170,22 @@ class FaultProxy:
         with self._lock:
             self._match, self._cuts_left, self._drop_request, self._skip = match, times, True, 0
         self._cut_event.clear()
+
+    def hold_request(self, match: RequestMatch, seconds: float, *, times: int = 1) -> None:
+        """Arm: the next ``times`` client requests matching ``match`` reach the server ``seconds`` late.
+
+        The connection's later requests queue behind the held one, as on one TCP stream. A client that gives up
+        meanwhile and closes the connection does not stop it: the request is delivered anyway, and the server
+        side stays open for its reply (dropped), as a request delayed in the network arrives after its sender
+        has moved on. :meth:`wait_for_held` says when one was delivered.
+        """
+        with self._lock:
+            self._hold = (match, times, seconds)
+        self._held_event.clear()
+
+    def wait_for_held(self, timeout_s: float) -> bool:
+        """Block until a request armed by :meth:`hold_request` was delivered (or ``timeout_s`` passes)."""
+        return self._held_event.wait(timeout_s)
 
     def delay(self, seconds: float) -> None:
         """Hold every forwarded chunk, both ways, ``seconds`` long (0 to stop)."""
@@ -245,6 +271,15 @@ class FaultProxy:
             self._cuts_left -= 1
             return True, self._wait_for_reply, self._drop_request
 
+    def _should_hold(self, chunk: bytes) -> float:
+        """How long to hold this request (0: not at all)."""
+        with self._lock:
+            if self._hold is None or not _matches(self._hold[0], chunk):
+                return 0.0
+            match, left, seconds = self._hold
+            self._hold = (match, left - 1, seconds) if left > 1 else None
+            return seconds
+
     async def _pause(self) -> None:
         with self._lock:
             delay = self._delay_s
@@ -261,6 +296,17 @@ class FaultProxy:
                     conn.server.write(chunk)
                     await conn.server.drain()
                     self.stats.bytes_to_server += len(chunk)
+                    continue
+                if held_s := self._should_hold(chunk):
+                    conn.held = True
+                    self.stats.holding += 1
+                    await asyncio.sleep(held_s)
+                    self.stats.holding -= 1
+                    conn.server.write(chunk)
+                    await conn.server.drain()
+                    self.stats.bytes_to_server += len(chunk)
+                    self.stats.requests_held.append(chunk)
+                    self._held_event.set()
                     continue
                 cut, on_reply, drop = self._should_cut(chunk)
                 if cut:
@@ -279,7 +325,7 @@ class FaultProxy:
                         self._cut_client(conn)
                         return
                     conn.finishing = True  # a request may come in several chunks: the server gets all of it
-        if not conn.cut and conn.server.can_write_eof():
+        if not conn.cut and not conn.held and conn.server.can_write_eof():
             with contextlib.suppress(OSError):
                 conn.server.write_eof()
 

@@ -227,7 +227,7 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
     monkeypatch.setattr(hdfs.HdfsService, "_cds_options", lambda self, java: [])
     monkeypatch.setattr(kafka, "java_command", lambda jars, home: [str(standin)])
     monkeypatch.setattr(kafka, "format_storage", lambda java, config, jars, extra=(): None)
-    monkeypatch.setattr(kafka, "_serves", lambda bootstrap, client=None: _answers(int(bootstrap.rsplit(":", 1)[1])))
+    monkeypatch.setattr(kafka, "serves", lambda bootstrap, client=None: _answers(int(bootstrap.rsplit(":", 1)[1])))
     monkeypatch.setattr(minio.MinioService, "binary", property(lambda self: standin))
     monkeypatch.setattr(minio, "_http_ok", lambda url, ca=None: _answers(urllib.parse.urlsplit(url).port))
     monkeypatch.setattr(postgres, "service_user", lambda: None)  # under root: no server user for a stand-in
