@@ -156,7 +156,10 @@ SINK_TESTS = $(TOGETHER) "$(PYTEST) $(SINK_SUITE) -q -m 'not full' $(2) -k '$(SU
 # PostgreSQL tests fill its prepared-transaction slots, which the contract suite's walks need).
 SINK_TESTS_ONE = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --durations=10" $(call SINK_SPARK,$(1))
 # The secured servers' Spark tests run in test-secured(-full), which starts those servers.
-SPARK_PIPELINES = $(foreach s,$(SINKS),tests/spark/test_$(s)_pipeline.py) tests/spark/test_secured_pipelines.py \
+# A sink's pipelines: tests/spark/test_SINK_pipeline.py, and test_SINK_cluster_pipeline.py where the sink has a
+# private cluster of its own (Kafka's three nodes); each runs in its test-SINK-full.
+SINK_PIPELINES = $(wildcard tests/spark/test_$(1)_pipeline.py tests/spark/test_$(1)_cluster_pipeline.py)
+SPARK_PIPELINES = $(foreach s,$(SINKS),$(call SINK_PIPELINES,$(s))) tests/spark/test_secured_pipelines.py \
 	tests/spark/test_fanout_pipeline.py tests/spark/test_postgres_replicated.py
 # The quick Spark tests (tests/spark -m "not full or matrix", $(2) passed on) with Python $(1), in two pytest
 # processes run together: local-cluster and the PySpark matrix. Of the sinks' pipelines only the 2pc kill
@@ -180,7 +183,7 @@ LIGHT_CONTRACT = --eosink-contract-examples=8 --eosink-crash-stride=4
 KAFKA_CONTRACT = --eosink-contract-examples=4 --eosink-crash-stride=8
 SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --durations=10 $(if $(3),-k 'not ($(3))')" \
 	$(if $(3),"$(PYTEST) tests/connectors/$(1) -q --durations=5 -k '$(3)' $(LIGHT_CONTRACT)") \
-	$(foreach k,0 1,"$(PYTEST) tests/spark/test_$(1)_pipeline.py -q --durations=10 --shard=$(k)/2")
+	$(foreach k,0 1,"$(PYTEST) $(call SINK_PIPELINES,$(1)) -q --durations=10 --shard=$(k)/2")
 # The replicated server's tests run in test-postgres-replicated(-full), which starts that server.
 PG_PLAIN := --ignore=tests/connectors/postgres/test_postgres_replicated.py
 test-postgres: venv java
