@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 from eosink._procs import kill_session
+from eosink._waiting import wait_until
 from tests.examples.test_examples import _java_options, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.full, pytest.mark.timeout(900)]
@@ -112,13 +112,15 @@ class Quickstart:
             return []
 
     def wait_for_all_rows(self, proc: subprocess.Popen[str], timeout_s: float = 300) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.rows()) < len(self.sent):
+        def landed() -> bool:
             if proc.poll() is not None:
                 out, err = proc.communicate()
                 pytest.fail(f"the quickstart program ended early ({proc.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
-            assert time.monotonic() < deadline, f"{len(self.rows())} of {len(self.sent)} rows after {timeout_s:.0f} s"
-            time.sleep(0.5)
+            return len(self.rows()) >= len(self.sent)
+
+        assert wait_until(landed, timeout_s, max_interval_s=0.5), (
+            f"{len(self.rows())} of {len(self.sent)} rows after {timeout_s:.0f} s"
+        )
 
     @staticmethod
     def finish(proc: subprocess.Popen[str], timeout_s: float = 300) -> tuple[int, str, str]:
