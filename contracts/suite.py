@@ -153,7 +153,7 @@ class _Driver:
             assert canon(self.suite.harness.read_committed(self.ns)) == self.expected()
             last = sink.fetch_last_bundle(APP)
             assert last is not None and last.batch.batch_id == len(self.batches) - 1
-            assert last.fingerprint == self.batches[-1].expected_fingerprint()
+            assert last.fingerprint == self.batches[-1].expected_fingerprint(self.variant.make().fingerprint_version())
             assert sink.recover(APP) == []
         finally:
             sink.close()

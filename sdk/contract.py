@@ -79,6 +79,7 @@ class Fingerprint:
     Participants compute theirs while writing; the coordinator adds them up. ``version`` is the
     row-hash version the sums were taken with (see ``eosink._rowhash``): fingerprints of
     different versions are never equal, except that every empty fingerprint equals every other.
+    Version 0 holds the row count only (two-phase commit's, see :mod:`eosink.fingerprint`).
     """
 
     rows: int = 0
@@ -123,6 +124,8 @@ class Fingerprint:
         )
 
     def __str__(self) -> str:
+        if self.version == 0:
+            return f"{self.rows} rows (count only)"
         suffix = f" (v{self.version})" if self.version != 1 else ""
         return f"{self.rows} rows/{self.sum1:016x}{self.sum2:016x}{suffix}"
 

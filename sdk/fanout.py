@@ -43,6 +43,7 @@ from eosink.contract import Committable, Fingerprint, Sink
 from eosink.coordinator import CommitPolicy, Coordinator, Stats
 from eosink.errors import ConfigurationError
 from eosink.faults import FaultPoint
+from eosink.fingerprint import COUNT_ONLY
 from eosink.participant import WritePlan
 from eosink.recovery import Action, RecoveryPlan
 from eosink.strategies import Strategy
@@ -371,6 +372,8 @@ def replay_fingerprints(
     taken: dict[int, Fingerprint] = {} if written is None else {written.version: written}
     out: list[Fingerprint | None] = []
     for version in versions:
+        if version == COUNT_ONLY:  # a count-only bundle is never compared (Coordinator._check_replay)
+            taken.setdefault(version, Fingerprint(version=COUNT_ONLY))
         if version is not None and version not in taken:
             taken[version] = take(version)
         out.append(None if version is None else taken[version])

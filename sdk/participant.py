@@ -70,6 +70,8 @@ class WritePlan:
     """The sink's name in a fan-out (None alone): errors its participants raise name it."""
     follows: int | None = None
     """The batch the writer last committed (``TaskRef.follows``)."""
+    fingerprint_version: int = FINGERPRINT_VERSION
+    """The version participants fingerprint their rows in (``COUNT_ONLY``: the count, see ``eosink.fingerprint``)."""
 
     def task(self, participant: int) -> TaskRef:
         """A task reference for one attempt of one participant (a fresh, unique attempt id)."""
@@ -99,7 +101,7 @@ def run_participants(
         return []
     writers = [_SinkWriter(plan, participant) for plan in plans]
     if len(writers) == 1:
-        fingerprint = _pass(batches, writers[0].write, plans[0].batch.batch_id)
+        fingerprint = _pass(batches, writers[0].write, plans[0])
         made = [writers[0].pre_commit()]
     else:  # a fan-out: each sink in a lane of its own, fed the same batches in the same order
         lanes = [Lane(_named(w.plan, w.write), _named(w.plan, w.pre_commit)) for w in writers]
@@ -109,7 +111,7 @@ def run_participants(
                 for lane in lanes:
                     lane.put(batch)
 
-            fingerprint = _pass(batches, to_every_lane, plans[0].batch.batch_id)
+            fingerprint = _pass(batches, to_every_lane, plans[0])
             for lane in lanes:  # every sink pre-commits at once
                 lane.finish()
             made = [lane.result() for lane in lanes]
@@ -126,15 +128,16 @@ def run_participants(
     return committables
 
 
-def _pass(batches: Iterable[pa.RecordBatch], write: Callable[[pa.RecordBatch], None], batch_id: int) -> Fingerprint:
-    """Read the participant's batches once: fingerprint each and hand it to ``write``; the whole fingerprint."""
-    fingerprint = Fingerprint()
+def _pass(batches: Iterable[pa.RecordBatch], write: Callable[[pa.RecordBatch], None], plan: WritePlan) -> Fingerprint:
+    """Read the participant's batches once: fingerprint each (in the plan's version; a fan-out's plans share
+    their strategy's) and hand it to ``write``; the whole fingerprint."""
+    fingerprint = Fingerprint(version=plan.fingerprint_version)
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        fingerprint += fingerprint_of(batch)
+        fingerprint += fingerprint_of(batch, plan.fingerprint_version)
         write(batch)
-        faults.hit(FaultPoint.F2, batch_id)
+        faults.hit(FaultPoint.F2, plan.batch.batch_id)
     return fingerprint
 
 

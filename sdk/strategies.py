@@ -24,6 +24,7 @@ from typing import ClassVar, final
 
 from eosink.contract import Capabilities
 from eosink.errors import ConfigurationError
+from eosink.fingerprint import COUNT_ONLY, FINGERPRINT_VERSION
 from eosink.keys import KEY_COLUMN
 
 __all__ = ["STRATEGY_NAMES", "Idempotent", "Strategy", "TwoPhaseCommit", "TxidCheck", "resolve_strategy"]
@@ -57,6 +58,11 @@ class Strategy(ABC):
     def generates_keys(self) -> bool:
         """Whether eosink adds a generated key column to every row."""
         return False
+
+    def fingerprint_version(self) -> int:
+        """The fingerprint version a batch is written with: row hashes where a replay of a committed batch can
+        happen and is compared; the row count only where the sink commits after Spark (no such replay)."""
+        return COUNT_ONLY if self.commits_after_spark else FINGERPRINT_VERSION
 
     def rolls_forward(self, spark_committed: bool) -> bool:
         """At recovery: commit a batch whose manifest exists (True) or abort it (False)."""

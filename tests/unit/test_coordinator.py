@@ -54,7 +54,7 @@ from eosink.errors import (
     PreparedWorkLostError,
     TransientError,
 )
-from eosink.fingerprint import FINGERPRINT_VERSION
+from eosink.fingerprint import COUNT_ONLY, FINGERPRINT_VERSION
 from eosink.keys import KEY_COLUMN
 from eosink.spark import BatchWriter
 from eosink.strategies import Idempotent, TwoPhaseCommit, TxidCheck, resolve_strategy
@@ -581,6 +581,37 @@ def test_f13_replay_of_a_bundle_from_an_older_release_compares_in_its_version(tm
     ms.run()
     assert ms.stats.replays_skipped == 1 and ms.batches[1].writes == writes
     ms.assert_exact()
+
+
+def test_2pc_bundles_hold_the_row_count_and_a_rewound_replay_keeps_the_commit(tmp_path: Path) -> None:
+    """Two-phase commit fingerprints rows by count only (it commits after Spark's commit log, so Spark does not
+    replay a batch it committed). Then Spark's commit log loses batch 3 (a rewound checkpoint) and Spark
+    replays it with other rows.
+
+    Pass: every bundle is count-only with its batch's row count; the replay is skipped without a fingerprint
+    pass and without NonDeterministicReplayError, and the sink keeps the rows it committed. Negative control:
+    the same replay under txid-check (hashed fingerprints) raises NonDeterministicReplayError.
+    """
+    ms = mini(tmp_path, VARIANTS[0])
+    ms.run()
+    bundles = ms.reader().bundles(ms.app_id)
+    assert [b.fingerprint for b in bundles] == [Fingerprint(len(b.rows), version=COUNT_ONLY) for b in ms.batches]
+    committed = ms.visible()
+    (ms.ckpt.root / "commits" / "3").unlink()
+    ms.batches[3] = MemoryBatch(make_rows(3, salt="x"))
+    ms.restart()
+    ms.run()
+    assert ms.stats.replays_skipped == 1
+    assert ms.batches[3].writes == 0 and ms.batches[3].fingerprints == 0
+    assert ms.visible() == committed
+
+    control = mini(tmp_path / "control", NON_2PC[0])
+    control.run()
+    (control.ckpt.root / "commits" / "3").unlink()
+    control.batches[3] = MemoryBatch(make_rows(3, duplicate=not NON_2PC[0].user_keys, salt="x"))
+    control.restart()
+    with pytest.raises(NonDeterministicReplayError):
+        control.run()
 
 
 def test_f13_2pc_divergent_replay_is_harmless(tmp_path: Path) -> None:

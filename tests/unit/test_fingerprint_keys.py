@@ -29,8 +29,9 @@ from eosink import _rowhash
 from eosink._rowhash import column_hash, row_hashes, splitmix64
 from eosink.contract import Fingerprint
 from eosink.errors import SchemaError
-from eosink.fingerprint import FINGERPRINT_VERSION, fingerprint_of
+from eosink.fingerprint import COUNT_ONLY, FINGERPRINT_VERSION, fingerprint_of
 from eosink.keys import KEY_COLUMN, KeyGenerator
+from eosink.strategies import Idempotent, TwoPhaseCommit, TxidCheck
 
 SCHEMA = pa.schema(
     [
@@ -447,6 +448,18 @@ def test_new_fingerprints_use_the_current_version() -> None:
     v2, v3 = fingerprint_of(no_bytes, 2), fingerprint_of(no_bytes, 3)
     assert (v2.sum1, v2.sum2) == (v3.sum1, v3.sum2) and v2 != v3
     assert fingerprint_of(batch, 2).sum1 != fingerprint_of(batch, 3).sum1
+
+
+def test_count_only_fingerprints_hold_the_row_count() -> None:
+    """Pass: version COUNT_ONLY counts rows without hashing (two-phase commit's), adds up, and names itself."""
+    batch = golden_batch()
+    one = fingerprint_of(batch, COUNT_ONLY)
+    assert one == Fingerprint(batch.num_rows, version=COUNT_ONLY) and (one.sum1, one.sum2) == (0, 0)
+    assert (one + one).rows == 2 * batch.num_rows and str(one) == f"{batch.num_rows} rows (count only)"
+    assert Fingerprint.from_json(one.to_json()) == one
+    assert one != fingerprint_of(batch)
+    assert TwoPhaseCommit().fingerprint_version() == COUNT_ONLY
+    assert TxidCheck().fingerprint_version() == Idempotent().fingerprint_version() == FINGERPRINT_VERSION
 
 
 def _bytes_reference(value: bytes) -> int:

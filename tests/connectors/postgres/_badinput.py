@@ -131,7 +131,8 @@ class SinkState:
         try:
             assert sink.recover(APP) == []
             last = sink.fetch_last_bundle(APP)
-            assert last is not None and last.fingerprint == batches[-1].expected_fingerprint()
+            assert last is not None
+            assert last.fingerprint == batches[-1].expected_fingerprint(driver.variant.make().fingerprint_version())
         finally:
             sink.close()
         assert self.prepared_gids() == []
