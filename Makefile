@@ -47,7 +47,7 @@ WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-postgres-replicated test-postgres-replicated-full test-kafka test-s3 test-hdfs test-delta test-fanout test-fanout-full test-secured test-secured-full spark services services-up services-check services-down \
 	services-status test test-full demo demo-kafka demo-fanout demo-s3 demo-hdfs demo-delta bench clean chaos chaos-quick examples example-files example-kafka \
 	example-files-to-kafka example-kafka-to-kafka example-fanout example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs example-files-to-delta \
-	spark-full local-cluster test-postgres-full test-kafka-full test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
+	spark-full local-cluster test-postgres-full test-kafka-full test-kafka-cluster test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
@@ -68,6 +68,7 @@ help:
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
 	@echo "                (SECURE=1: their secured variants: TLS, authentication, least-privileged writers)"
 	@echo "make test-postgres-replicated   PostgreSQL on a primary and two standbys failed over mid-commit"
+	@echo "make test-kafka-cluster   Kafka on three nodes: leaders and coordinators killed, paused, requests held (test-full)"
 	@echo "make test-fanout    one query into PostgreSQL and Kafka: a Spark kill between the sinks' commits"
 	@echo "make test-secured   every sink on its secured server as the least-privileged writer (grants, TLS, credentials)"
 	@echo "make services   the service harness's own tests against the real servers (starts and stops them)"
@@ -79,7 +80,8 @@ help:
 	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S] [JOBS=J] [TOPOLOGY=replicated]   the end-to-end chaos harness"
 	@echo "                -> results/chaos-SINK.json (replicated: results/chaos-SINK-replicated.json)"
 	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy, baseline, non-deterministic)"
-	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1]   eosink vs Spark's built-in writers -> results/bench-<sink>.*"
+	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1] [TOPOLOGY=cluster]   eosink vs Spark's built-in writers"
+	@echo "                -> results/bench-<sink>.* (TOPOLOGY=cluster, Kafka on three nodes: bench-kafka-cluster.*)"
 
 venv: $(STAMP)
 
@@ -156,9 +158,9 @@ SINK_TESTS = $(TOGETHER) "$(PYTEST) $(SINK_SUITE) -q -m 'not full' $(2) -k '$(SU
 # PostgreSQL tests fill its prepared-transaction slots, which the contract suite's walks need).
 SINK_TESTS_ONE = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $(2) --durations=10" $(call SINK_SPARK,$(1))
 # The secured servers' Spark tests run in test-secured(-full), which starts those servers.
-# A sink's pipelines: tests/spark/test_SINK_pipeline.py, and test_SINK_cluster_pipeline.py where the sink has a
-# private cluster of its own (Kafka's three nodes); each runs in its test-SINK-full.
-SINK_PIPELINES = $(wildcard tests/spark/test_$(1)_pipeline.py tests/spark/test_$(1)_cluster_pipeline.py)
+# A sink's pipelines (tests/spark/test_SINK_pipeline.py); those into a cluster of the sink's own (Kafka's three
+# nodes) run in test-SINK-cluster.
+SINK_PIPELINES = tests/spark/test_$(1)_pipeline.py
 SPARK_PIPELINES = $(foreach s,$(SINKS),$(call SINK_PIPELINES,$(s))) tests/spark/test_secured_pipelines.py \
 	tests/spark/test_fanout_pipeline.py tests/spark/test_postgres_replicated.py
 # The quick Spark tests (tests/spark -m "not full or matrix", $(2) passed on) with Python $(1), in two pytest
@@ -223,7 +225,16 @@ test-kafka: venv java
 	@$(call WITH_KAFKA,$(call SINK_TESTS,kafka,$(KAFKA_CONTRACT)))
 
 test-kafka-full: venv java
-	@$(call WITH_KAFKA,$(call SINK_FULL_TESTS,kafka,))
+	@$(call WITH_KAFKA,$(call SINK_FULL_TESTS,kafka,--ignore=$(KAFKA_CLUSTER_FAULTS)))
+
+# The three-node Kafka cluster (eosink.services.kafka_cluster; each test module starts one of its own, so no shared
+# server): the harness's own tests; EndTxn and Produce requests held past their timeouts, EndTxn replies lost, and
+# the independent read_committed reader's negative controls; Spark pipelines through leader and coordinator
+# failures. One module at a time: three brokers beside Spark fill the two cores. Part of test-full.
+KAFKA_CLUSTER_FAULTS := tests/connectors/kafka/test_kafka_cluster_faults.py
+KAFKA_CLUSTER_TESTS := tests/services/test_kafka_cluster.py $(KAFKA_CLUSTER_FAULTS) tests/spark/test_kafka_cluster_pipeline.py
+test-kafka-cluster: venv java tools
+	@$(PYTEST) $(KAFKA_CLUSTER_TESTS) -q --durations=10
 
 # S3 (MinIO): the contract suite with Parquet objects (8 random schedules, the crash walks at every 4th
 # step), one Spark kill-and-restart per strategy and one chaos schedule (against a private MinIO);
@@ -342,7 +353,8 @@ services: venv tools
 		--durations=5)
 
 services-full: venv tools
-	@$(call WITH_SERVICES,$(PYTEST) tests/services -q --ignore=tests/services/test_postgres_cluster.py --durations=5)
+	@$(call WITH_SERVICES,$(PYTEST) tests/services -q --ignore=tests/services/test_postgres_cluster.py \
+		--ignore=tests/services/test_kafka_cluster.py --durations=5)
 
 # make test and make test-full are lists of stages, each a make target run and timed by scripts/stages.py,
 # which ends with a table of every stage's wall time against its budget (seconds after the colon) and the
@@ -358,7 +370,7 @@ test: venv java tools
 FULL_CHAOS_SCHEDULES ?= 2
 FULL_CHAOS_DIR := $(CURDIR)/.cache/chaos-full
 FULL_STAGES := lint unit package docs contracts postgres15 services-full spark-full \
-	$(foreach s,$(SINKS),test-$(s)-full) test-postgres-replicated-full test-fanout-full test-secured-full examples-full \
+	$(foreach s,$(SINKS),test-$(s)-full) test-kafka-cluster test-postgres-replicated-full test-fanout-full test-secured-full examples-full \
 	local-cluster chaos-full spark-matrix
 test-full: venv java tools
 	@$(STAGES) --title "make test-full" --budget 10800 --out build/test-full-times.json $(FULL_STAGES)
@@ -545,7 +557,8 @@ demo-delta: $(DEMO_DELTA_STAMP) java tools
 
 # Throughput, streaming latency and driver RSS on the same generated data; starts what it needs.
 bench: venv java tools
-	$(VENV)/bin/eosink bench --sink $(SINK) $(if $(ROWS),--rows $(ROWS)) $(if $(QUICK),--quick) $(BENCH_ARGS)
+	$(VENV)/bin/eosink bench --sink $(SINK) $(if $(filter-out single,$(TOPOLOGY)),--topology $(TOPOLOGY)) \
+		$(if $(ROWS),--rows $(ROWS)) $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist .mypy_cache .ruff_cache

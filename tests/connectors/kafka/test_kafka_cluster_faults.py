@@ -6,34 +6,47 @@ its id and epoch across transactions, so an EndTxn delayed in the network can en
 same producer. eosink's answer (docs/design.md): a data transaction's id is initialised again (a new epoch)
 at every ``begin``, and the bundle producer is replaced after any EndTxn whose reply did not come; a stale
 EndTxn then carries an old epoch and is refused. These tests hold the commit's EndTxn at the coordinator's
-proxy for longer than the client waits, let the batches go on, and check every batch once when it lands.
+proxy for longer than the client waits, let the batches go on, and check every batch once when it lands; others
+lose an EndTxn's reply, or hold a Produce past its transaction's abort.
+
+Every test is judged by :class:`~eosink.connectors.kafka.audit.CommittedReader` (confluent-kafka, a client eosink
+does not write with), polling while the batches run and after: no row lost or duplicated, no batch torn, no
+last stable offset stuck. ``test_the_reader_flags_*`` are its negative controls.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from eosink.connectors.kafka import KafkaConfig, _wire
 from eosink.connectors.kafka._names import COMMIT_REQUEST
 from eosink.connectors.kafka.admin import KafkaAdmin
-from eosink.connectors.kafka.testing import read_topic
+from eosink.connectors.kafka.audit import CommittedReader, KafkaVerdict
 from eosink.contracts._mini import VARIANTS
 from eosink.errors import EosinkError
 from eosink.services.kafka_cluster import KafkaCluster, kafka_request
-from eosink.services.proxy import RequestMatch
+from eosink.services.proxy import FaultProxy, RequestMatch
 
 from .test_kafka_bad_input import APP, Driver, batches, expected
 
 pytestmark = [pytest.mark.full, pytest.mark.timeout(600)]
 
+TRANSACTIONAL = [v for v in VARIANTS if v.id in ("2pc", "txid-check")]
+END_TXNS = [("bundle EndTxn", COMMIT_REQUEST), ("first EndTxn", kafka_request("EndTxn"))]
+"""The commit's EndTxn requests: the bundle's (the batch's commit point), and the first participant's."""
 HOLD_S = 12.0
 REQUEST_TIMEOUT_MS = 4000
 """The sink's clients give up on a request after 4 s: a held EndTxn is past its timeout for 8 s more."""
+TRANSACTION_TIMEOUT_MS = 60_000
+"""A transaction left open is aborted by its coordinator after 60 s; the reader waits two of them for a stuck
+last stable offset to move."""
 
 
 @pytest.fixture(scope="module")
@@ -42,74 +55,204 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
         yield c
 
 
-def _visible(cluster: KafkaCluster, topic: str) -> Counter[str]:
-    import json
-
-    admin = cluster.admin()
-    try:
-        records = read_topic(admin, topic, 2)
-    finally:
-        admin.close()
-    return Counter(json.dumps(json.loads(r.value), sort_keys=True) for r in records if r.value is not None)
-
-
-@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.id in ("2pc", "txid-check")], ids=lambda v: v.id)
-@pytest.mark.parametrize(
-    ("held", "match"),
-    [("bundle EndTxn", COMMIT_REQUEST), ("first EndTxn", kafka_request("EndTxn"))],
-    ids=["bundle", "participant"],
-)
-def test_an_end_txn_delayed_past_its_timeout_cannot_end_a_later_transaction(
-    tmp_path: Path, cluster: KafkaCluster, variant: object, held: str, match: RequestMatch
-) -> None:
-    """Batch 1's commit has its EndTxn (the bundle's, or the first participant's) held at the coordinator for 12 s;
-    the client gives up after 4 s, the query retries (restarting if it stopped), and batches 2 to 4 go on, reusing
-    the same transactional ids. Pass: every batch was done while the request was still held, and it was delivered
-    after; every
-    row is visible once, each batch's bundle once, and no transaction of the app is left open."""
-    topic = f"kc_{uuid.uuid4().hex[:8]}"
+def _config(cluster: KafkaCluster, topic: str) -> KafkaConfig:
     cluster.create_topic(topic, partitions=2)
-    config = KafkaConfig(
+    return KafkaConfig(
         cluster.bootstrap_servers,
         topic=topic,
         value_format="json",
         progress_topic=f"{topic}_progress",
         transactional_id_prefix=topic,
         producer_options={"request_timeout_ms": REQUEST_TIMEOUT_MS},
+        transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
     )
-    proxy = cluster.proxy(cluster.coordinator())
-    work = batches(5)
-    driver = Driver(tmp_path, variant, config)  # type: ignore[arg-type]
+
+
+def _reader(cluster: KafkaCluster, config: KafkaConfig) -> CommittedReader:
+    """The independent judge, polling from before the first batch (the progress topic exists once the fence ran)."""
+    assert config.topic is not None
+    return CommittedReader(cluster.direct_bootstrap, config.topic, 2, config.progress_topic, APP).start()
+
+
+def _run_through(driver: Driver, work: list[Any], starts: int = 3) -> None:
+    """Run every batch, starting the query again when it stops (as Spark's restart would)."""
+    for _ in range(starts):
+        try:
+            driver.run(work)
+            return
+        except EosinkError:
+            driver.restart()
+    pytest.fail(f"the query did not get through its batches in {starts} starts")
+
+
+def _judge(cluster: KafkaCluster, config: KafkaConfig, reader: CommittedReader, work: list[Any]) -> KafkaVerdict:
+    """The reader's verdict (last stable offsets given two transaction timeouts), the bundles once each, and no
+    transaction of the app left open."""
     try:
-        driver.run(work[:1])  # the fence and a first batch, on a cluster that just made the topic
-        proxy.hold_request(match, HOLD_S)
-        for _ in range(3):  # a stopped query is started again, as Spark's restart would
-            try:
-                driver.run(work)
-                break
-            except EosinkError:
-                driver.restart()
-        else:
-            pytest.fail("the query did not get past the held EndTxn in 3 starts")
-        assert proxy.stats.holding == 1, "every batch waited for the held EndTxn: nothing went on past it"
-        assert proxy.wait_for_held(HOLD_S + 30), f"the {held} was never delivered"
-        driver.run(work)  # after the late EndTxn: nothing left to do, nothing changed
+        verdict = reader.verdict(expected(work), settle_s=2 * TRANSACTION_TIMEOUT_MS / 1000)
     finally:
-        proxy.passthrough()
-        driver.close()
-    assert _visible(cluster, topic) == expected(work)
-    kafka_admin = KafkaAdmin(config)
-    bundles = [b.batch.batch_id for b in kafka_admin.bundles(APP)]
-    assert bundles == [0, 1, 2, 3, 4]
+        reader.close()
+    assert verdict.problems == [], verdict
+    assert verdict.bundles == list(range(len(work)))
+    assert [b.batch.batch_id for b in KafkaAdmin(config).bundles(APP)] == list(range(len(work)))
     admin = cluster.admin()
     try:
         open_txns = [
             t.transactional_id
             for ts in admin.list_transactions().values()
             for t in ts
-            if t.transactional_id.startswith(topic)
+            if t.transactional_id.startswith(config.transactional_id_prefix)
             and getattr(_wire.describe(admin, t.transactional_id), "state", None) in ("Ongoing", "PrepareCommit")
         ]
     finally:
         admin.close()
     assert not open_txns, f"transactions left open: {open_txns}"
+    return verdict
+
+
+def _scenario(
+    tmp_path: Path,
+    cluster: KafkaCluster,
+    variant: object,
+    batches_n: int,
+    node: Callable[[KafkaConfig], int],
+    fault: Callable[[FaultProxy], None],
+    after: Callable[[FaultProxy], None],
+) -> None:
+    """A first batch on a fresh topic; then ``fault`` armed on the proxy of ``node`` (of the config), every batch
+    run through it, ``after`` checked; the batches run once more (nothing left to do); then the verdict."""
+    config = _config(cluster, f"k_{uuid.uuid4().hex[:8]}")
+    proxy = cluster.proxy(node(config))
+    work = batches(batches_n)
+    driver = Driver(tmp_path, variant, config)  # type: ignore[arg-type]
+    reader = None
+    try:
+        driver.run(work[:1])  # the fence and a first batch, on a cluster that just made the topic
+        reader = _reader(cluster, config)
+        fault(proxy)
+        _run_through(driver, work)
+        after(proxy)
+        driver.run(work)  # after the late request: nothing left to do, nothing changed
+    finally:
+        proxy.passthrough()
+        driver.close()
+    assert reader is not None
+    _judge(cluster, config, reader, work)
+
+
+def _coordinator(cluster: KafkaCluster) -> Callable[[KafkaConfig], int]:
+    return lambda _: cluster.coordinator()
+
+
+def _went_on_while_held(what: str) -> Callable[[FaultProxy], None]:
+    def check(proxy: FaultProxy) -> None:
+        assert proxy.stats.holding == 1, f"every batch waited for the held {what}: nothing went on past it"
+        assert proxy.wait_for_held(HOLD_S + 30), f"the {what} was never delivered"
+
+    return check
+
+
+@pytest.mark.parametrize("variant", TRANSACTIONAL, ids=lambda v: v.id)
+@pytest.mark.parametrize(("held", "match"), END_TXNS, ids=["bundle", "participant"])
+def test_an_end_txn_delayed_past_its_timeout_cannot_end_a_later_transaction(
+    tmp_path: Path, cluster: KafkaCluster, variant: object, held: str, match: RequestMatch
+) -> None:
+    """Batch 1's commit has its EndTxn (the bundle's, or the first participant's) held at the coordinator for 12 s;
+    the client gives up after 4 s, the query retries (restarting if it stopped), and batches 2 to 4 go on, reusing
+    the same transactional ids. Pass: every batch was done while the request was still held, and it was delivered
+    after; every row is visible once, each batch's bundle once, and no transaction of the app is left open."""
+    _scenario(
+        tmp_path,
+        cluster,
+        variant,
+        5,
+        _coordinator(cluster),
+        lambda proxy: proxy.hold_request(match, HOLD_S),
+        _went_on_while_held(held),
+    )
+
+
+@pytest.mark.parametrize("variant", TRANSACTIONAL, ids=lambda v: v.id)
+@pytest.mark.parametrize(("lost", "match"), END_TXNS, ids=["bundle", "participant"])
+def test_an_end_txn_whose_reply_is_lost_is_settled_from_what_the_cluster_holds(
+    tmp_path: Path, cluster: KafkaCluster, variant: object, lost: str, match: RequestMatch
+) -> None:
+    """Batch 1's commit sends its EndTxn (the bundle's, or the first participant's); the coordinator ends the
+    transaction, and its reply never reaches the sink (the connection is cut). Pass: the query settles the
+    commit from the cluster's own records (the bundle, the transaction's state) and goes on; every batch once."""
+
+    def was_cut(proxy: FaultProxy) -> None:
+        assert proxy.wait_for_cut(5), f"no {lost} was cut"
+
+    _scenario(
+        tmp_path, cluster, variant, 4, _coordinator(cluster), lambda proxy: proxy.cut_after_request(match), was_cut
+    )
+
+
+@pytest.mark.parametrize("variant", TRANSACTIONAL, ids=lambda v: v.id)
+def test_a_produce_held_past_its_transactions_abort_then_delivered_changes_nothing(
+    tmp_path: Path, cluster: KafkaCluster, variant: object
+) -> None:
+    """A participant's Produce to the leader of partition 0 is held 12 s: the sink's client gives up after 4 s,
+    the attempt fails and its transaction is aborted, the batch is written again, and later batches go on; then
+    the held Produce arrives. Pass: the batches went on while it was held; it adds nothing a read_committed
+    reader sees (its transaction is over, its epoch old), every batch once, and no last stable offset stays
+    stuck."""
+    _scenario(
+        tmp_path,
+        cluster,
+        variant,
+        4,
+        lambda config: cluster.leader(str(config.topic), 0),
+        lambda proxy: proxy.hold_request(kafka_request("Produce"), HOLD_S),
+        _went_on_while_held("Produce"),
+    )
+
+
+# -- the reader's negative controls ----------------------------------------------------------------------------
+
+
+def test_the_reader_flags_lost_duplicated_torn_and_hanging_writes(cluster: KafkaCluster) -> None:
+    """Negative controls of :class:`CommittedReader`, one per finding, written past the sink with kafka-python:
+    a batch's bundle committed while one of its rows is not (torn), a row written twice (duplicated), a row never
+    written (lost), and a transaction left open (a stuck last stable offset). Pass: each is reported."""
+    from kafka import KafkaProducer
+
+    from eosink.connectors.kafka._progress import BUNDLES, TOPIC_CONFIG
+
+    topic = f"kn_{uuid.uuid4().hex[:8]}"
+    progress = f"{topic}_progress"
+    cluster.create_topic(topic, partitions=2)
+    admin = cluster.admin()
+    try:
+        admin.create_topics({progress: {"num_partitions": 2, "replication_factor": 3, "configs": TOPIC_CONFIG}})
+    finally:
+        admin.close()
+    rows = [json.dumps({"id": i}, sort_keys=True) for i in range(4)]
+    bundle = {"app_id": APP, "bundle": {"batch": {"app_id": APP, "batch_id": 0}, "fingerprint": {"rows": 4}}}
+    reader = CommittedReader(cluster.direct_bootstrap, topic, 2, progress, APP)
+    committed = KafkaProducer(bootstrap_servers=cluster.direct_bootstrap, transactional_id=f"{topic}-ok")
+    hanging = KafkaProducer(
+        bootstrap_servers=cluster.direct_bootstrap, transactional_id=f"{topic}-open", transaction_timeout_ms=600_000
+    )
+    try:
+        committed.init_transactions()
+        committed.begin_transaction()
+        for row in (rows[0], rows[1], rows[1]):  # rows[2] and rows[3] are never written
+            committed.send(topic, value=row.encode(), partition=0)
+        committed.send(progress, key=b"bundle|0", value=json.dumps(bundle).encode(), partition=BUNDLES)
+        committed.commit_transaction()
+        hanging.init_transactions()
+        hanging.begin_transaction()
+        hanging.send(topic, value=rows[3].encode(), partition=1).get(timeout=30)
+        hanging.flush()
+        reader.poll()
+        verdict = reader.verdict(Counter(rows[:3]), settle_s=3.0)
+    finally:
+        reader.close()
+        committed.close(timeout=5)
+        hanging.close(timeout=0)  # its transaction stays open until the broker's timeout
+    assert verdict.lost == 1 and verdict.duplicated == 1, verdict
+    assert verdict.torn and "3 rows are visible" in verdict.torn[0], verdict
+    assert f"{topic}[1]" in verdict.stuck, verdict
+    assert len(verdict.problems) == 4

@@ -1,0 +1,234 @@
+"""A judge of what a Kafka sink made visible, that shares no client code with it.
+
+:class:`CommittedReader` reads the sink's topic and its bundles (the progress topic's partition 0) as a
+``read_committed`` consumer of confluent-kafka (librdkafka, C), while eosink writes with kafka-python; a
+bug in one client's transaction handling cannot hide itself from the other. It polls during a run and after
+it, and reports in a :class:`KafkaVerdict`:
+
+* **lost** and **duplicated** rows, against the rows the test expects;
+* **torn batches**: a batch's bundle visible while fewer rows are (the bundle is committed after the batch's
+  data transactions, so a reader that sees it must see all of them; a record of an attempt that never
+  committed shows up as a duplicate or a stranger row);
+* **stuck partitions**: a last stable offset still below the high watermark when every writer is done and
+  every fault healed (a hanging transaction: ``read_committed`` readers of the partition wait for ever).
+
+It needs the ``kafka-readers`` extra (``pip install eosink[kafka-readers]``); the tests and the chaos
+harness use it as their independent reader.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CommittedReader", "KafkaVerdict", "canonical"]
+
+BUNDLES = 0
+"""The progress topic's partition of bundles (``eosink.connectors.kafka._progress``)."""
+
+
+def canonical(value: bytes | str) -> str:
+    """A JSON record value in one spelling (sorted keys), so the same row compares equal however it was written."""
+    return json.dumps(json.loads(value), sort_keys=True)
+
+
+@dataclass
+class KafkaVerdict:
+    """What the reader found; :attr:`problems` is empty when the sink was exactly-once."""
+
+    rows: int
+    """Data records read (every copy)."""
+    lost: int
+    duplicated: int
+    strangers: int
+    """Rows the test never wrote (e.g. a record of an attempt whose data differed from the committed one)."""
+    bundles: list[int]
+    torn: list[str] = field(default_factory=list)
+    stuck: dict[str, int] = field(default_factory=dict)
+    """Per partition still behind: high watermark minus last stable offset."""
+
+    @property
+    def problems(self) -> list[str]:
+        found = [f"{n} {what}" for n, what in ((self.lost, "lost"), (self.duplicated, "duplicated")) if n]
+        found += [f"{self.strangers} rows never written"] if self.strangers else []
+        found += [f"torn: {t}" for t in self.torn]
+        found += [f"last stable offset stuck on {p} ({lag} records behind)" for p, lag in sorted(self.stuck.items())]
+        return found
+
+
+class CommittedReader:
+    """A ``read_committed`` confluent-kafka consumer of ``topic`` (``partitions``) and of ``app_id``'s bundles in
+    ``progress_topic``; :meth:`poll` reads what became visible and checks it, :meth:`start` does so in a thread."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        progress_topic: str,
+        app_id: str,
+        *,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        self.topic, self.progress_topic, self.app_id = topic, progress_topic, app_id
+        common = {"bootstrap.servers": bootstrap, **(options or {})}
+        self._consumer = Consumer(
+            {
+                **common,
+                "group.id": f"eosink-audit-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self._admin = AdminClient(common)
+        self._data = [TopicPartition(topic, p) for p in range(partitions)]
+        self._bundles = TopicPartition(progress_topic, BUNDLES)
+        self._consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in self._all()])
+        self.seen: Counter[str] = Counter()
+        self.rows_by_bundle: dict[int, int] = {}
+        self.torn: list[str] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _all(self) -> list[Any]:
+        return [*self._data, self._bundles]
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def poll(self, timeout_s: float = 30.0) -> None:
+        """Read the bundles to their last stable offset, then the data to theirs (taken after the bundles: the
+        data of every bundle read is below it); then check that each bundled batch's rows are all visible."""
+        with self._lock:
+            self._drain([self._bundles], timeout_s)
+            self._drain(self._data, timeout_s)
+            bundled = sum(self.rows_by_bundle.values())
+            visible = sum(self.seen.values())
+            if visible < bundled:
+                newest = max(self.rows_by_bundle)
+                found = f"bundles up to batch {newest} count {bundled} rows, {visible} rows are visible"
+                if found not in self.torn:
+                    self.torn.append(found)
+
+    def _drain(self, partitions: list[Any], timeout_s: float) -> None:
+        ends = self._stable_offsets(partitions, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            positions = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(partitions)}
+            behind = [k for k, end in ends.items() if max(positions.get(k, 0), 0) < end]
+            if not behind:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read_committed reader: {behind} not read up to {ends} in {timeout_s:.0f} s")
+            for message in self._consumer.consume(500, timeout=0.5):
+                self._take(message)
+
+    def _take(self, message: Any) -> None:
+        error = message.error()
+        if error is not None:
+            if not error.retriable():
+                self.errors.append(str(error))
+            return
+        value = message.value()
+        if message.topic() == self.topic:
+            if value is not None:
+                self.seen[canonical(value)] += 1
+            return
+        if message.partition() != BUNDLES or value is None:
+            return
+        body = json.loads(value)
+        if body.get("app_id") != self.app_id:
+            return
+        bundle = body["bundle"]
+        batch = int(bundle["batch"]["batch_id"])
+        self.rows_by_bundle[batch] = int(bundle["fingerprint"]["rows"])
+
+    def _stable_offsets(self, partitions: list[Any], timeout_s: float) -> dict[tuple[str, int], int]:
+        return self._offsets(partitions, "READ_COMMITTED", timeout_s)
+
+    def _offsets(self, partitions: list[Any], isolation: str, timeout_s: float) -> dict[tuple[str, int], int]:
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        latest: Any = OffsetSpec.latest
+        asked = {TopicPartition(tp.topic, tp.partition): latest() for tp in partitions}
+        futures = self._admin.list_offsets(
+            asked, isolation_level=getattr(IsolationLevel, isolation), request_timeout=timeout_s
+        )
+        return {(tp.topic, tp.partition): int(f.result(timeout=timeout_s).offset) for tp, f in futures.items()}
+
+    # -- in the background --------------------------------------------------------------------------
+
+    def start(self, interval_s: float = 0.5) -> CommittedReader:
+        """Poll every ``interval_s`` in a thread until :meth:`stop` (a poll that fails is retried: the cluster
+        may be failing over; a failure that outlasts the run is reported by the final :meth:`poll`)."""
+
+        def run() -> None:
+            while not self._stop.wait(interval_s):
+                try:
+                    self.poll(timeout_s=10.0)
+                except Exception as exc:  # a node down: the next round reads again
+                    self.errors.append(f"poll: {exc}")
+
+        self._thread = threading.Thread(target=run, name="eosink-audit", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def close(self) -> None:
+        self.stop()
+        self._consumer.close()
+
+    # -- the verdict --------------------------------------------------------------------------------
+
+    def stuck(self, within_s: float) -> dict[str, int]:
+        """Partitions (data and bundles) whose last stable offset stays below their high watermark for
+        ``within_s`` (call it once every writer is done: an open transaction left behind keeps it there)."""
+        deadline = time.monotonic() + within_s
+        while True:
+            stable = self._offsets(self._all(), "READ_COMMITTED", 30.0)
+            high = self._offsets(self._all(), "READ_UNCOMMITTED", 30.0)
+            behind = {f"{t}[{p}]": high[(t, p)] - stable[(t, p)] for (t, p) in high if stable[(t, p)] < high[(t, p)]}
+            if not behind or time.monotonic() > deadline:
+                return behind
+            time.sleep(0.5)
+
+    def verdict(self, expected: Counter[str] | None, *, settle_s: float) -> KafkaVerdict:
+        """A last :meth:`poll` once the last stable offsets settled (at most ``settle_s``), against the rows
+        ``expected`` (canonical JSON, see :func:`canonical`); None: each row seen is expected once (duplicates
+        are found, lost rows are the caller's to count)."""
+        self.stop()
+        stuck = self.stuck(settle_s)
+        self.poll()
+        with self._lock:
+            seen = self.seen
+            if expected is None:
+                expected = Counter(set(seen))
+            lost = sum((expected - seen).values())
+            extra = seen - expected
+            strangers = sum(n for row, n in extra.items() if row not in expected)
+            return KafkaVerdict(
+                rows=sum(seen.values()),
+                lost=lost,
+                duplicated=sum(extra.values()) - strangers,
+                strangers=strangers,
+                bundles=sorted(self.rows_by_bundle),
+                torn=list(self.torn),
+                stuck=stuck,
+            )
