@@ -79,6 +79,8 @@ class SinkProfile(ABC):
     chaos_topologies: ClassVar[tuple[str, ...]] = ("single",)
     """The server layouts its chaos target runs on: ``single``, and ``replicated`` (a primary with standbys that
     fail over) where it offers that."""
+    bench_topologies: ClassVar[tuple[str, ...]] = ("single",)
+    """The server layouts its benchmark runs on: ``single``, and ``cluster`` (Kafka's three nodes) where offered."""
     commit_request_marker: ClassVar[bytes | re.Pattern[bytes] | None] = None
     """Bytes of (or a pattern matching) the request that commits a batch, for fault proxies that cut
     its reply; None when requests cannot be matched (encrypted, or no network)."""
@@ -108,8 +110,9 @@ class SinkProfile(ABC):
         ``topology="replicated"`` a private primary with standbys (one of :attr:`chaos_topologies`)."""
         raise NotImplementedError(f"{type(self).__name__} offers no chaos target")
 
-    def bench_adapter(self) -> BenchAdapter:
-        """The benchmark's adapter: the eosink runs, the sink's own baselines and its raw limit."""
+    def bench_adapter(self, *, topology: str = "single") -> BenchAdapter:
+        """The benchmark's adapter: the eosink runs, the sink's own baselines and its raw limit; on servers laid
+        out as ``topology`` (one of :attr:`bench_topologies`)."""
         raise NotImplementedError(f"{type(self).__name__} offers no benchmark adapter")
 
     def demo_target(self) -> DemoTarget:

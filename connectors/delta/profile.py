@@ -73,7 +73,7 @@ class DeltaProfile(SinkProfile):
 
         return DeltaChaosTarget(root)
 
-    def bench_adapter(self) -> BenchAdapter:
+    def bench_adapter(self, *, topology: str = "single") -> BenchAdapter:
         from eosink.connectors.delta._bench import DeltaAdapter
 
         return DeltaAdapter()

@@ -66,7 +66,7 @@ class HdfsProfile(SinkProfile):
 
         return HdfsDemoTarget()
 
-    def bench_adapter(self) -> BenchAdapter:
+    def bench_adapter(self, *, topology: str = "single") -> BenchAdapter:
         from eosink.connectors.hdfs._bench import HdfsAdapter
 
         return HdfsAdapter()

@@ -20,6 +20,10 @@ Variants at 1M rows: eosink's 2pc and Spark's sink with lz4 (``kafka.compression
 many cores the machine has).
 
 Latency is the local clock at the poll minus the row's ``at`` (broker and job share the machine).
+
+``--topology cluster``: the same runs on a private three-node cluster
+(:class:`~eosink.services.kafka_cluster.KafkaCluster`: replication factor 3, ``min.insync.replicas=2``), every
+writer with ``acks=all`` (eosink's always; Spark's sink set to it), reached past the cluster's fault proxies.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -42,6 +47,8 @@ __all__ = ["KafkaAdapter"]
 
 BOOTSTRAP_ENV = "EOSINK_BENCH_KAFKA_BOOTSTRAP"
 PARTITIONS = 2
+REPLICAS = {"single": 1, "cluster": 3}
+"""The data topics' replication factor per topology."""
 VERIFY_S = 1800.0
 """How long reading one partition back may take when checking a run."""
 SCALED = {"participants": 4, "master": "local[4]"}
@@ -111,8 +118,12 @@ class KafkaAdapter:
 
     all_modes: tuple[str, ...] = ("default",)
 
-    def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
+    def __init__(self, modes: tuple[str, ...] = ("default",), *, topology: str = "single") -> None:
         self.modes = modes
+        self.topology = topology
+        """``single``: the service harness's broker; ``cluster``: a private three-node cluster
+        (:class:`~eosink.services.kafka_cluster.KafkaCluster`), replication factor 3, ``min.insync.replicas=2``."""
+        self._cluster: Any = None
         self._started = False
         self._bootstrap: str | None = os.environ.get(BOOTSTRAP_ENV)
         self._admin: Any = None
@@ -124,26 +135,54 @@ class KafkaAdapter:
     # -- parent side ------------------------------------------------------------------------------
 
     def start(self) -> dict[str, Any]:
-        from eosink.services import get_service
         from eosink.services._maven import fetch_jars
         from eosink.services.kafka import KAFKA_VERSION
         from eosink.services.spark_jars import SparkJars
+
+        jars = SparkJars()
+        fetch_jars(jars.artifacts("kafka"), jars.directory("kafka"), what="Spark's Kafka sink")
+        if self.topology == "cluster":
+            return self._start_cluster()
+        from eosink.services import get_service
 
         service = get_service("kafka")
         if service.external() is None and service.pid() is None:
             service.up()
             self._started = True
         self._bootstrap = str(service.endpoint().bootstrap_servers)
-        jars = SparkJars()
-        fetch_jars(jars.artifacts("kafka"), jars.directory("kafka"), what="Spark's Kafka sink")
         return {
             "server_version": KAFKA_VERSION if service.external() is None else "external",
             "settings": {"partitions per topic": PARTITIONS, "replication factor": 1},
             "started_by_bench": self._started,
         }
 
+    def _start_cluster(self) -> dict[str, Any]:
+        """A private three-node cluster under the cache, reached past its fault proxies (nothing is failed)."""
+        from eosink.services._layout import cache_root
+        from eosink.services.kafka import KAFKA_VERSION
+        from eosink.services.kafka_cluster import KafkaCluster
+
+        root = cache_root() / "bench" / "kafka-cluster"
+        shutil.rmtree(root, ignore_errors=True)
+        self._cluster = KafkaCluster(root).start()
+        self._bootstrap = self._cluster.direct_bootstrap
+        return {
+            "server_version": KAFKA_VERSION,
+            "settings": {
+                "nodes": 3,
+                "partitions per topic": PARTITIONS,
+                "replication factor": REPLICAS["cluster"],
+                "min.insync.replicas": 2,
+                "acks": "all",
+            },
+            "started_by_bench": True,
+        }
+
     def stop(self) -> None:
         self.close()
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
         if self._started:
             from eosink.services import get_service
 
@@ -185,7 +224,8 @@ class KafkaAdapter:
 
     def prepare(self, ns: str, *, keyed: bool = False) -> None:
         self.admin().create_topics(
-            {_topic(ns): {"num_partitions": PARTITIONS, "replication_factor": 1}}, wait_for_metadata=True
+            {_topic(ns): {"num_partitions": PARTITIONS, "replication_factor": REPLICAS[self.topology]}},
+            wait_for_metadata=True,
         )
         self._keyed[ns] = keyed
 
@@ -279,7 +319,7 @@ class KafkaAdapter:
             def spark_kafka_sink(df: Any, batch_id: int) -> None:
                 out = df.selectExpr("to_json(struct(*)) AS value").write.format("kafka")
                 out = out.option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-                out.option("kafka.compression.type", codec).save()
+                out.option("kafka.compression.type", codec).option("kafka.acks", "all").save()
 
             return spark_kafka_sink
         if spec.kind == "floor":

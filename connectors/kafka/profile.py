@@ -51,6 +51,7 @@ class KafkaProfile(SinkProfile):
     docs = "connectors/kafka.md"
     datasource = ("eosink.connectors.kafka", "KafkaConfig", "KafkaSink")
     services = ("kafka",)
+    bench_topologies = ("single", "cluster")
     #: A batch's commit ends with the EndTxn (commit) of its bundle transaction, sent by the driver's admin client
     #: ``eosink-bundles``: the API key and version, a correlation id, then that client id.
     commit_request_marker = COMMIT_REQUEST
@@ -108,10 +109,10 @@ class KafkaProfile(SinkProfile):
 
         return KafkaChaosTarget(root)
 
-    def bench_adapter(self) -> BenchAdapter:
+    def bench_adapter(self, *, topology: str = "single") -> BenchAdapter:
         from eosink.connectors.kafka._bench import KafkaAdapter
 
-        return KafkaAdapter()
+        return KafkaAdapter(topology=topology)
 
     def demo_target(self) -> DemoTarget:
         from eosink.connectors.kafka._demo import KafkaDemoTarget

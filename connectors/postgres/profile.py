@@ -75,7 +75,7 @@ class PostgresProfile(SinkProfile):
 
         return ReplicatedPostgresChaosTarget(root) if topology == "replicated" else PostgresChaosTarget(root)
 
-    def bench_adapter(self) -> BenchAdapter:
+    def bench_adapter(self, *, topology: str = "single") -> BenchAdapter:
         from eosink.connectors.postgres._bench import PostgresAdapter
 
         return PostgresAdapter()

@@ -76,7 +76,7 @@ class S3Profile(SinkProfile):
 
         return S3ChaosTarget(root)
 
-    def bench_adapter(self) -> BenchAdapter:
+    def bench_adapter(self, *, topology: str = "single") -> BenchAdapter:
         from eosink.connectors.s3._bench import S3Adapter
 
         return S3Adapter()

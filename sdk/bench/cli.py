@@ -67,6 +67,13 @@ class BenchPlan:
     out: Path
     docs: Path | None
     cache: Path
+    topology: str = "single"
+    """The servers' shape: ``single`` (one of each), or another the sink's adapter offers (``topologies``)."""
+
+    @property
+    def label(self) -> str:
+        """The report's name: the sink, or ``<sink>-<topology>`` (``results/bench-<label>.*``)."""
+        return self.sink if self.topology == "single" else f"{self.sink}-{self.topology}"
 
 
 def _ints(text: str) -> list[int]:
@@ -108,6 +115,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--trigger-ms", type=int, help="trigger interval of the streaming runs (default: the sink's)")
     ap.add_argument("--rss-rows", help="batch sizes of the driver-RSS runs (default 1000000,5000000); 0 skips")
+    ap.add_argument(
+        "--topology",
+        default="single",
+        help="single (one server) or cluster (Kafka: three nodes, replication factor 3, min.insync.replicas=2); "
+        "the report is then bench-<sink>-<topology>",
+    )
     ap.add_argument("--out", default="results", help="where bench-<sink>.json/.md/.png go")
     ap.add_argument("--docs", help="the docs page whose generated section is replaced (default docs/benchmarks.md)")
     ap.add_argument("--no-docs", action="store_true", help="leave the docs alone (the default in quick mode)")
@@ -150,6 +163,7 @@ def plan_from_args(argv: Sequence[str]) -> BenchPlan:
         out=Path(args.out),
         docs=docs,
         cache=cache,
+        topology=args.topology,
     )
 
 
@@ -357,11 +371,11 @@ def _ms(value: float | None) -> str:
 
 def run(plan: BenchPlan) -> Report:
     """Run ``plan``; the report (also written under ``plan.out``)."""
-    adapter = get_adapter(plan.sink)
+    adapter = get_adapter(plan.sink, plan.topology)
     adapter.modes = adapter.all_modes if plan.all_modes else adapter.all_modes[:1]
     bench = _Bench(plan, adapter)
     host = machine()
-    bench.say(f"eosink bench --sink {plan.sink}: starting the server and fetching jars")
+    bench.say(f"eosink bench --sink {plan.sink} ({plan.topology}): starting the servers and fetching jars")
     server = adapter.start()
     try:
         throughput = {}
@@ -374,7 +388,7 @@ def run(plan: BenchPlan) -> Report:
     finally:
         adapter.stop()
     report = Report(
-        sink=plan.sink,
+        sink=plan.label,
         created=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         machine=host,
         config={
@@ -397,7 +411,7 @@ def run(plan: BenchPlan) -> Report:
     paths = write_results(report, plan.out)
     bench.say(f"wrote {', '.join(str(p) for p in paths.values())}")
     if plan.docs is not None:
-        update_docs(report, plan.docs, plan.docs.parent / "img" / f"bench-{plan.sink}.png", paths["png"])
+        update_docs(report, plan.docs, plan.docs.parent / "img" / f"bench-{plan.label}.png", paths["png"])
         bench.say(f"updated {plan.docs}")
     return report
 
@@ -411,5 +425,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failed:
         print(f"eosink bench: failed runs: {', '.join(failed)}", file=sys.stderr)
         return 1
-    print((plan.out / f"bench-{plan.sink}.md").read_text())
+    print((plan.out / f"bench-{plan.label}.md").read_text())
     return 0

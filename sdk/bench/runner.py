@@ -31,6 +31,7 @@ from eosink.bench.job import Job
 from eosink.bench.runs import BenchAdapter
 from eosink.bench.session import SPARK_SCHEMA, finish_writer, floor_function, spark_session, start_queries, warm_up
 from eosink.bench.stream import latency_job
+from eosink.errors import ConfigurationError
 from eosink.profiles import get_profile
 
 # Job and the session's functions lived here; they stay importable from here.
@@ -51,14 +52,26 @@ __all__ = [
 RESULT_FILE = "result.json"
 
 
-def get_adapter(name: str) -> BenchAdapter:
-    """The benchmark adapter of sink ``name``, from its profile; ``a+b``: a fan-out into those sinks in that
-    order (:class:`~eosink.bench.fanout.FanOutAdapter`)."""
+def get_adapter(name: str, topology: str = "single") -> BenchAdapter:
+    """The benchmark adapter of sink ``name``, from its profile, on servers laid out as ``topology``; ``a+b``: a
+    fan-out into those sinks in that order (:class:`~eosink.bench.fanout.FanOutAdapter`)."""
     if "+" in name:
+        if topology != "single":
+            raise ConfigurationError(
+                f"--topology {topology} takes one sink, not the fan-out {name!r}.", "Name one sink with --sink."
+            )
         from eosink.bench.fanout import FanOutAdapter
 
         return FanOutAdapter([get_adapter(part) for part in name.split("+")])
-    return get_profile(name, "bench_adapter").bench_adapter()
+    profile = get_profile(name, "bench_adapter")
+    if topology not in profile.bench_topologies:
+        raise ConfigurationError(
+            f"The {name} benchmark offers the topologies {', '.join(profile.bench_topologies)}, not {topology!r}.",
+            "Pick one of those; a three-node Kafka is --sink kafka --topology cluster.",
+        )
+    if topology == "single":  # a profile written before topologies existed takes no such argument
+        return profile.bench_adapter()
+    return profile.bench_adapter(topology=topology)
 
 
 # -- memory ---------------------------------------------------------------------------------------
