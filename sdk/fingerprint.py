@@ -12,7 +12,7 @@ the bundle it is compared with, so bundles written by an older release still com
 Two-phase commit takes :data:`COUNT_ONLY` fingerprints, the row count without hashing a row: it
 commits a batch only after Spark's commit log holds it, so Spark never replays a batch it
 committed and there is no replay to compare. The row hashes are most of what separates its
-write pass from a plain one (docs/design.md, "What exactly-once costs").
+write pass from a plain one (docs/design.md, "3.1 Two-phase commit").
 """
 
 from __future__ import annotations

@@ -411,12 +411,18 @@ def render_markdown(report: Report, chart: str | None = None, level: int = 1) ->
             "| run | variant | rows/s | against | rows/s | ratio |",
             "|---|---|---:|---|---:|---:|",
         ]
+        measured = {r.name for r in report.throughput.get(report.target_size() or 0, [])}
+
+        def rate(name: str, result: RunResult | None) -> str:  # a run left out by --only did not fail
+            if result is not None:
+                return f"{result.rows_per_s:,.0f}"
+            return "failed" if name in measured else "not run"
+
         for p, run, base in variants:
             ratio = None if run is None or base is None or not base.rows_per_s else run.rows_per_s / base.rows_per_s
             lines.append(
-                f"| {p.run} | {(run.variant or '-') if run is not None else '-'} | "
-                f"{f'{run.rows_per_s:,.0f}' if run is not None else 'failed'} | {p.against} | "
-                f"{f'{base.rows_per_s:,.0f}' if base is not None else 'failed'} | {_fmt(ratio, 2)} |"
+                f"| {p.run} | {(run.variant or '-') if run is not None else '-'} | {rate(p.run, run)} | "
+                f"{p.against} | {rate(p.against, base)} | {_fmt(ratio, 2)} |"
             )
         lines.append("")
     if report.latency:
