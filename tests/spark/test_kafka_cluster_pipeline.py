@@ -4,21 +4,25 @@ nodes fail while it runs.
 The driver reaches every node through the node's fault proxy; the checks read the topic with a consumer of their
 own. Each test fails a node once the pipeline has committed its second batch, lets the same run go on to its
 end (the query must ride out the failover by itself), brings the node back, and checks every row once, one bundle
-per batch and no transaction left open.
+per batch and no transaction left open. Under 2pc and txid-check a ``read_committed`` reader of another client
+library (:class:`~eosink.connectors.kafka.audit.CommittedReader`) also polls throughout: no batch torn (its bundle
+visible before all its rows), no row twice, and no last stable offset stuck once the node is back.
 """
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from eosink._procs import kill_session
+from eosink._procs import is_stopped, kill_session, signal_session
+from eosink.connectors.kafka.audit import CommittedReader
 from eosink.services.kafka_cluster import KafkaCluster
 
-from .conftest import assert_clean, wait_for
+from .conftest import assert_clean, finish_with_restarts, wait_for
 from .test_kafka_pipeline import PARTITIONS, KafkaPipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.full, pytest.mark.timeout(900)]
@@ -44,39 +48,94 @@ def pipeline(tmp_path: Path, driver_java_opts: str, cluster: KafkaCluster) -> It
     p.close()
 
 
-def _fail_mid_stream(p: KafkaPipeline, cluster: KafkaCluster, fail: Callable[[], Callable[[], None]]) -> None:
-    """Run the pipeline; after batch 1's bundle, ``fail()`` a node (it returns how to bring it back); let the run
-    end; bring the node back; check."""
-    proc = p.start()
+SETTLE_S = 120.0
+"""How long the last stable offsets may take to catch up once the node is back."""
+
+
+def _fail_mid_stream(
+    p: KafkaPipeline, cluster: KafkaCluster, fail: Callable[[], Callable[[], None]], at: str | None = None
+) -> None:
+    """Run the pipeline and ``fail()`` a node (it returns how to bring it back): after batch 1's bundle, the run
+    going on by itself; or (``at``, a fault point) with the driver frozen at that step of batch 1 (SIGSTOP of its
+    session), thawed once the node failed, and restarted from its checkpoint if it stopped with an eosink error.
+    Bring the node back once the run ended; check."""
+    reader = CommittedReader(cluster.direct_bootstrap, p.topic, PARTITIONS, p.progress_topic, p.app_id).start()
     try:
-        wait_for(lambda: len(p.bundles()) >= 2, 300, "batch 1's bundle")
-        back = fail()
-        assert proc.poll() is None and len(p.bundles()) < p.files, "the run ended before the node failed"
-    except BaseException:
-        kill_session(proc.pid)
-        proc.wait()
-        raise
-    try:
-        run = p.finish(proc)
+        proc = p.start(None if at is None else f"{at}@1:stop")
+        try:
+            if at is None:
+                wait_for(lambda: len(p.bundles()) >= 2, 300, "batch 1's bundle")
+            else:
+                wait_for(lambda: at in p.fired(), 300, f"{at} to fire")
+                wait_for(lambda: is_stopped(proc.pid), 30, "the driver to stop")
+            back = fail()
+            assert proc.poll() is None and len(p.bundles()) < p.files, "the run ended before the node failed"
+            if at is not None:
+                signal_session(proc.pid, signal.SIGCONT)
+        except BaseException:
+            kill_session(proc.pid)
+            proc.wait()
+            raise
+        try:
+            if at is None:
+                assert_clean(p.finish(proc))
+            else:
+                finish_with_restarts(p, proc)
+        finally:
+            back()
+        p.reconnect()
+        p.assert_exact()
+        verdict = reader.verdict(None, settle_s=SETTLE_S)
     finally:
-        back()
-    assert_clean(run)
-    p.reconnect()
-    p.assert_exact()
+        reader.close()
+    assert verdict.bundles == p.bundles(), verdict
+    found = verdict.problems if p.strategy != "idempotent" else [x for x in verdict.problems if "duplicated" not in x]
+    assert found == [], verdict  # idempotent: a replay rewrites the same keys (consumers keep the last)
 
 
 @pytest.mark.parametrize("strategy", ["2pc", "txid-check", "idempotent"])
-def test_the_transaction_coordinator_killed_mid_stream_then_restarted_is_exact(
-    pipeline: KafkaPipeline, cluster: KafkaCluster, strategy: str
+@pytest.mark.parametrize("role", ["coordinator", "leader"])
+def test_a_node_killed_mid_stream_then_restarted_is_exact(
+    pipeline: KafkaPipeline, cluster: KafkaCluster, role: str, strategy: str
 ) -> None:
+    """The transaction coordinator (the leader of the one ``__transaction_state`` partition), or the leader of the
+    topic's partition 0, SIGKILLed after batch 1's bundle, and restarted once the run ended."""
     pipeline.strategy = strategy
 
-    def kill() -> Callable[[], None]:
-        node = cluster.coordinator()
-        cluster.kill(node)
-        return lambda: (cluster.start_node(node), cluster.wait_in_sync("__transaction_state"))
+    _fail_mid_stream(pipeline, cluster, _killer(cluster, role, pipeline.topic))
 
-    _fail_mid_stream(pipeline, cluster, kill)
+
+# The steps of batch 1's commit a node is killed at, with the driver frozen there: mid-write (F2, in a
+# participant) and after the participants' pre_commit (F3) the partition's leader; mid-commit (F6: participants
+# committed, the bundle not yet) and, under 2pc, after Spark's commit log before the sink's commit (F5) the
+# transaction coordinator.
+STEPS = [
+    pytest.param("2pc", "F2", "leader", id="2pc-F2-leader"),
+    pytest.param("txid-check", "F3", "leader", id="txid-check-F3-leader"),
+    pytest.param("2pc", "F5", "coordinator", id="2pc-F5-coordinator"),
+    pytest.param("2pc", "F6", "coordinator", id="2pc-F6-coordinator"),
+    pytest.param("txid-check", "F6", "coordinator", id="txid-check-F6-coordinator"),
+]
+
+
+@pytest.mark.parametrize(("strategy", "point", "role"), STEPS)
+def test_a_node_killed_at_a_step_of_the_commit_is_exact(
+    pipeline: KafkaPipeline, cluster: KafkaCluster, strategy: str, point: str, role: str
+) -> None:
+    pipeline.strategy = strategy
+    _fail_mid_stream(pipeline, cluster, _killer(cluster, role, pipeline.topic), at=point)
+
+
+def _killer(cluster: KafkaCluster, role: str, topic: str) -> Callable[[], Callable[[], None]]:
+    """SIGKILL the transaction coordinator or the leader of ``topic``'s partition 0; how to bring it back."""
+    synced = "__transaction_state" if role == "coordinator" else topic
+
+    def kill() -> Callable[[], None]:
+        node = cluster.coordinator() if role == "coordinator" else cluster.leader(topic, 0)
+        cluster.kill(node)
+        return lambda: (cluster.start_node(node), cluster.wait_in_sync(synced))
+
+    return kill
 
 
 @pytest.mark.parametrize("strategy", ["2pc", "txid-check"])
