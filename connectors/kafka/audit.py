@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +77,6 @@ class CommittedReader:
         options: Mapping[str, Any] | None = None,
     ) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-        from confluent_kafka.admin import AdminClient
 
         self.topic, self.progress_topic, self.app_id = topic, progress_topic, app_id
         common = {"bootstrap.servers": bootstrap, **(options or {})}
@@ -91,7 +90,8 @@ class CommittedReader:
                 "topic.metadata.refresh.interval.ms": 1000,
             }
         )
-        self._admin = AdminClient(common)
+        self._common = common
+        self._admin = self._new_admin()
         self._data = [TopicPartition(topic, p) for p in range(partitions)]
         self._bundles = TopicPartition(progress_topic, BUNDLES)
         self._consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in self._all()])
@@ -102,6 +102,11 @@ class CommittedReader:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def _new_admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(self._common)
 
     def _all(self) -> list[Any]:
         return [*self._data, self._bundles]
@@ -159,15 +164,26 @@ class CommittedReader:
         return self._offsets(partitions, "READ_COMMITTED", timeout_s)
 
     def _offsets(self, partitions: list[Any], isolation: str, timeout_s: float) -> dict[tuple[str, int], int]:
-        from confluent_kafka import IsolationLevel, TopicPartition
+        """The partitions' latest offsets as a reader of ``isolation`` sees them. An answer from a leader that
+        just lost its role (``FENCED_LEADER_EPOCH``, ``NOT_LEADER_OR_FOLLOWER`` after a failover) is asked
+        again, until ``timeout_s``."""
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
         latest: Any = OffsetSpec.latest
-        asked = {TopicPartition(tp.topic, tp.partition): latest() for tp in partitions}
-        futures = self._admin.list_offsets(
-            asked, isolation_level=getattr(IsolationLevel, isolation), request_timeout=timeout_s
-        )
-        return {(tp.topic, tp.partition): int(f.result(timeout=timeout_s).offset) for tp, f in futures.items()}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            asked = {TopicPartition(tp.topic, tp.partition): latest() for tp in partitions}
+            futures = self._admin.list_offsets(
+                asked, isolation_level=getattr(IsolationLevel, isolation), request_timeout=timeout_s
+            )
+            try:
+                return {(tp.topic, tp.partition): int(f.result(timeout=timeout_s).offset) for tp, f in futures.items()}
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+                self._admin = self._new_admin()  # librdkafka keeps the leader epoch it knew: ask with fresh metadata
 
     # -- in the background --------------------------------------------------------------------------
 
@@ -209,17 +225,20 @@ class CommittedReader:
                 return behind
             time.sleep(0.5)
 
-    def verdict(self, expected: Counter[str] | None, *, settle_s: float) -> KafkaVerdict:
+    def verdict(
+        self, expected: Counter[Any], *, settle_s: float, key: Callable[[dict[str, Any]], Any] | None = None
+    ) -> KafkaVerdict:
         """A last :meth:`poll` once the last stable offsets settled (at most ``settle_s``), against the rows
-        ``expected`` (canonical JSON, see :func:`canonical`); None: each row seen is expected once (duplicates
-        are found, lost rows are the caller's to count)."""
+        ``expected``: canonical JSON (see :func:`canonical`), or ``key`` of each record's JSON object (the
+        columns a test's input names a row by)."""
         self.stop()
         stuck = self.stuck(settle_s)
         self.poll()
         with self._lock:
-            seen = self.seen
-            if expected is None:
-                expected = Counter(set(seen))
+            seen = self.seen if key is None else Counter({key(json.loads(v)): 0 for v in self.seen})
+            if key is not None:
+                for value, n in self.seen.items():
+                    seen[key(json.loads(value))] += n
             lost = sum((expected - seen).values())
             extra = seen - expected
             strangers = sum(n for row, n in extra.items() if row not in expected)
