@@ -63,7 +63,7 @@ help:
 	@echo "make package    build wheel + sdist, install into a clean venv, import, type-check"
 	@echo "make docs       mkdocs build --strict into build/site"
 	@echo "make spark      what only real Spark shows (executor kill, task retry, zombie, divergence, typed errors), the demo"
-	@echo "make test-SINK  one sink: contract suite, connector tests, a Spark kill-and-restart, a chaos schedule"
+	@echo "make test-SINK  one sink: contract suite, connector tests, a Spark kill-and-restart per strategy"
 	@echo "                (SINK: $(SINKS))"
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
 	@echo "                (SECURE=1: their secured variants: TLS, authentication, least-privileged writers)"
@@ -134,19 +134,22 @@ spark: venv java
 	@$(TOGETHER) "$(PYTEST) tests/spark/test_kill_restart.py -q -m 'not full' --durations=10" \
 		"$(PYTEST) tests/spark/test_datasource.py tests/spark/test_demo.py -q -m 'not full' --durations=10"
 
-# -- one pattern per sink: make test-SINK runs its contract suite and connector tests, a Spark
-# kill-and-restart and one chaos schedule (docs/testing.md). make test runs it for every sink.
-# The connector tests mostly wait on the server's round trips, the Spark tests and the chaos schedule mostly
-# compute: $(call SINK_TESTS,sink,connector test options) runs them at the same time, in four processes: the
-# contract suite (test_SINK_contract.py), the other connector tests, the Spark kill-and-restart, and the chaos
-# schedule (each Spark process waits much of its time on its driver's JVM starting and on its own restarts).
+# -- one pattern per sink: make test-SINK runs its contract suite and connector tests and a Spark
+# kill-and-restart per strategy (docs/testing.md); make test runs it for every sink. test-SINK-full adds the
+# rest, and the sink's chaos schedule. The connector tests mostly wait on the server's round trips, the Spark
+# tests mostly compute: $(call SINK_TESTS,sink,connector test options) runs them at the same time, in four
+# processes: the contract suite (test_SINK_contract.py) in two, the other connector tests, the Spark
+# kill-and-restart (a Spark process waits much of its time on its driver's JVM starting and on its own restarts).
 SINKS := postgres kafka s3 hdfs delta
 TOGETHER = $(PYTHON) scripts/together.py
 # Command $(1) as two processes run together, one given -k '$(2)($(3))', the other -k '$(2)not ($(3))':
 # a split by test name, for selections too short or uneven for --shard's every-N-th dealing.
 TOGETHER_K = $(TOGETHER) "$(1) -k '$(2)($(3))'" "$(1) -k '$(2)not ($(3))'"
-SINK_SPARK = "$(PYTEST) tests/spark/test_$(1)_pipeline.py -q -m 'not full' --durations=10" \
-	"$(PYTEST) tests/chaos/test_chaos_quick.py -q -m 'not full' -k $(1) --durations=5"
+SINK_SPARK = "$(PYTEST) tests/spark/test_$(1)_pipeline.py -q -m 'not full' --durations=10"
+# A sink's chaos schedule (five faults under 2pc, against a private server): in test-SINK-full. It took 3:20 to 4:00
+# beside each make test stage's other processes, and proves again in combination what the stage's kill tests and
+# contract suite prove one by one.
+SINK_CHAOS = "$(PYTEST) tests/chaos/test_chaos_quick.py -q -m 'not full' -k $(1) --durations=5"
 # The contract suite itself in two processes: its crash cases (the walks and the fault points) and random schedules
 # in one, its other cases (those on the fault proxy among them: Kafka's is at a fixed port) in the other.
 SINK_SUITE = tests/connectors/$(1)/test_$(1)_contract.py
@@ -185,7 +188,7 @@ LIGHT_CONTRACT = --eosink-contract-examples=8 --eosink-crash-stride=4
 KAFKA_CONTRACT = --eosink-contract-examples=4 --eosink-crash-stride=8
 SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --durations=10 $(if $(3),-k 'not ($(3))')" \
 	$(if $(3),"$(PYTEST) tests/connectors/$(1) -q --durations=5 -k '$(3)' $(LIGHT_CONTRACT)") \
-	$(foreach k,0 1,"$(PYTEST) $(call SINK_PIPELINES,$(1)) -q --durations=10 --shard=$(k)/2")
+	$(foreach k,0 1,"$(PYTEST) $(call SINK_PIPELINES,$(1)) -q --durations=10 --shard=$(k)/2") $(call SINK_CHAOS,$(1))
 # The replicated server's tests run in test-postgres-replicated(-full), which starts that server.
 PG_PLAIN := --ignore=tests/connectors/postgres/test_postgres_replicated.py
 test-postgres: venv java
@@ -219,7 +222,7 @@ test-postgres-full: venv java
 
 # Kafka: every step is a broker round trip, so make test draws 4 random schedules and crashes the
 # walks at every 8th step; test-kafka-full runs the whole suite (60 schedules, every step) and every
-# fault point x strategy under Spark. The chaos schedule runs against a private broker of its own.
+# fault point x strategy under Spark, and the chaos schedule (against a private broker of its own).
 # As one process Kafka's connector tests took 5:30 in make test, the Spark half 3:18; its contract suite alone 4:15.
 test-kafka: venv java
 	@$(call WITH_KAFKA,$(call SINK_TESTS,kafka,$(KAFKA_CONTRACT)))
@@ -237,8 +240,8 @@ test-kafka-cluster: venv java tools
 	@$(PYTEST) $(KAFKA_CLUSTER_TESTS) -q --durations=10
 
 # S3 (MinIO): the contract suite with Parquet objects (8 random schedules, the crash walks at every 4th
-# step), one Spark kill-and-restart per strategy and one chaos schedule (against a private MinIO);
-# test-s3-full: the whole suite with Parquet (JSON lines at make test's strength), and every S3 pipeline.
+# step), one Spark kill-and-restart per strategy; test-s3-full: the whole suite with Parquet (JSON lines at
+# make test's strength), every S3 pipeline and the chaos schedule (against a private MinIO).
 test-s3: venv java tools
 	@$(call WITH_MINIO,$(call SINK_TESTS,s3,$(LIGHT_CONTRACT)))
 
@@ -247,9 +250,9 @@ test-s3-full: venv java tools
 
 # HDFS (the harness's MiniDFSCluster): the contract suite with Parquet files (8 random schedules, the crash
 # walks at every 4th step, the NameNode RPC cut by the proxy), the connector's tests, one Spark
-# kill-and-restart per strategy (2pc with its checkpoint on hdfs://) and one chaos schedule (against a private
-# MiniDFSCluster); test-hdfs-full: the whole suite with Parquet (JSON lines and Parquet partitioned by a
-# column at make test's strength), and every HDFS pipeline.
+# kill-and-restart per strategy (2pc with its checkpoint on hdfs://); test-hdfs-full: the whole suite with
+# Parquet (JSON lines and Parquet partitioned by a column at make test's strength), every HDFS pipeline and
+# the chaos schedule (against a private MiniDFSCluster).
 test-hdfs: venv java tools
 	@$(call WITH_HDFS,$(call SINK_TESTS,hdfs,$(LIGHT_CONTRACT)))
 
@@ -257,9 +260,9 @@ test-hdfs-full: venv java tools
 	@$(call WITH_HDFS,$(call SINK_FULL_TESTS,hdfs,,TestHdfsJsonLinesContract or TestHdfsPartitionedContract))
 
 # Delta (tables on MinIO and local disk): the contract suite on both at make test-s3's strength, the connector's
-# tests, one Spark kill-and-restart per strategy and one chaos schedule (against a private MinIO);
-# test-delta-full: the whole suite on MinIO, local disk and HDFS (a private cluster at HDFS's default
-# num-committed-allowed, which delta-rs needs), and every Delta pipeline.
+# tests, one Spark kill-and-restart per strategy; test-delta-full: the whole suite on MinIO, local disk and HDFS
+# (a private cluster at HDFS's default num-committed-allowed, which delta-rs needs), every Delta pipeline and the
+# chaos schedule (against a private MinIO).
 # make test-delta runs the contract suite on local disk (the Delta logic: every case) and, on MinIO, the cases only
 # a server shows (a commit's reply cut by the proxy, an unreachable store); the whole suite on MinIO is
 # test-delta-full's: it took 5 to 6:21 in make test (each step several round trips to MinIO and a read of the table).
@@ -276,19 +279,18 @@ test-delta-full: venv java tools
 
 # Fan-out (one query into PostgreSQL, then Kafka; docs/fanout.md): a Spark kill between the two sinks' commits
 # per strategy (2pc, txid-check) and through format("eosink"), with a reader that polls both for the order
-# promise, beside one chaos schedule of five faults into private servers; test-fanout-full: the kill at every
-# fault point between the commits, into PostgreSQL then Kafka and into S3 then PostgreSQL, and a small real
-# benchmark run. The protocol tests run in make unit, each connector's fan-out contract cases in its own stage.
+# promise; test-fanout-full: the kill at every fault point between the commits, into PostgreSQL then Kafka and
+# into S3 then PostgreSQL, a small real benchmark run, and one chaos schedule of five faults into private servers. The protocol tests run in make unit, each connector's fan-out contract cases in its own stage.
 test-fanout: venv java
-	@$(call WITH_PG_KAFKA,$(TOGETHER) "$(PYTEST) tests/spark/test_fanout_pipeline.py -q -m 'not full' --durations=5" \
-		"$(PYTEST) tests/chaos/test_chaos_quick.py -q -m 'not full' -k fanout --durations=5")
+	@$(call WITH_PG_KAFKA,$(PYTEST) tests/spark/test_fanout_pipeline.py -q -m 'not full' --durations=5)
 
 test-fanout-full: venv java tools
-	@$(call WITH_SPARK_SERVICES,$(PYTEST) tests/spark/test_fanout_pipeline.py tests/bench/test_quick_fanout.py -q --durations=5)
+	@$(call WITH_SPARK_SERVICES,$(TOGETHER) \
+		"$(PYTEST) tests/spark/test_fanout_pipeline.py tests/bench/test_quick_fanout.py -q --durations=5" \
+		$(call SINK_CHAOS,fanout))
 
 contracts: venv
-	$(PYTEST) tests/contracts -q --durations=5
-	$(PY) tests/template/check_template.py
+	@$(TOGETHER) "$(PYTEST) tests/contracts -q --durations=5" "$(PY) tests/template/check_template.py"
 
 # The PostgreSQL connector against Debian's PostgreSQL 15 (compatibility; part of test-full): every test, the
 # contract suites at the strength make test-s3 uses (LIGHT_CONTRACT): the SQL they send is the same at any strength.
@@ -364,7 +366,8 @@ STAGES = $(PYTHON) scripts/stages.py
 TEST_STAGES := lint:75 unit:90 package:75 docs:30 contracts:120 services:90 spark:240 \
 	$(foreach s,$(SINKS),test-$(s):240) test-postgres-replicated:240 test-fanout:240 test-secured:240 examples:180
 test: venv java tools
-	@$(STAGES) --title "make test" --budget 2400 --out build/test-times.json $(TEST_STAGES)
+	@$(STAGES) --title "make test" --budget 2400 --out build/test-times.json \
+		--background "$(EOSINK) services provision" $(TEST_STAGES)
 
 # The long chaos run here starts afresh each time and leaves results/ (the committed acceptance run) alone.
 FULL_CHAOS_SCHEDULES ?= 2

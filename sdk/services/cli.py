@@ -1,11 +1,14 @@
-"""``eosink services up|check|down|status|env [NAME ...]``: the harness from the command line.
+"""``eosink services up|provision|check|down|status|env [NAME ...]``: the harness from the command line.
 
 Names are the servers (postgres, kafka, hdfs, minio), their secured variants (``postgres-secure``,
 ...: TLS, authentication and a least-privileged writer) and ``spark-jars`` (provision and check
 only); none means the plain servers and the jars. ``--secure`` picks the secured variant of each
 named server (of every server with a variant, when none is named). ``up`` provisions in two
 lanes at once — MinIO's Go build beside the Maven downloads — then starts the servers one by
-one. Exit status 1 means something failed; the message says what to do.
+one. ``provision`` does the first half alone (``make test`` runs it in the background while its first,
+single-process stages run, so that a cold machine builds MinIO on its otherwise idle second core); a
+later ``up`` waits for a build in progress instead of starting another. Exit status 1 means something
+failed; the message says what to do.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ DEFAULT = (*PLAIN_SERVICE_NAMES, JARS)
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one harness command; returns the exit status."""
     parser = argparse.ArgumentParser(prog="eosink services", description="Real servers for tests, without Docker.")
-    parser.add_argument("action", choices=["up", "check", "down", "status", "env"])
+    parser.add_argument("action", choices=["up", "provision", "check", "down", "status", "env"])
     default = " ".join(DEFAULT)
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(ALL)} (default: {default})")
     parser.add_argument("--secure", action="store_true", help="the secured variant of each named server")
@@ -46,9 +49,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown service {', '.join(unknown)}; choose from {', '.join(ALL)}")
     names = selected(args.names, secure=args.secure)
-    action: Callable[[list[str]], int] = {"up": up, "check": check, "down": down, "status": status, "env": env}[
-        args.action
-    ]
+    actions: dict[str, Callable[[list[str]], int]] = {
+        "up": up,
+        "provision": provision,
+        "check": check,
+        "down": down,
+        "status": status,
+        "env": env,
+    }
+    action = actions[args.action]
     try:
         return action(names)
     except ServiceError as exc:
@@ -84,20 +93,33 @@ def up(names: list[str]) -> int:
     """Provision (two lanes in parallel), then start every named server."""
     started = time.monotonic()
     servers = _servers(names)
-    to_provision = [s for s in servers if s.external() is None and s.pid() is None]
-    go_lane = [s.provision for s in to_provision if s.name.startswith("minio")]
-    maven_lane = ([SparkJars().provision] if JARS in names else []) + [
-        s.provision for s in to_provision if not s.name.startswith("minio")
-    ]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        lanes = [pool.submit(_run_all, lane) for lane in (maven_lane, go_lane)]
-        for lane in lanes:
-            lane.result()
+    _provision_lanes(names, [s for s in servers if s.external() is None and s.pid() is None])
     for server in servers:
         server.up()
     log.info("services up in %.0f s", time.monotonic() - started)
     status(names)
     return 0
+
+
+def provision(names: list[str]) -> int:
+    """Download and build what every named server needs (two lanes in parallel), without starting any."""
+    started = time.monotonic()
+    _provision_lanes(names, [s for s in _servers(names) if s.external() is None])
+    log.info("services provisioned in %.0f s", time.monotonic() - started)
+    return 0
+
+
+def _provision_lanes(names: list[str], servers: list[Service[Any]]) -> None:
+    """MinIO's Go build in one lane, the Maven downloads in the other. Each step holds its cache lock, so a
+    provisioning already under way in another process is waited for, not repeated."""
+    go_lane = [s.provisioned for s in servers if s.name.startswith("minio")]
+    maven_lane = ([SparkJars().provision] if JARS in names else []) + [
+        s.provisioned for s in servers if not s.name.startswith("minio")
+    ]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        lanes = [pool.submit(_run_all, lane) for lane in (maven_lane, go_lane)]
+        for lane in lanes:
+            lane.result()
 
 
 def _run_all(steps: list[Callable[[], None]]) -> None:

@@ -1,8 +1,8 @@
 """The chaos harness end to end, against a private server of the sink and real Spark drivers.
 
-``make test`` runs one schedule per sink (2pc: two kills, a task failure, a lost COMMIT reply
-and a sink restart, five faults; ``make test-SINK`` runs its own), and one into PostgreSQL then
-Kafka as a fan-out (``make test-fanout``: per sink exact, and the order between them kept). The ``full`` tests check the
+``make test-SINK-full`` runs one schedule of its sink (2pc: two kills, a task failure, a lost COMMIT
+reply and a sink restart, five faults), and ``make test-fanout-full`` one into PostgreSQL then Kafka
+as a fan-out (per sink exact, and the order between them kept). The ``full`` tests check the
 harness's whole mode against PostgreSQL: schedules per strategy (``EOSINK_CHAOS_SCHEDULES``, 1 by
 default, ``EOSINK_CHAOS_JOBS`` at a time; ``make chaos-full`` runs 3, two at a time), the plain
 ``foreachBatch`` baseline under the same kills, and the non-deterministic mode. The harness runs
@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 
 SEED = 7
 SINKS = ["postgres", "kafka", "s3", "hdfs", "delta", pytest.param("postgres+kafka", id="fanout")]
-"""Each sink (``make test-SINK`` selects its own by name), and a fan-out: PostgreSQL then Kafka in one query
-(``make test-fanout``, by ``fanout``)."""
+"""Each sink (``make test-SINK-full`` selects its own by name), and a fan-out: PostgreSQL then Kafka in one
+query (``make test-fanout-full``, by ``fanout``)."""
 SCHEDULES = int(os.environ.get("EOSINK_CHAOS_SCHEDULES", "1"))
 
 

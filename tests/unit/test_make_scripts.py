@@ -48,6 +48,28 @@ def test_stages_writes_its_times_after_every_stage(tmp_path: Path) -> None:
     assert body["result"] == "failed" and "total" in done.stdout
 
 
+def test_stages_runs_its_background_command_beside_the_stages_and_reports_it(tmp_path: Path) -> None:
+    """Pass: the background command runs while the stage runs (the stage waits for a file only it makes), its
+    output goes to its log, its row is in the table; a failed background command is shown but fails nothing
+    (the stage that needs its work does it itself)."""
+    flag = tmp_path / "flag"
+    (tmp_path / "Makefile").write_text(
+        f"wait:\n\t@for i in $$(seq 100); do test -e {flag} && exit 0; sleep 0.1; done; exit 1\n"
+    )
+    out = tmp_path / "build" / "times.json"
+    done = _run(
+        "stages.py", "--title", "t", "--out", str(out), "--background", f"echo made; touch {flag}", "wait", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout
+    body = json.loads(out.read_text())
+    assert [(r["stage"], r["result"]) for r in body["stages"]] == [("wait", "ok"), (f"(background) touch {flag}", "ok")]
+    assert (tmp_path / "build" / "t-background.log").read_text() == "made\n"
+    done = _run(
+        "stages.py", "--title", "t", "--out", str(out), "--background", f"touch {flag}; exit 4", "wait", cwd=tmp_path
+    )
+    assert done.returncode == 0 and "failed (4)" in done.stdout, done.stdout
+
+
 def _collected(*args: str) -> list[str]:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
