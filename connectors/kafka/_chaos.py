@@ -12,6 +12,7 @@ the reader's partial views are counted, not failures.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -21,17 +22,19 @@ from eosink.chaos.oracle import Row
 from eosink.chaos.target import KEY_ALIAS, Names, ServerSide, Snapshot, key_of
 from eosink.connectors.kafka.testing import committed_json
 
-__all__ = ["KafkaChaosTarget"]
+__all__ = ["PARTITIONS", "KafkaChaosTarget", "progress_topic"]
 
 BOOTSTRAP_VAR = "EOSINK_CHAOS_KAFKA_BOOTSTRAP"
 DIRECT_VAR = "EOSINK_CHAOS_KAFKA_DIRECT"
 JARS_VAR = "EOSINK_CHAOS_JARS"
+TUNING_VAR = "EOSINK_CHAOS_KAFKA_TUNING"
+"""KafkaConfig options for the job's sink, as JSON (a cluster's target shortens the timeouts its faults outlast)."""
 PARTITIONS = 2
 KEY = KEY_ALIAS
 """The job's ``key`` column, renamed in the records' JSON values (see :meth:`KafkaChaosTarget.job_frame`)."""
 
 
-def _progress_topic(control_schema: str) -> str:
+def progress_topic(control_schema: str) -> str:
     return f"{control_schema}_progress"
 
 
@@ -72,9 +75,13 @@ class KafkaChaosTarget(ServerSide):
     def job_env(self, proxy_port: int | None) -> dict[str, str]:
         from eosink.services.spark_jars import SparkJars
 
-        direct = self.server.endpoint.bootstrap_servers
+        direct = self._direct()
         via = direct if proxy_port is None else f"127.0.0.1:{proxy_port}"
         return {BOOTSTRAP_VAR: via, DIRECT_VAR: direct, JARS_VAR: SparkJars().spark_conf("kafka")["spark.jars"]}
+
+    def _direct(self) -> str:
+        """The broker's own listener, past the fault proxy: the harness's reads and admin calls."""
+        return str(self.server.endpoint.bootstrap_servers)
 
     def atomic(self, strategy: str) -> bool:
         return False  # KafkaSink's capabilities: a batch becomes readable participant by participant
@@ -84,7 +91,7 @@ class KafkaChaosTarget(ServerSide):
             from kafka import KafkaAdminClient
 
             self._admin = KafkaAdminClient(
-                bootstrap_servers=self.server.endpoint.bootstrap_servers,
+                bootstrap_servers=self._direct(),
                 client_id="eosink-chaos",
                 request_timeout_ms=10_000,
             )
@@ -129,15 +136,15 @@ class KafkaChaosTarget(ServerSide):
                     from kafka import KafkaAdminClient
 
                     state["admin"] = KafkaAdminClient(
-                        bootstrap_servers=self.server.endpoint.bootstrap_servers,
+                        bootstrap_servers=self._direct(),
                         client_id="eosink-chaos-reader",
                         request_timeout_ms=5_000,
                         bootstrap_timeout_ms=5_000,
                     )
-                    state["view"] = ProgressView(_progress_topic(names.control_schema))
+                    state["view"] = ProgressView(progress_topic(names.control_schema))
                 admin = state["admin"]
                 topics = set(admin.list_topics())
-                if names.table not in topics or _progress_topic(names.control_schema) not in topics:
+                if names.table not in topics or progress_topic(names.control_schema) not in topics:
                     return None
                 counts: dict[int, int] = {}
                 for value in committed_json(admin, names.table):
@@ -159,9 +166,9 @@ class KafkaChaosTarget(ServerSide):
         from eosink.connectors.kafka import KafkaConfig
 
         return KafkaConfig(
-            self.server.endpoint.bootstrap_servers,
+            self._direct(),
             topic=names.table,
-            progress_topic=_progress_topic(names.control_schema),
+            progress_topic=progress_topic(names.control_schema),
             transactional_id_prefix=names.control_schema,
         )
 
@@ -182,7 +189,7 @@ class KafkaChaosTarget(ServerSide):
         with contextlib.suppress(Exception):
             KafkaAdmin(self._config(names)).drop_app(names.app_id)
         admin = self._admin_client()
-        for topic in (names.table, _progress_topic(names.control_schema)):
+        for topic in (names.table, progress_topic(names.control_schema)):
             with contextlib.suppress(Exception):
                 admin.delete_topics([topic])
 
@@ -195,14 +202,16 @@ class KafkaChaosTarget(ServerSide):
         """The eosink sink, connected through the fault proxy (``EOSINK_CHAOS_KAFKA_BOOTSTRAP``)."""
         from eosink.connectors.kafka import KafkaConfig, KafkaSink
 
+        tuning = json.loads(os.environ.get(TUNING_VAR, "{}"))
         config = KafkaConfig(
             os.environ[BOOTSTRAP_VAR],
             topic=table,
             value_format="json",
-            progress_topic=_progress_topic(control_schema),
+            progress_topic=progress_topic(control_schema),
             transactional_id_prefix=control_schema,
             create_topic=True,
             topic_partitions=PARTITIONS,
+            **tuning,
         )
         return KafkaSink(config)
 
@@ -217,6 +226,7 @@ class KafkaChaosTarget(ServerSide):
 
         def write(df: Any, batch_id: int) -> None:
             out = df.selectExpr("to_json(struct(*)) AS value")
-            out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", table).save()
+            writer = out.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("kafka.acks", "all")
+            writer.option("topic", table).save()
 
         return write

@@ -64,14 +64,15 @@ class KafkaVerdict:
 
 class CommittedReader:
     """A ``read_committed`` confluent-kafka consumer of ``topic`` (``partitions``) and of ``app_id``'s bundles in
-    ``progress_topic``; :meth:`poll` reads what became visible and checks it, :meth:`start` does so in a thread."""
+    ``progress_topic`` (None: a writer that keeps no bundles, such as Spark's own Kafka sink); :meth:`poll` reads what
+    became visible and checks it, :meth:`start` does so in a thread."""
 
     def __init__(
         self,
         bootstrap: str,
         topic: str,
         partitions: int,
-        progress_topic: str,
+        progress_topic: str | None,
         app_id: str,
         *,
         options: Mapping[str, Any] | None = None,
@@ -79,7 +80,8 @@ class CommittedReader:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         self.topic, self.progress_topic, self.app_id = topic, progress_topic, app_id
-        common = {"bootstrap.servers": bootstrap, **(options or {})}
+        # A failover's refused connections are expected here; the reader reports what it could not read itself.
+        common = {"bootstrap.servers": bootstrap, "log_level": 2, "log.connection.close": False, **(options or {})}
         self._consumer = Consumer(
             {
                 **common,
@@ -93,7 +95,7 @@ class CommittedReader:
         self._common = common
         self._admin = self._new_admin()
         self._data = [TopicPartition(topic, p) for p in range(partitions)]
-        self._bundles = TopicPartition(progress_topic, BUNDLES)
+        self._bundles = [] if progress_topic is None else [TopicPartition(progress_topic, BUNDLES)]
         self._consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in self._all()])
         self.seen: Counter[str] = Counter()
         self.rows_by_bundle: dict[int, int] = {}
@@ -109,7 +111,7 @@ class CommittedReader:
         return AdminClient(self._common)
 
     def _all(self) -> list[Any]:
-        return [*self._data, self._bundles]
+        return [*self._data, *self._bundles]
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -117,7 +119,7 @@ class CommittedReader:
         """Read the bundles to their last stable offset, then the data to theirs (taken after the bundles: the
         data of every bundle read is below it); then check that each bundled batch's rows are all visible."""
         with self._lock:
-            self._drain([self._bundles], timeout_s)
+            self._drain(self._bundles, timeout_s)
             self._drain(self._data, timeout_s)
             bundled = sum(self.rows_by_bundle.values())
             visible = sum(self.seen.values())

@@ -52,6 +52,7 @@ class KafkaProfile(SinkProfile):
     datasource = ("eosink.connectors.kafka", "KafkaConfig", "KafkaSink")
     services = ("kafka",)
     bench_topologies = ("single", "cluster")
+    chaos_topologies = ("single", "cluster")
     #: A batch's commit ends with the EndTxn (commit) of its bundle transaction, sent by the driver's admin client
     #: ``eosink-bundles``: the API key and version, a correlation id, then that client id.
     commit_request_marker = COMMIT_REQUEST
@@ -105,6 +106,10 @@ class KafkaProfile(SinkProfile):
         return KafkaHarness(**options)
 
     def chaos_target(self, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
+        if topology == "cluster":
+            from eosink.connectors.kafka._chaos_cluster import KafkaClusterChaosTarget
+
+            return KafkaClusterChaosTarget(root)
         from eosink.connectors.kafka._chaos import KafkaChaosTarget
 
         return KafkaChaosTarget(root)

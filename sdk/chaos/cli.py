@@ -11,6 +11,14 @@ asynchronous standby; failovers and replication link cuts join the faults, every
 under ``--replication`` ``sync`` and ``async`` (both by default), and a batch an asynchronous
 failover dropped must be detected (CommittedWorkLostError) and landed by ``eosink recover
 --rewind``; the report goes to ``results/chaos-<sink>-replicated.json``.
+
+``--topology cluster`` (Kafka): the sink on a private three-node cluster (replication factor 3,
+``min.insync.replicas=2``); the sink restart gives way to a partition leader or the transaction
+coordinator SIGKILLed, a node paused past its session timeout and resumed, and an ``EndTxn`` held
+past the job's request timeout, then delivered. The rows are read by an independent
+``read_committed`` reader (confluent-kafka), which also reports torn batches and hanging
+transactions; the plain baseline (Spark's Kafka sink, the same kills) runs beside it, not the
+non-deterministic mode; the report goes to ``results/chaos-<sink>-cluster.json``.
 """
 
 from __future__ import annotations
@@ -57,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
         "--topology",
         choices=TOPOLOGIES,
         default="single",
-        help="single (one server) or replicated (a primary with standbys that fail over; PostgreSQL)",
+        help="single (one server), replicated (a primary with standbys that fail over; PostgreSQL) or cluster "
+        "(three nodes whose leaders and coordinator fail; Kafka)",
     )
     ap.add_argument(
         "--replication",
@@ -123,16 +132,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.replication and not replicated:
         print("eosink chaos: --replication needs --topology replicated.", file=sys.stderr)
         return 2
-    if replicated and set(args.only or ("eosink",)) != {"eosink"}:
-        print("eosink chaos: --topology replicated runs eosink's schedules only (--only eosink).", file=sys.stderr)
+    several = args.topology != "single"
+    allowed = {"single": set(MODES), "replicated": {"eosink"}, "cluster": {"eosink", "naive"}}[args.topology]
+    if not set(args.only or ()) <= allowed:
+        parts = " and ".join(f"--only {m}" for m in MODES if m in allowed)
+        print(f"eosink chaos: --topology {args.topology} runs {parts} only.", file=sys.stderr)
         return 2
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eosink-chaos-"))
-    suffix = "-replicated" if replicated else ""
+    suffix = f"-{args.topology}" if several else ""
     out = Path(args.out or Path("results") / f"chaos-{args.sink}{suffix}.json")
     strategies = tuple(args.strategy or STRATEGIES)
-    modes = tuple(args.only or (("eosink",) if replicated else MODES))
+    modes = tuple(args.only or (m for m in MODES if m in allowed))
     replications = tuple(args.replication or ("sync", "async"))
-    on = f"a replicated server ({', '.join(replications)} replication)" if replicated else "one server"
+    on = {
+        "single": "one server",
+        "replicated": f"a replicated server ({', '.join(replications)} replication)",
+        "cluster": "a cluster of three nodes",
+    }[args.topology]
     say(
         f"eosink chaos: sink {args.sink} on {on}, {args.schedules} schedule(s) per strategy from seed {args.seed}, "
         f"strategies {', '.join(strategies)}, parts {', '.join(modes)}, {args.jobs} at once; work in {workdir}"

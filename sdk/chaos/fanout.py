@@ -83,6 +83,15 @@ class FanOutTarget:
     def recover_args(self, names: Names) -> list[str]:
         raise _single()
 
+    def kill_node(self, role: str) -> str:
+        raise _single()
+
+    def pause_node(self, role: str) -> str:
+        raise _single()
+
+    def hold_end_txn(self) -> str:
+        raise _single()
+
     def proxy_port(self) -> int:
         return self.members[0].proxy_port()
 

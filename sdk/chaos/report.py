@@ -47,7 +47,28 @@ def _aggregate(results: Sequence[ScheduleResult]) -> dict[str, Any]:
         "failed": sum(not r.ok for r in results),
         "duration_s": round(sum(r.duration_s for r in results), 1),
         "sinks": _by_sink(results),
+        "leftovers": _leftovers(results),
+        **({"cluster_faults": faults} if any((faults := _cluster_faults(results)).values()) else {}),
     }
+
+
+def _leftovers(results: Sequence[ScheduleResult]) -> dict[str, int]:
+    """What the schedules left behind, per kind (in-doubt work; on a Kafka cluster also torn batches and hanging
+    transactions, as the independent reader found them)."""
+    total: dict[str, int] = {}
+    for r in results:
+        for key, n in r.leftovers.items():
+            total[key] = total.get(key, 0) + n
+    return total
+
+
+CLUSTER_FAULTS = {"node_kills": "node killed", "node_pauses": "node paused", "end_txn_holds": "EndTxn held"}
+
+
+def _cluster_faults(results: Sequence[ScheduleResult]) -> dict[str, int]:
+    """A cluster's faults injected, per kind (all 0 on one server)."""
+    injected = [x for r in results for run in r.runs for x in run.injected]
+    return {key: sum(x.startswith(prefix) for x in injected) for key, prefix in CLUSTER_FAULTS.items()}
 
 
 def _strategy_rows(
@@ -138,7 +159,7 @@ def build_report(
                 "mode": r.mode,
                 "seed": r.seed,
                 "failure": r.failure,
-                "replay": r.replay_command(sink, kills),
+                "replay": r.replay_command(sink, kills, topology),
             }
             for r in [*eosink, *nondet]
             if not r.ok

@@ -86,11 +86,13 @@ class ScheduleResult:
         sinks: dict[str, dict[str, Any]] = self.verdict.get("sinks") or {}
         return {name: (int(v.get("lost", 0)), int(v.get("duplicated", 0))) for name, v in sinks.items()}
 
-    def replay_command(self, sink: str, kills: int = 3) -> str:
-        """The command that runs this schedule alone (same seed, workload and number of kills)."""
+    def replay_command(self, sink: str, kills: int = 3, topology: str = "single") -> str:
+        """The command that runs this schedule alone (same seed, workload, number of kills and topology)."""
         only = {"eosink": "", "naive": " --only naive", "nondeterministic": " --only nondeterministic"}[self.mode]
         if self.replication:
             only += f" --topology replicated --replication {self.replication}"
+        elif topology != "single":
+            only += f" --topology {topology}"
         strategy = "" if self.mode == "naive" else f" --strategy {self.strategy}"
         w = self.schedule["workload"]
         shape = f" --files {w['files']} --rows {w['rows']} --keys {w['keys']} --kills {kills}"

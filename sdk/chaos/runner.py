@@ -83,16 +83,23 @@ def _happened(fault: Fault, injected: Sequence[str]) -> bool:
         "sink-restart": "sink ",
         "failover": "failover",
         "link-cut": "link cut",
+        "node-kill": "node killed",
+        "node-pause": "node paused",
+        "request-hold": "EndTxn held",
     }[fault.kind]
     return any(x.startswith(prefix) for x in injected)
 
 
-EXPLAINED = ("F2@", "sink ", "cut ", "failover", "link cut")
-"""Injected faults that explain a run's error exit (the sink was down or failed over, a task kept failing):
+EXPLAINED = ("F2@", "sink ", "cut ", "failover", "link cut", "node ", "EndTxn held")
+"""Injected faults that explain a run's error exit (the sink was down or failed over, a node of its cluster
+failed, a task kept failing):
 the next run goes on, with the faults that did not happen yet."""
 
 
 # -- one schedule ----------------------------------------------------------------------------------
+
+RUNNER_FAULTS = ("commit-cut", "sink-restart", "failover", "link-cut", "node-kill", "node-pause", "request-hold")
+"""The faults the runner injects itself as the job commits batches (the others are the job's fault points)."""
 
 
 class _RunnerFaults:
@@ -116,7 +123,7 @@ class _RunnerFaults:
         self.target, self.commit_marker, self.checkpoint = target, commit_marker, checkpoint
         self.proxy, self.fault_log, self.rec = proxy, fault_log, rec
         self.base = len(_committed(checkpoint))
-        self.pending = [f for f in faults if f.kind in ("commit-cut", "sink-restart", "failover", "link-cut")]
+        self.pending = [f for f in faults if f.kind in RUNNER_FAULTS]
         self.random_kill = next((f for f in faults if f.kind == "random-kill"), None)
         self.task_failure = any(f.kind == "task-failure" for f in faults)
         self.armed_cut = False
@@ -156,6 +163,12 @@ class _RunnerFaults:
                 self.rec.injected.append(f"link cut: {self.target.cut_link()}")
             elif f.kind == "failover":
                 self.rec.injected.append(f"failover: {self.target.fail_over()}")
+            elif f.kind == "node-kill":
+                self.rec.injected.append(f"node killed: {self.target.kill_node(f.role)}")
+            elif f.kind == "node-pause":
+                self.rec.injected.append(f"node paused: {self.target.pause_node(f.role)}")
+            elif f.kind == "request-hold":
+                self.rec.injected.append(f"EndTxn held: {self.target.hold_end_txn()}")
 
     def _schedule_random_kill(self, progress: int) -> None:
         """Set the random kill's moment, after the run's other faults: a task failure shows in the fault log
@@ -460,16 +473,20 @@ def plan_schedules(
     workload: Workload,
     kills: int,
     replications: Sequence[str] = ("",),
+    *,
+    cluster: bool = False,
 ) -> list[Schedule]:
     """Every schedule of a harness run, in order: per seed ``seed + k``, one per strategy (and per replication
     mode of a replicated server) and the baseline's; then the non-deterministic mode's, one per strategy it
-    applies to."""
+    applies to. ``cluster``: the sink's faults are a cluster's (nodes killed and paused, a request held)."""
     planned: list[Schedule] = []
     for k in range(schedules):
         s = seed + k
         if "eosink" in modes:
             planned += [
-                make_schedule(s, strategy, replace_seed(workload, s), kills=kills, replication=replication)
+                make_schedule(
+                    s, strategy, replace_seed(workload, s), kills=kills, replication=replication, cluster=cluster
+                )
                 for replication in replications
                 for strategy in strategies
             ]
@@ -602,7 +619,7 @@ class _Pool:
             f"{res.duration_s:.0f} s)"
         )
         if not res.ok and not schedule.naive:
-            self.say(f"  replay: {res.replay_command(self.sink, self.kills)}")
+            self.say(f"  replay: {res.replay_command(self.sink, self.kills, self.topology)}")
         return res
 
 
@@ -631,11 +648,12 @@ def run_chaos(
     schedule is kept in ``workdir/journal``; with ``resume`` a schedule already there (same seed,
     workload and faults) is not run again, so a long run that was interrupted goes on where it stopped.
     ``topology="replicated"``: the sink on a primary with a synchronous and an asynchronous standby, each
-    schedule under each of ``replications`` (failovers and link cuts among its faults).
+    schedule under each of ``replications`` (failovers and link cuts among its faults). ``topology="cluster"``:
+    the sink on a cluster of nodes (Kafka's three), nodes killed and paused and an ``EndTxn`` held among its faults.
     """
     base = workload or Workload()
-    modes_of = ("",) if topology == "single" else tuple(replications)
-    planned = plan_schedules(seed, schedules, strategies, modes, base, kills, modes_of)
+    modes_of = tuple(replications) if topology == "replicated" else ("",)
+    planned = plan_schedules(seed, schedules, strategies, modes, base, kills, modes_of, cluster=topology == "cluster")
     journal = Journal(workdir / "journal")
     done = journal.finished(planned) if resume else {}
     if done:

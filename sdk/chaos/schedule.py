@@ -17,7 +17,13 @@ one of which ends it (a kill). Kinds:
   place: the primary is SIGKILLed and a standby promoted (the synchronous one, or in ``async``
   replication the asynchronous one) once the run has committed ``after`` batches, the old
   primary rewound into a standby; and a ``link-cut`` cuts that standby's replication link one
-  batch before, so that an asynchronous failover drops the batches committed in between.
+  batch before, so that an asynchronous failover drops the batches committed in between;
+* on a cluster (``topology="cluster"``: Kafka's three nodes) the sink restart gives way to three faults, each
+  once the run has committed ``after`` batches: ``node-kill`` SIGKILLs the node of a ``role`` (``leader``:
+  the leader of a partition of the schedule's topic; ``coordinator``: the transaction coordinator) and
+  brings it back when the run ends; ``node-pause`` SIGSTOPs one past its session timeout (a zombie) and
+  resumes it; ``request-hold`` holds the next ``EndTxn`` at the coordinator past the client's timeout and
+  then delivers it (KAFKA-17754's shape).
 
 Everything is drawn from ``random.Random(f"{seed}-{strategy}")``: the same seed and strategy
 give the same schedule, so a failing schedule is replayed alone with ``--seed``.
@@ -33,6 +39,7 @@ from eosink.chaos.oracle import Workload
 
 __all__ = [
     "KILL_POINTS",
+    "NODE_ROLES",
     "TOPOLOGIES",
     "Fault",
     "Schedule",
@@ -41,9 +48,23 @@ __all__ = [
     "nondeterministic_schedule",
 ]
 
-FaultKind = Literal["point-kill", "random-kill", "commit-cut", "sink-restart", "task-failure", "failover", "link-cut"]
-TOPOLOGIES = ("single", "replicated")
-"""A sink on one server, or on a primary with standbys that fails over (PostgreSQL)."""
+FaultKind = Literal[
+    "point-kill",
+    "random-kill",
+    "commit-cut",
+    "sink-restart",
+    "task-failure",
+    "failover",
+    "link-cut",
+    "node-kill",
+    "node-pause",
+    "request-hold",
+]
+TOPOLOGIES = ("single", "replicated", "cluster")
+"""A sink on one server, on a primary with standbys that fails over (PostgreSQL), or on a cluster of nodes
+that lead partitions and coordinate transactions (Kafka)."""
+NODE_ROLES = ("leader", "coordinator")
+"""The nodes a cluster's faults pick, by what they do for the schedule's writes."""
 TERMINAL = ("point-kill", "random-kill")
 
 #: The named fault points each strategy passes through with a transactional sink (F5 is 2PC only).
@@ -64,6 +85,8 @@ class Fault:
     after: int = 0
     delay_s: float = 0.0
     crash: bool = False
+    role: str = ""
+    """A cluster's fault: the node it hits (one of :data:`NODE_ROLES`)."""
 
     @property
     def terminal(self) -> bool:
@@ -82,6 +105,12 @@ class Fault:
             return f"failover {self.delay_s:.2f} s after {self.after} committed batches"
         if self.kind == "link-cut":
             return f"replication link cut after {self.after} committed batches"
+        if self.kind == "node-kill":
+            return f"{self.role} node killed {self.delay_s:.2f} s after {self.after} committed batches"
+        if self.kind == "node-pause":
+            return f"{self.role} node paused {self.delay_s:.2f} s after {self.after} committed batches"
+        if self.kind == "request-hold":
+            return f"EndTxn held after {self.after} committed batches"
         what = "crash" if self.crash else "restart"
         return f"sink {what} {self.delay_s:.2f} s after {self.after} committed batches"
 
@@ -135,12 +164,14 @@ def make_schedule(
     kills: int = 3,
     with_sink_faults: bool = True,
     replication: str = "",
+    cluster: bool = False,
 ) -> Schedule:
     """``kills + 3`` faults in ``kills + 1`` runs, in a seeded order: a point kill, a random kill and
     (``kills=3``) a second point kill; a task failure, a lost COMMIT reply and a sink restart (the
     last two omitted with ``with_sink_faults=False``). ``kills`` is 2 or 3. With ``replication``
     (``sync`` or ``async``: a replicated server) the sink restart is a link cut followed, one batch
-    later in the same run, by a failover."""
+    later in the same run, by a failover. With ``cluster`` (a cluster of nodes) it is a node killed, a node
+    paused and an ``EndTxn`` held, each node the partition leader or the coordinator as drawn."""
     if kills not in (2, 3):
         raise ValueError(f"kills must be 2 or 3, not {kills}")
     rng = _rng(seed, strategy + (f"-{replication}" if replication else ""))
@@ -159,6 +190,11 @@ def make_schedule(
         extras.append(Fault("commit-cut", after=1))
         if replication:
             extras.append(Fault("failover", after=2, delay_s=round(rng.uniform(0.0, 1.0), 3)))
+        elif cluster:
+            kill_delay, pause_delay = round(rng.uniform(0.0, 1.0), 3), round(rng.uniform(0.0, 1.0), 3)
+            extras.append(Fault("node-kill", after=1, delay_s=kill_delay, role=rng.choice(NODE_ROLES)))
+            extras.append(Fault("node-pause", after=1, delay_s=pause_delay, role=rng.choice(NODE_ROLES)))
+            extras.append(Fault("request-hold", after=1))
         else:
             restart = Fault("sink-restart", after=1, delay_s=round(rng.uniform(0.0, 1.0), 3), crash=rng.random() < 0.5)
             extras.append(restart)

@@ -143,6 +143,21 @@ class ChaosTarget(Protocol):
         :meth:`job_env`), for the rewind after a detected loss."""
         ...
 
+    # -- a cluster of nodes (topology "cluster"); :meth:`heal` brings every node back after a run
+
+    def kill_node(self, role: str) -> str:
+        """SIGKILL the node of ``role`` (``leader`` or ``coordinator``), to be started again by :meth:`heal`;
+        what was done."""
+        ...
+
+    def pause_node(self, role: str) -> str:
+        """SIGSTOP the node of ``role`` past its session timeout, then resume it; what was done."""
+        ...
+
+    def hold_end_txn(self) -> str:
+        """Hold the next ``EndTxn`` at the coordinator past the client's timeout, then deliver it; what was done."""
+        ...
+
 
 class _Server(Protocol):
     def start(self) -> Any: ...
@@ -229,18 +244,28 @@ class ServerSide:
     def recover_args(self, names: Names) -> list[str]:
         raise _one_server(self, "a rewind after a failover")
 
+    def kill_node(self, role: str) -> str:
+        raise _one_server(self, "nodes to kill")
+
+    def pause_node(self, role: str) -> str:
+        raise _one_server(self, "nodes to pause")
+
+    def hold_end_txn(self) -> str:
+        raise _one_server(self, "transaction coordinator to hold a request at")
+
 
 def _one_server(target: Any, what: str) -> ConfigurationError:
     return ConfigurationError(
         f"The {getattr(target, 'name', 'sink')} chaos target runs one server: it has no {what}.",
-        "Use --topology replicated with a sink that offers it (eosink chaos --help lists them).",
+        "Use --topology replicated or --topology cluster with a sink that offers it (eosink chaos --help).",
     )
 
 
 def get_target(name: str, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
     """The chaos target of sink ``name`` (the ``--sink`` of ``eosink chaos``), from its profile; ``a+b``: a
     fan-out into sinks ``a`` then ``b`` (:class:`eosink.chaos.fanout.FanOutTarget`). ``topology="replicated"``:
-    the sink on a primary with standbys that fail over, where its profile offers that."""
+    the sink on a primary with standbys that fail over; ``topology="cluster"``: on a cluster of nodes; where its
+    profile offers that."""
     if "+" in name:
         if topology != "single":
             raise ConfigurationError(
@@ -254,7 +279,8 @@ def get_target(name: str, root: Path | None = None, *, topology: str = "single")
         offered = ", ".join(profile.chaos_topologies)
         raise ConfigurationError(
             f"The {name} chaos target offers the topologies {offered}, not {topology!r}.",
-            "Pick one of those; a replicated PostgreSQL is --sink postgres --topology replicated.",
+            "Pick one of those: a replicated PostgreSQL is --sink postgres --topology replicated, a Kafka cluster "
+            "--sink kafka --topology cluster.",
         )
     if topology == "single":  # a profile written before topologies existed takes no such argument
         return profile.chaos_target(root)

@@ -603,3 +603,85 @@ def test_the_replicated_topology_is_offered_by_postgres_alone(capsys: pytest.Cap
     assert type(get_target("postgres", topology="replicated")).__name__ == "ReplicatedPostgresChaosTarget"
     assert main(["--replication", "async"]) == 2
     assert "--replication needs --topology replicated" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("strategy", ["2pc", "txid-check", "idempotent"])
+def test_a_cluster_schedule_kills_and_pauses_nodes_and_holds_an_end_txn(strategy: str) -> None:
+    """On a cluster the sink restart gives way to a node killed, a node paused and an EndTxn held.
+
+    Pass: seeded; the kinds are the single server's but the restart, plus node-kill, node-pause and request-hold;
+    each node fault names the role it hits; across seeds both roles are drawn; replay names the topology."""
+    from eosink.chaos.results import ScheduleResult
+    from eosink.chaos.schedule import NODE_ROLES
+
+    a = make_schedule(11, strategy, W, cluster=True)
+    assert a == make_schedule(11, strategy, W, cluster=True)
+    kinds = [f.kind for run in a.runs for f in run]
+    kills = ["point-kill", "random-kill", "point-kill"]
+    assert sorted(kinds) == sorted([*kills, "task-failure", "commit-cut", "node-kill", "node-pause", "request-hold"])
+    node_faults = [f for run in a.runs for f in run if f.kind in ("node-kill", "node-pause")]
+    assert all(f.role in NODE_ROLES for f in node_faults)
+    assert all(run[-1].terminal for run in a.runs[:-1]) and not a.runs[-1]
+    roles = {f.role for s in range(1, 21) for run in make_schedule(s, strategy, W, cluster=True).runs for f in run}
+    assert roles >= set(NODE_ROLES)
+    assert "coordinator node killed" in " ".join(
+        f.describe() for s in range(1, 21) for run in make_schedule(s, strategy, W, cluster=True).runs for f in run
+    )
+    r = ScheduleResult(strategy, 11, "eosink", a.to_json())
+    assert "--topology cluster" in r.replay_command("kafka", 3, "cluster")
+    assert "--topology" not in r.replay_command("kafka", 3)
+
+
+def test_the_runner_injects_a_clusters_faults_through_the_target(tmp_path: Path) -> None:
+    """Pass: once the run has committed a batch, each cluster fault calls its target method and is recorded under
+    the prefix ``_happened`` and EXPLAINED know (an error exit it explains lets the next run go on); a target on
+    one server refuses them with a ConfigurationError naming the topology to use."""
+    from eosink.chaos.results import RunRecord
+    from eosink.chaos.runner import EXPLAINED, _happened, _RunnerFaults
+    from eosink.chaos.schedule import Fault
+    from eosink.chaos.target import ServerSide
+    from eosink.errors import ConfigurationError
+
+    calls: list[str] = []
+
+    class Cluster:
+        def kill_node(self, role: str) -> str:
+            calls.append(f"kill {role}")
+            return f"{role} node 2 SIGKILLed"
+
+        def pause_node(self, role: str) -> str:
+            calls.append(f"pause {role}")
+            return f"{role} node 1 paused"
+
+        def hold_end_txn(self) -> str:
+            calls.append("hold")
+            return "next EndTxn held"
+
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "commits").mkdir(parents=True)
+    faults = [Fault("node-kill", after=1, role="leader"), Fault("node-pause", after=1, role="coordinator")]
+    faults.append(Fault("request-hold", after=1))
+    rec = RunRecord(0, [f.describe() for f in faults], "")
+    inject = _RunnerFaults(Cluster(), None, checkpoint, faults, None, tmp_path / "faults.log", rec)  # type: ignore[arg-type]
+    assert inject() is False and calls == []  # nothing committed yet
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    inject()
+    assert calls == ["kill leader", "pause coordinator", "hold"]
+    assert all(_happened(f, rec.injected) for f in faults), rec.injected
+    assert all(x.startswith(EXPLAINED) for x in rec.injected)
+    with pytest.raises(ConfigurationError, match="topology cluster"):
+        ServerSide(None, "x").kill_node("leader")
+
+
+def test_the_cluster_topology_is_offered_by_kafka(capsys: pytest.CaptureFixture[str]) -> None:
+    """Pass: Kafka's cluster target is the cluster one; PostgreSQL has no cluster topology (the error names
+    Kafka's); the CLI's cluster topology runs eosink's schedules and the baseline, not the non-deterministic mode."""
+    from eosink.chaos.cli import main
+    from eosink.chaos.target import get_target
+    from eosink.errors import ConfigurationError
+
+    assert type(get_target("kafka", topology="cluster")).__name__ == "KafkaClusterChaosTarget"
+    with pytest.raises(ConfigurationError, match="--sink kafka --topology cluster"):
+        get_target("postgres", topology="cluster")
+    assert main(["--sink", "kafka", "--topology", "cluster", "--only", "nondeterministic"]) == 2
+    assert "--topology cluster runs --only eosink and --only naive only" in capsys.readouterr().err
