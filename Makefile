@@ -290,7 +290,8 @@ test-fanout-full: venv java tools
 		$(call SINK_CHAOS,fanout))
 
 contracts: venv
-	@$(TOGETHER) "$(PYTEST) tests/contracts -q --durations=5" "$(PY) tests/template/check_template.py"
+	$(PYTEST) tests/contracts -q --durations=5
+	$(PY) tests/template/check_template.py
 
 # The PostgreSQL connector against Debian's PostgreSQL 15 (compatibility; part of test-full): every test, the
 # contract suites at the strength make test-s3 uses (LIGHT_CONTRACT): the SQL they send is the same at any strength.
@@ -367,7 +368,7 @@ TEST_STAGES := lint:75 unit:90 package:75 docs:30 contracts:120 services:90 spar
 	$(foreach s,$(SINKS),test-$(s):240) test-postgres-replicated:240 test-fanout:240 test-secured:240 examples:180
 test: venv java tools
 	@$(STAGES) --title "make test" --budget 2400 --out build/test-times.json \
-		--background "$(EOSINK) services provision" $(TEST_STAGES)
+		--background "nice -n 19 $(EOSINK) services provision" $(TEST_STAGES)
 
 # The long chaos run here starts afresh each time and leaves results/ (the committed acceptance run) alone.
 FULL_CHAOS_SCHEDULES ?= 2

@@ -118,6 +118,7 @@ def _kafka_env(postgres_endpoint: Any | None, kafka_endpoint: Any) -> dict[str, 
     return env
 
 
+@pytest.mark.full  # make test: Kafka as the source in kafka_to_kafka, PostgreSQL as the sink in files_to_postgres
 def test_kafka_to_postgres_runs_as_documented(tmp_path: Path, postgres_endpoint: Any, kafka_endpoint: Any) -> None:
     """One run of the example, as a user runs it. Pass: 600 records land once, each (partition, offset) once."""
     table = f"ex_kafka_{uuid.uuid4().hex[:8]}"
@@ -360,6 +361,7 @@ def test_files_to_hdfs_through_a_kill(tmp_path: Path, hdfs_endpoint: Any) -> Non
     assert _hdfs_payments(hdfs_endpoint, directory) == _sent(tmp_path / "in")
 
 
+@pytest.mark.full  # make test: Kafka as the source in kafka_to_kafka, S3 as the sink in files_to_s3
 def test_kafka_to_s3_runs_as_documented(tmp_path: Path, kafka_endpoint: Any, s3_endpoint: Any) -> None:
     """One run of the example, as a user runs it. Pass: 600 input records become 600 committed rows, each
     input (partition, offset) once, in one ``account=`` folder per account."""

@@ -187,6 +187,7 @@ def test_plain_foreach_batch_duplicates_under_the_same_kill(pipeline: Pipeline) 
     assert sum(duplicated.values()) == pipeline.rows_per_file, f"duplicated: {dict(duplicated)}"
 
 
+@pytest.mark.full
 def test_bad_input_stops_with_a_typed_error_then_the_fixed_query_resumes_exactly(pipeline: Pipeline) -> None:
     """Bad configuration found on the executors (an idempotent key column the data lacks).
 

@@ -130,6 +130,7 @@ def test_postgres_kill_and_restart_as_the_least_privileged_writer(
     _kill_and_restart(p, point, [endpoint.writer_password])
 
 
+@pytest.mark.full
 def test_postgres_with_a_wrong_password_stops_then_lands_once_fixed(
     secure_pg: tuple[SecurePgPipeline, SecurePostgresEndpoint],
 ) -> None:
