@@ -19,6 +19,7 @@ _CLASSES = {
     "kafka-secure": "eosink.services.kafka_secure:SecureKafkaService",
     "minio-secure": "eosink.services.minio_secure:SecureMinioService",
     "postgres-replicated": "eosink.services.postgres_replicated:ReplicatedPostgresService",
+    "kafka-cluster": "eosink.services.kafka_cluster_service:KafkaClusterService",
 }
 
 #: Every secured variant (TLS, authentication, a least-privileged writer), by the plain service's name.
@@ -29,8 +30,9 @@ SECURE_VARIANTS: dict[str, str] = {
     "hdfs": "hdfs",
     "minio": "minio-secure",
 }
-#: Services started only when named: a replicated PostgreSQL (three servers and a supervisor) for failover tests.
-_ON_REQUEST: tuple[str, ...] = ("postgres-replicated",)
+#: Services started only when named, for failover tests: a replicated PostgreSQL and a Kafka cluster (three servers
+#: and a supervisor each).
+_ON_REQUEST: tuple[str, ...] = ("postgres-replicated", "kafka-cluster")
 #: Every service name, in the order ``up`` starts them; ``up`` with no names starts the plain ones.
 SERVICE_NAMES: tuple[str, ...] = tuple(_CLASSES)
 _SECURE_ONLY = {secure for plain, secure in SECURE_VARIANTS.items() if secure != plain}

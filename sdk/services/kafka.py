@@ -123,6 +123,9 @@ class KafkaEndpoint(Endpoint):
 class KafkaService(Service[KafkaEndpoint]):
     """Apache Kafka in KRaft mode: one combined broker and controller, transactions enabled."""
 
+    #: The replication factor of the health check's topic (a cluster's ``min.insync.replicas`` needs more than 1).
+    check_replicas: ClassVar[int] = 1
+
     name = "kafka"
     endpoint_type = KafkaEndpoint
     override_vars: ClassVar[tuple[str, ...]] = ("EOSINK_KAFKA_BOOTSTRAP",)
@@ -200,7 +203,8 @@ class KafkaService(Service[KafkaEndpoint]):
         try:
             admin = KafkaAdminClient(**common)
             step = f"creating topic {topic}"
-            admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}}, wait_for_metadata=True)
+            replicas = {"num_partitions": 1, "replication_factor": self.check_replicas}
+            admin.create_topics({topic: replicas}, wait_for_metadata=True)
             created = True
             step = f"initializing a transactional producer (transaction.timeout.ms={TRANSACTION_MAX_TIMEOUT_MS})"
             producer = KafkaProducer(

@@ -144,3 +144,86 @@ def test_a_node_cut_from_its_clients_is_reached_again_after_passthrough(cluster:
         proxy.passthrough()
     _commit_one(cluster, topic, b"after")
     assert _committed(cluster, topic) == [b"after"]
+
+
+# -- the service -------------------------------------------------------------------------------------------
+
+
+def test_the_cluster_service_is_started_only_when_named() -> None:
+    """``eosink services up`` with no names leaves the Kafka cluster out; named, it is chosen."""
+    from eosink.services import cli
+
+    assert "kafka-cluster" not in cli.selected([], secure=False)
+    assert cli.selected(["kafka-cluster"], secure=False) == ["kafka-cluster"]
+
+
+def test_the_cluster_as_a_service_fails_a_node_over_through_its_control_socket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``eosink services up|check|down kafka-cluster`` in a subprocess work; through the control socket the
+    coordinator is SIGKILLed, another node coordinates, the node starts again and the proxies answer; only the
+    listed operations are taken; down leaves no node running, and a control call after it says the supervisor is
+    not running."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from eosink._procs import is_alive
+    from eosink._waiting import wait_until
+    from eosink.errors import ServiceError
+    from eosink.services._process import Proc
+    from eosink.services.kafka_cluster_service import PIDS, KafkaClusterControl, KafkaClusterService
+
+    shared = os.environ.get("EOSINK_CACHE")
+    cache = Path(tempfile.mkdtemp(prefix="eosink-kc-"))  # short: the control socket's path must fit
+    monkeypatch.setenv("EOSINK_CACHE", str(cache))
+    env = {**os.environ, "EOSINK_CACHE": str(cache)}
+    if shared and (Path(shared) / "services" / "kafka").is_dir():  # the Kafka jars already fetched
+        (cache / "services").mkdir(parents=True)
+        os.symlink(Path(shared) / "services" / "kafka", cache / "services" / "kafka")
+
+    def services(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "eosink.cli", "services", *args, "kafka-cluster"]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=400, check=False)
+
+    service = KafkaClusterService()
+    try:
+        up = services("up")
+        assert up.returncode == 0, up.stderr
+        check = services("check")
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert "ok    kafka-cluster: brokers [1, 2, 3] through their proxies" in check.stdout, check.stdout
+        control = KafkaClusterControl(service.endpoint())
+        assert oct(os.stat(control.endpoint.control).st_mode & 0o777) == "0o600"
+        recorded = json.loads((service.data / PIDS).read_text())
+        nodes = [Proc(int(pid), int(start)) for pid, start in recorded.values()]
+        assert control.running() == control.nodes == [1, 2, 3]
+        supervisor = service.pid()
+        old = control.coordinator()
+        control.kill(old)
+        assert old not in control.running()
+        assert wait_until(lambda: _coordinates_elsewhere(control, old), 60, max_interval_s=1.0)
+        control.start_node(old)
+        control.wait_in_sync("__transaction_state")
+        assert control.proxy(old).stats.connections >= 0
+        with pytest.raises(ServiceError, match="Unknown operation 'close'"):
+            control.request("close")  # only the listed operations: not every method of the cluster
+        with pytest.raises(ServiceError, match="kill needs node_id"):
+            control.request("kill")
+        down = services("down")
+        assert down.returncode == 0, down.stderr
+        assert supervisor is not None and not is_alive(supervisor)
+        assert not any(node.alive() for node in nodes)
+        with pytest.raises(ServiceError, match="not running"):
+            control.running()
+    finally:
+        services("down")
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _coordinates_elsewhere(control: object, old: int) -> bool:
+    try:
+        return control.coordinator() != old  # type: ignore[attr-defined,no-any-return]
+    except Exception:  # the dead node may still be named for a moment, or none at all
+        return False
