@@ -66,6 +66,7 @@ help:
 	@echo "make test-SINK  one sink: contract suite, connector tests, a Spark kill-and-restart per strategy"
 	@echo "                (SINK: $(SINKS))"
 	@echo "make services-up | services-check | services-down   the real servers (PostgreSQL, Kafka, HDFS, MinIO)"
+	@echo "                [SERVICES='kafka-cluster postgres-replicated ...']  the named ones only (eosink services --help)"
 	@echo "                (SECURE=1: their secured variants: TLS, authentication, least-privileged writers)"
 	@echo "make test-postgres-replicated   PostgreSQL on a primary and two standbys failed over mid-commit"
 	@echo "make test-kafka-cluster   Kafka on three nodes: leaders and coordinators killed, paused, requests held (test-full)"
@@ -305,13 +306,13 @@ postgres15: venv
 # SECURE=1: the secured variants instead (TLS, authentication, a least-privileged writer).
 SECURE_FLAG = $(if $(SECURE),--secure)
 services-up: venv tools
-	$(EOSINK) services up $(SECURE_FLAG)
+	$(EOSINK) services up $(SECURE_FLAG) $(SERVICES)
 
 services-check: venv
-	$(EOSINK) services check $(SECURE_FLAG)
+	$(EOSINK) services check $(SECURE_FLAG) $(SERVICES)
 
 services-down: venv
-	$(EOSINK) services down $(SECURE_FLAG)
+	$(EOSINK) services down $(SECURE_FLAG) $(SERVICES)
 
 # Every sink on its secured server, as the least-privileged writer (tests/secured): each documented grant taken
 # away in turn, the documented grants enough for every strategy, bad credentials and TLS, status and recover as
