@@ -8,7 +8,10 @@ What each does::
                            3. EndTxn(commit) for each participant transaction, with the producer id
                               and epoch that wrote it (one already committed the same way is fine;
                               one aborted, expired or re-initialised is CommitAbortedError)
-                           4. the bundle, in the app_id's bundle transaction (its EndTxn is the
+                           4. each participant transaction's commit markers written (its rows
+                              readable): TransientError, and the commit retried, while a
+                              coordinator that is moving or loading has not written them
+                           5. the bundle, in the app_id's bundle transaction (its EndTxn is the
                               batch's commit request: a lost reply is AmbiguousCommitError)
     abort(cs)              EndTxn(abort) for each transaction still open; committed work (its
                               transaction committed, or a kept bundle lists it) is CommitAbortedError
@@ -22,7 +25,10 @@ What each does::
                               back from the partition's end, see ``ProgressView``)
 
 A batch is visible participant by participant (each transaction commits on its own); its
-bundle is written last, once every participant's transaction committed.
+bundle is written last, once every participant's rows are readable: a reader that sees the
+bundle sees the whole batch. Kafka answers EndTxn once the commit is decided and writes the
+markers after; a coordinator failing over in between may finish them seconds later, in any
+order, so step 4 waits for them rather than trust the order of the requests.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from eosink.connectors.kafka._base import _SinkBase
 from eosink.connectors.kafka._names import app_txid_prefix, bundle_txid, parse_txid
 from eosink.connectors.kafka._progress import WINDOW, Marker, read_markers
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
-from eosink.errors import CommitAbortedError, EosinkError
+from eosink.errors import CommitAbortedError, EosinkError, TransientError
 
 __all__ = ["_CommitSide"]
 
@@ -75,11 +81,25 @@ class _CommitSide(_SinkBase):
                 if "txid" in c.payload:
                     self._end(admin, c, commit=True)
             faults.hit(faults.FaultPoint.F6, batch.batch_id)  # every participant committed, the bundle not yet
+            self._readable(batch, [_ids(c)[0] for c in committables if "txid" in c.payload])
             self._write_bundle(bundle)
-            self._settle(batch.app_id, [_ids(c)[0] for c in committables if "txid" in c.payload])
+            self._settle(batch.app_id)
 
-    def _settle(self, app_id: str, txids: Sequence[str] = ()) -> None:
-        """Wait until the app_id's bundle transaction and ``txids`` have written their commit markers.
+    def _readable(self, batch: BatchRef, txids: Sequence[str]) -> None:
+        """Wait until every transaction of ``txids`` has written its commit markers, so that the bundle written
+        next is never read before a row of its batch (TransientError after ``_SETTLE_S``: the commit is retried,
+        and its EndTxns, already committed, are done again harmlessly)."""
+        admin = self._admin()
+        pending = [t for t in txids if not wait_until(functools.partial(_markers_written, admin, t), _SETTLE_S)]
+        if pending:
+            raise TransientError(
+                f"The commit markers of batch {batch}'s transactions {pending} are not written after "
+                f"{_SETTLE_S:g} s: their coordinator is moving or loading.",
+                "Nothing to do: the commit is retried until the coordinator writes them.",
+            )
+
+    def _settle(self, app_id: str) -> None:
+        """Wait until the app_id's bundle transaction has written its commit markers.
 
         Kafka answers EndTxn once a commit is decided (PrepareCommit) and writes the transaction's
         markers after; until then a read_committed reader (this sink's view of the bundles too)
@@ -88,18 +108,8 @@ class _CommitSide(_SinkBase):
         not answering (a broker restarting) is asked again until ``_SETTLE_S``, then left be (the
         markers follow a decided commit whatever happens; ``commit_status`` tells IN_PROGRESS).
         """
-        admin = self._admin()
         bundle = bundle_txid(self.config.transactional_id_prefix, app_id)
-
-        def settled(txid: str) -> bool:
-            try:
-                state = _wire.describe(admin, txid)
-            except Exception:  # the coordinator is moving or loading: ask again
-                return False
-            return state is None or state.state != "PrepareCommit"
-
-        for txid in (bundle, *txids):
-            wait_until(functools.partial(settled, txid), _SETTLE_S)
+        wait_until(functools.partial(_markers_written, self._admin(), bundle), _SETTLE_S)
 
     def _already(self, batch: BatchRef, bundle: Bundle) -> bool:
         found = self._view.bundle(batch.app_id, batch.batch_id)
@@ -193,6 +203,15 @@ class _CommitSide(_SinkBase):
             self._settle(app_id)
             self._view.refresh(self._admin(), app_id)
             return self._view.last(app_id)
+
+
+def _markers_written(admin: Any, txid: str) -> bool:
+    """Whether ``txid``'s transaction is past a decided commit whose markers are not all written yet."""
+    try:
+        state = _wire.describe(admin, txid)
+    except Exception:  # the coordinator is moving or loading: ask again
+        return False
+    return state is None or state.state != "PrepareCommit"
 
 
 def _markers_of(

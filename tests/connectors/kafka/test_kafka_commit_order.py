@@ -1,0 +1,87 @@
+"""The order of a Kafka commit's steps, with the broker's answers stubbed: the bundle is written only once every
+participant's rows are readable.
+
+Kafka answers a participant's EndTxn once the commit is decided (``PrepareCommit``) and writes its markers after; a
+coordinator that fails over in between finishes them later, in any order. Had the bundle gone out meanwhile, a
+``read_committed`` reader would see a batch's bundle before some of its rows (a torn batch: the chaos run on a
+cluster found one). No server can hold a decided commit's markers on demand, so the coordinator's answers are
+stubbed here; ``make chaos SINK=kafka TOPOLOGY=cluster`` checks the same against real failovers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from eosink.connectors.kafka import KafkaConfig, KafkaSink, _commit_side, _wire
+from eosink.contract import BatchRef, Bundle, Committable, Fingerprint
+from eosink.errors import TransientError
+
+BATCH = BatchRef("app", 7)
+PARTICIPANTS = ["app-p0", "app-p1"]
+
+
+class _View:
+    def refresh(self, *args: Any) -> None:
+        return None
+
+    def bundle(self, app_id: str, batch_id: int) -> None:
+        return None
+
+
+def _sink(monkeypatch: pytest.MonkeyPatch, prepared_for: dict[str, int]) -> tuple[KafkaSink, list[str]]:
+    """A sink whose coordinator says each participant's commit is decided but its markers unwritten for
+    ``prepared_for[txid]`` more questions; the returned list records EndTxns, questions and the bundle's write."""
+    events: list[str] = []
+    sink = KafkaSink(KafkaConfig("127.0.0.1:9", topic="t"))
+    monkeypatch.setattr(sink, "_admin", lambda *a: object())
+    monkeypatch.setattr(sink, "_view", _View())
+    monkeypatch.setattr(sink, "_check_epoch", lambda *a: None)
+    monkeypatch.setattr(sink, "_write_bundle", lambda bundle: events.append("bundle"))
+    monkeypatch.setattr(sink, "_settle", lambda app_id: None)
+
+    def end_txn(admin: Any, txid: str, pid: int, epoch: int, commit: bool, timeout_s: float) -> int:
+        events.append(f"EndTxn {txid}")
+        return _wire.NONE
+
+    def describe(admin: Any, txid: str) -> _wire.TxnState:
+        events.append(f"asked {txid}")
+        left = prepared_for.get(txid, 0)
+        prepared_for[txid] = left - 1
+        state = "PrepareCommit" if left > 0 else "CompleteCommit"
+        return _wire.TxnState(state, 1, 0, 60_000, 0, frozenset())
+
+    monkeypatch.setattr(_wire, "end_txn", end_txn)
+    monkeypatch.setattr(_wire, "describe", describe)
+    return sink, events
+
+
+def _commit(sink: KafkaSink) -> None:
+    committables = [
+        Committable(BATCH, 1, i, f"c{i}", payload={"txid": txid, "producer_id": 1, "producer_epoch": 0})
+        for i, txid in enumerate(PARTICIPANTS)
+    ]
+    bundle = Bundle(BATCH, 1, Fingerprint(), tuple(c.id for c in committables))
+    sink.commit(BATCH, committables, bundle)
+
+
+def test_the_bundle_is_written_once_every_participants_markers_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pass: the second participant's markers are pending for three questions; the bundle goes out only after the
+    coordinator says both transactions are past PrepareCommit."""
+    sink, events = _sink(monkeypatch, {"app-p1": 3})
+    _commit(sink)
+    assert events.index("bundle") > max(i for i, e in enumerate(events) if e == "asked app-p1")
+    assert events.count("asked app-p1") == 4 and events[-1] == "bundle", events
+
+
+def test_markers_still_pending_after_the_bound_are_a_transient_error_and_no_bundle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pass: markers that stay unwritten past the bound make the commit a TransientError naming the transaction
+    (the coordinator retries it), and no bundle was written."""
+    monkeypatch.setattr(_commit_side, "_SETTLE_S", 0.3)
+    sink, events = _sink(monkeypatch, {"app-p0": 10**6})
+    with pytest.raises(TransientError, match="app-p0"):
+        _commit(sink)
+    assert "bundle" not in events
