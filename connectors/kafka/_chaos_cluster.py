@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -264,6 +265,8 @@ class KafkaClusterChaosTarget(KafkaChaosTarget):
             stuck = reader.stuck(SETTLE_S)
             reader.poll(timeout_s=60.0)
             torn = len(reader.torn)
+            for found in reader.torn:  # the count goes into the report; what was seen, into the run's output
+                print(f"    torn batch in {names.table}: {found}", file=sys.stderr, flush=True)
         finally:
             reader.close()
         return {**found, "torn_batches": torn, "hanging_transactions": len(stuck)}
