@@ -26,6 +26,6 @@ def test_a_connector_page_says_what_to_install_and_how_to_get_a_server(page: str
 
     text = (DOCS / f"{page}.md").read_text()
     assert f"eosink[{page}" in text, f"{page}.md never says pip install 'eosink[{page}]'"
-    started = re.findall(r"eosink services up (\S+)", text)
+    started = re.findall(r"eosink services up ([\w-]+)", text)
     assert started, f"{page}.md never says how to get a server (eosink services up ...)"
     assert set(started) <= set(SERVICE_NAMES), started
