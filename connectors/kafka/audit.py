@@ -134,7 +134,7 @@ class CommittedReader:
             if visible >= bundled:
                 return
             newest = max(self.rows_by_bundle)
-            found = f"bundles up to batch {newest} count {bundled} rows, {visible} rows are visible"
+            found = f"bundles up to batch {newest} count {bundled} rows, {visible} rows are visible ({self._where()})"
             since = time.monotonic()
             while time.monotonic() - since < CONFIRM_S:  # a new leader's offsets may lag its predecessor's
                 time.sleep(0.2)
@@ -144,6 +144,22 @@ class CommittedReader:
                     return
             if found not in self.torn:
                 self.torn.append(found)
+
+    def _where(self) -> str:
+        """Each data partition as this reader sees it now: last stable offset, high watermark, its position and the
+        leader it knows (what tells a transaction still open from offsets that lag after a leadership change)."""
+        try:
+            stable = self._offsets(self._data, "READ_COMMITTED", 10.0)
+            high = self._offsets(self._data, "READ_UNCOMMITTED", 10.0)
+            at = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(self._data)}
+            meta = self._admin.list_topics(self.topic, timeout=10).topics[self.topic].partitions
+        except Exception as exc:  # a diagnosis only
+            return f"partitions not described: {exc}"
+        return "; ".join(
+            f"[{tp.partition}] stable {stable[(tp.topic, tp.partition)]} high {high[(tp.topic, tp.partition)]} "
+            f"read to {at.get((tp.topic, tp.partition))} leader {meta[tp.partition].leader}"
+            for tp in self._data
+        )
 
     def _drain(self, partitions: list[Any], timeout_s: float) -> None:
         ends = self._stable_offsets(partitions, timeout_s)
