@@ -81,16 +81,16 @@ class _CommitSide(_SinkBase):
                 if "txid" in c.payload:
                     self._end(admin, c, commit=True)
             faults.hit(faults.FaultPoint.F6, batch.batch_id)  # every participant committed, the bundle not yet
-            self._readable(batch, [_ids(c)[0] for c in committables if "txid" in c.payload])
+            self._readable(batch, [_ids(c) for c in committables if "txid" in c.payload])
             self._write_bundle(bundle)
             self._settle(batch.app_id)
 
-    def _readable(self, batch: BatchRef, txids: Sequence[str]) -> None:
-        """Wait until every transaction of ``txids`` has written its commit markers, so that the bundle written
-        next is never read before a row of its batch (TransientError after ``_SETTLE_S``: the commit is retried,
-        and its EndTxns, already committed, are done again harmlessly)."""
+    def _readable(self, batch: BatchRef, transactions: Sequence[tuple[str, int, int]]) -> None:
+        """Wait until every one of ``transactions`` (transactional id, producer id, epoch) has written its commit
+        markers, so that the bundle written next is never read before a row of its batch (TransientError after
+        ``_SETTLE_S``: the commit is retried, and its EndTxns, already committed, are done again harmlessly)."""
         admin = self._admin()
-        pending = [t for t in txids if not wait_until(functools.partial(_markers_written, admin, t), _SETTLE_S)]
+        pending = [t[0] for t in transactions if not wait_until(functools.partial(_completed, admin, *t), _SETTLE_S)]
         if pending:
             raise TransientError(
                 f"The commit markers of batch {batch}'s transactions {pending} are not written after "
@@ -212,6 +212,23 @@ def _markers_written(admin: Any, txid: str) -> bool:
     except Exception:  # the coordinator is moving or loading: ask again
         return False
     return state is None or state.state != "PrepareCommit"
+
+
+def _completed(admin: Any, txid: str, producer_id: int, epoch: int) -> bool:
+    """Whether the committed transaction of ``txid`` that ``producer_id`` and ``epoch`` wrote has its markers written:
+    the coordinator says ``CompleteCommit`` for it, or the id has moved on (a newer epoch, another producer id, or
+    no such id). Any other answer about it (``Ongoing``, ``PrepareCommit``), or one about an older transaction of
+    the id, is from before its markers, or from a coordinator that no longer coordinates (a zombie resumed):
+    ask again."""
+    try:
+        state = _wire.describe(admin, txid)
+    except Exception:  # the coordinator is moving or loading: ask again
+        return False
+    if state is None:
+        return True
+    if state.wrote(producer_id, epoch):
+        return state.state == "CompleteCommit"
+    return state.producer_id != producer_id or state.producer_epoch > epoch
 
 
 def _markers_of(

@@ -19,6 +19,7 @@ from eosink.contract import BatchRef, Bundle, Committable, Fingerprint
 from eosink.errors import TransientError
 
 BATCH = BatchRef("app", 7)
+EPOCH = 5
 PARTICIPANTS = ["app-p0", "app-p1"]
 
 
@@ -30,9 +31,14 @@ class _View:
         return None
 
 
-def _sink(monkeypatch: pytest.MonkeyPatch, prepared_for: dict[str, int]) -> tuple[KafkaSink, list[str]]:
-    """A sink whose coordinator says each participant's commit is decided but its markers unwritten for
-    ``prepared_for[txid]`` more questions; the returned list records EndTxns, questions and the bundle's write."""
+Answer = tuple[str, int]
+"""What the coordinator says of a transactional id: its state and the producer epoch it is about."""
+
+
+def _sink(monkeypatch: pytest.MonkeyPatch, answers: dict[str, list[Answer]]) -> tuple[KafkaSink, list[str]]:
+    """A sink whose coordinator gives ``answers[txid]`` one by one to the questions about a participant's
+    transaction (written with producer id 1, epoch 5), then ``CompleteCommit`` for it; the returned list records
+    EndTxns, questions and the bundle's write."""
     events: list[str] = []
     sink = KafkaSink(KafkaConfig("127.0.0.1:9", topic="t"))
     monkeypatch.setattr(sink, "_admin", lambda *a: object())
@@ -47,10 +53,9 @@ def _sink(monkeypatch: pytest.MonkeyPatch, prepared_for: dict[str, int]) -> tupl
 
     def describe(admin: Any, txid: str) -> _wire.TxnState:
         events.append(f"asked {txid}")
-        left = prepared_for.get(txid, 0)
-        prepared_for[txid] = left - 1
-        state = "PrepareCommit" if left > 0 else "CompleteCommit"
-        return _wire.TxnState(state, 1, 0, 60_000, 0, frozenset())
+        queue = answers.get(txid, [])
+        state, epoch = queue.pop(0) if queue else ("CompleteCommit", EPOCH)
+        return _wire.TxnState(state, 1, epoch, 60_000, 0, frozenset())
 
     monkeypatch.setattr(_wire, "end_txn", end_txn)
     monkeypatch.setattr(_wire, "describe", describe)
@@ -59,20 +64,40 @@ def _sink(monkeypatch: pytest.MonkeyPatch, prepared_for: dict[str, int]) -> tupl
 
 def _commit(sink: KafkaSink) -> None:
     committables = [
-        Committable(BATCH, 1, i, f"c{i}", payload={"txid": txid, "producer_id": 1, "producer_epoch": 0})
+        Committable(BATCH, 1, i, f"c{i}", payload={"txid": txid, "producer_id": 1, "producer_epoch": EPOCH})
         for i, txid in enumerate(PARTICIPANTS)
     ]
     bundle = Bundle(BATCH, 1, Fingerprint(), tuple(c.id for c in committables))
     sink.commit(BATCH, committables, bundle)
 
 
-def test_the_bundle_is_written_once_every_participants_markers_are(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pass: the second participant's markers are pending for three questions; the bundle goes out only after the
-    coordinator says both transactions are past PrepareCommit."""
-    sink, events = _sink(monkeypatch, {"app-p1": 3})
+@pytest.mark.parametrize(
+    "before",
+    [
+        pytest.param([("PrepareCommit", EPOCH)] * 3, id="markers-pending"),
+        pytest.param([("Ongoing", EPOCH), ("PrepareCommit", EPOCH)], id="stale-ongoing"),
+        pytest.param([("CompleteCommit", EPOCH - 1), ("Empty", EPOCH - 1)], id="an-older-transaction"),
+    ],
+)
+def test_the_bundle_is_written_once_every_participants_markers_are(
+    monkeypatch: pytest.MonkeyPatch, before: list[Answer]
+) -> None:
+    """Pass: while the coordinator's answers about the second participant's transaction say its markers are not
+    written (still PrepareCommit), or are not about it having completed (Ongoing with its epoch: a coordinator that
+    no longer coordinates, resumed from a pause; CompleteCommit or Empty of the id's previous transaction), the
+    bundle waits; it goes out only after CompleteCommit of that very transaction."""
+    sink, events = _sink(monkeypatch, {"app-p1": list(before)})
     _commit(sink)
     assert events.index("bundle") > max(i for i, e in enumerate(events) if e == "asked app-p1")
-    assert events.count("asked app-p1") == 4 and events[-1] == "bundle", events
+    assert events.count("asked app-p1") == len(before) + 1 and events[-1] == "bundle", events
+
+
+def test_an_id_that_moved_on_counts_as_completed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pass: a newer epoch of the id (a later transaction began, which Kafka allows only once this one ended) is
+    enough: the bundle goes out at the first answer."""
+    sink, events = _sink(monkeypatch, {"app-p1": [("Ongoing", EPOCH + 1)]})
+    _commit(sink)
+    assert events.count("asked app-p1") == 1 and events[-1] == "bundle", events
 
 
 def test_markers_still_pending_after_the_bound_are_a_transient_error_and_no_bundle(
@@ -81,7 +106,7 @@ def test_markers_still_pending_after_the_bound_are_a_transient_error_and_no_bund
     """Pass: markers that stay unwritten past the bound make the commit a TransientError naming the transaction
     (the coordinator retries it), and no bundle was written."""
     monkeypatch.setattr(_commit_side, "_SETTLE_S", 0.3)
-    sink, events = _sink(monkeypatch, {"app-p0": 10**6})
+    sink, events = _sink(monkeypatch, {"app-p0": [("PrepareCommit", EPOCH)] * 10**5})
     with pytest.raises(TransientError, match="app-p0"):
         _commit(sink)
     assert "bundle" not in events
