@@ -9,8 +9,9 @@ What each does::
                               and epoch that wrote it (one already committed the same way is fine;
                               one aborted, expired or re-initialised is CommitAbortedError)
                            4. each participant transaction's commit markers written (its rows
-                              readable): TransientError, and the commit retried, while a
-                              coordinator that is moving or loading has not written them
+                              readable: CompleteCommit of that producer id and epoch):
+                              TransientError, and the commit retried, while a coordinator that
+                              is moving or loading has not written them
                            5. the bundle, in the app_id's bundle transaction (its EndTxn is the
                               batch's commit request: a lost reply is AmbiguousCommitError)
     abort(cs)              EndTxn(abort) for each transaction still open; committed work (its
