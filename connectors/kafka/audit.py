@@ -6,9 +6,10 @@ bug in one client's transaction handling cannot hide itself from the other. It p
 it, and reports in a :class:`KafkaVerdict`:
 
 * **lost** and **duplicated** rows, against the rows the test expects;
-* **torn batches**: a batch's bundle visible while fewer rows are, for longer than :data:`CONFIRM_S` (the
-  bundle is committed after the batch's data transactions, so a reader that sees it must see all of them; a
-  record of an attempt that never committed shows up as a duplicate or a stranger row);
+* **torn batches**: a batch's bundle visible while fewer rows are (the bundle is committed after the batch's
+  data transactions, so a reader that sees it must see all of them; a record of an attempt that never
+  committed shows up as a duplicate or a stranger row); each finding names every data partition's last
+  stable offset, high watermark, read position and leader;
 * **stuck partitions**: a last stable offset still below the high watermark when every writer is done and
   every fault healed (a hanging transaction: ``read_committed`` readers of the partition wait for ever).
 
@@ -31,12 +32,6 @@ __all__ = ["CommittedReader", "KafkaVerdict", "canonical"]
 
 BUNDLES = 0
 """The progress topic's partition of bundles (``eosink.connectors.kafka._progress``)."""
-CONFIRM_S = 2.0
-"""How long rows a visible bundle counts may stay unread before the batch counts as torn. Right after a leadership
-change the new leader's high watermark, and so its last stable offset, can lag its predecessor's for a moment
-(until its followers' next fetch): a ``read_committed`` reader then sees nothing past it, whoever wrote the data.
-A shortfall gone within this window is kept apart (:attr:`CommittedReader.shortfalls`); a batch whose rows stay
-unread longer, as when a bundle is written before its rows' commit markers, is torn."""
 
 
 def canonical(value: bytes | str) -> str:
@@ -106,8 +101,6 @@ class CommittedReader:
         self.seen: Counter[str] = Counter()
         self.rows_by_bundle: dict[int, int] = {}
         self.torn: list[str] = []
-        self.shortfalls: list[str] = []
-        """Shortfalls gone within :data:`CONFIRM_S` (information: a leadership change's lagging offsets)."""
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -135,13 +128,6 @@ class CommittedReader:
                 return
             newest = max(self.rows_by_bundle)
             found = f"bundles up to batch {newest} count {bundled} rows, {visible} rows are visible ({self._where()})"
-            since = time.monotonic()
-            while time.monotonic() - since < CONFIRM_S:  # a new leader's offsets may lag its predecessor's
-                time.sleep(0.2)
-                self._drain(self._data, timeout_s)
-                if sum(self.seen.values()) >= bundled:
-                    self.shortfalls.append(f"{found}, all of them {time.monotonic() - since:.1f} s later")
-                    return
             if found not in self.torn:
                 self.torn.append(found)
 
