@@ -85,9 +85,6 @@ class KafkaClusterControl(Control):
     service = NAME
     endpoint: KafkaClusterEndpoint
 
-    def __init__(self, endpoint: KafkaClusterEndpoint, *, timeout_s: float = 300.0) -> None:
-        super().__init__(endpoint, timeout_s=timeout_s)
-
     def __repr__(self) -> str:
         return f"KafkaClusterControl({self.endpoint.control!r})"
 

@@ -115,9 +115,6 @@ class ClusterControl(Control):
     service = NAME
     endpoint: ReplicatedPostgresEndpoint
 
-    def __init__(self, endpoint: ReplicatedPostgresEndpoint, *, timeout_s: float = 300.0) -> None:
-        super().__init__(endpoint, timeout_s=timeout_s)
-
     def __repr__(self) -> str:
         return f"ClusterControl({self.endpoint.control!r})"
 
