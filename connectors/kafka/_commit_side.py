@@ -8,11 +8,17 @@ What each does::
                            3. EndTxn(commit) for each participant transaction, with the producer id
                               and epoch that wrote it (one already committed the same way is fine;
                               one aborted, expired or re-initialised is CommitAbortedError)
-                           4. each participant transaction's commit markers written (its rows
-                              readable: CompleteCommit of that producer id and epoch):
-                              TransientError, and the commit retried, while a coordinator that
-                              is moving or loading has not written them
-                           5. the bundle, in the app_id's bundle transaction (its EndTxn is the
+                           4. the app_id's other open data transactions of this batch or an
+                              earlier one, of this writer or an older one (a failed task
+                              attempt's, a killed speculative copy's), aborted: until the
+                              broker's timeout they would hold back the partitions' last stable
+                              offset, and with it this batch's rows
+                           5. each participant transaction's commit markers written (its rows
+                              readable: CompleteCommit of that producer id and epoch), and each
+                              aborted leftover's abort markers: TransientError, and the commit
+                              retried, while a coordinator that is moving or loading has not
+                              written them
+                           6. the bundle, in the app_id's bundle transaction (its EndTxn is the
                               batch's commit request: a lost reply is AmbiguousCommitError)
     abort(cs)              EndTxn(abort) for each transaction still open; committed work (its
                               transaction committed, or a kept bundle lists it) is CommitAbortedError
@@ -29,7 +35,10 @@ A batch is visible participant by participant (each transaction commits on its o
 bundle is written last, once every participant's rows are readable: a reader that sees the
 bundle sees the whole batch. Kafka answers EndTxn once the commit is decided and writes the
 markers after; a coordinator failing over in between may finish them seconds later, in any
-order, so step 4 waits for them rather than trust the order of the requests.
+order, so step 5 waits for them rather than trust the order of the requests. A read_committed
+reader stops at a partition's oldest open transaction, so rows are readable only once every
+older transaction in their partitions has ended too: step 4 ends the app_id's own (another
+producer's open transaction still holds them back, until its timeout).
 """
 
 from __future__ import annotations
@@ -82,20 +91,58 @@ class _CommitSide(_SinkBase):
                 if "txid" in c.payload:
                     self._end(admin, c, commit=True)
             faults.hit(faults.FaultPoint.F6, batch.batch_id)  # every participant committed, the bundle not yet
-            self._readable(batch, [_ids(c) for c in committables if "txid" in c.payload])
+            ours = [_ids(c) for c in committables if "txid" in c.payload]
+            self._readable(batch, ours, self._abort_leftovers(batch, bundle.epoch, ours) if ours else [])
             self._write_bundle(bundle)
             self._settle(batch.app_id)
 
-    def _readable(self, batch: BatchRef, transactions: Sequence[tuple[str, int, int]]) -> None:
-        """Wait until every one of ``transactions`` (transactional id, producer id, epoch) has written its commit
-        markers, so that the bundle written next is never read before a row of its batch (TransientError after
-        ``_SETTLE_S``: the commit is retried, and its EndTxns, already committed, are done again harmlessly)."""
+    def _abort_leftovers(
+        self, batch: BatchRef, epoch: int, ours: Sequence[tuple[str, int, int]]
+    ) -> list[tuple[str, int, int]]:
+        """Abort the app_id's open data transactions that are not ``ours`` and that an attempt of this batch or an
+        earlier one began, under this writer epoch or an older one; every such transaction still ending (its
+        transactional id, producer id and epoch).
+
+        Recovery has settled what older writers prepared before this writer's first batch, and no later batch
+        writes before this one is settled, so these can never commit: a task attempt that failed or was killed
+        after it began (Spark retried it under another pool slot), a speculative copy that lost. One
+        ListTransactions per broker when there are none (the usual case)."""
         admin = self._admin()
-        pending = [t[0] for t in transactions if not wait_until(functools.partial(_completed, admin, *t), _SETTLE_S)]
+        prefix = self.config.transactional_id_prefix
+        mine = {txid for txid, _, _ in ours}
+        listed = _list_open(admin, app_txid_prefix(prefix, batch.app_id))
+        if not any(txid not in mine and parse_txid(prefix, batch.app_id, txid) for txid in listed):
+            return []
+        leftovers: list[tuple[str, int, int]] = []
+        for marker, state in self._open_work(batch.app_id):
+            if marker is None or (marker.txid, state.producer_id, state.producer_epoch) in ours:
+                continue  # no marker read: nothing known of it (an attempt with rows always wrote one first)
+            if marker.epoch > epoch or marker.batch_id > batch.batch_id:
+                continue  # a newer writer's: not this one's to end
+            if state.state == "Ongoing":
+                log.info("eosink: aborting %s, left open by attempt %s of batch %s", marker.txid, marker.attempt, batch)
+                _wire.end_txn(admin, marker.txid, state.producer_id, state.producer_epoch, False, timeout_s=30)
+            leftovers.append((marker.txid, state.producer_id, state.producer_epoch))
+        return leftovers
+
+    def _readable(
+        self,
+        batch: BatchRef,
+        transactions: Sequence[tuple[str, int, int]],
+        leftovers: Sequence[tuple[str, int, int]] = (),
+    ) -> None:
+        """Wait until every one of ``transactions`` (transactional id, producer id, epoch) has written its commit
+        markers, and every one of ``leftovers`` its markers, so that the bundle written next is never read before
+        a row of its batch (TransientError after ``_SETTLE_S``: the commit is retried, and its EndTxns, already
+        committed, are done again harmlessly)."""
+        admin = self._admin()
+        waits = [(t, functools.partial(_completed, admin, *t)) for t in transactions]
+        waits += [(t, functools.partial(_ended, admin, *t)) for t in leftovers]
+        pending = [t[0] for t, done in waits if not wait_until(done, _SETTLE_S)]
         if pending:
             raise TransientError(
-                f"The commit markers of batch {batch}'s transactions {pending} are not written after "
-                f"{_SETTLE_S:g} s: their coordinator is moving or loading.",
+                f"The markers of batch {batch}'s transactions, or of older ones open in its partitions, {pending} "
+                f"are not written after {_SETTLE_S:g} s: their coordinator is moving or loading.",
                 "Nothing to do: the commit is retried until the coordinator writes them.",
             )
 
@@ -230,6 +277,18 @@ def _completed(admin: Any, txid: str, producer_id: int, epoch: int) -> bool:
     if state.wrote(producer_id, epoch):
         return state.state == "CompleteCommit"
     return state.producer_id != producer_id or state.producer_epoch > epoch
+
+
+def _ended(admin: Any, txid: str, producer_id: int, epoch: int) -> bool:
+    """Whether the transaction of ``txid`` that ``producer_id`` and ``epoch`` wrote is over, its markers written
+    (``CompleteAbort`` or ``CompleteCommit``), or the id has moved on."""
+    try:
+        state = _wire.describe(admin, txid)
+    except Exception:  # the coordinator is moving or loading: ask again
+        return False
+    if state is None or not state.wrote(producer_id, epoch):
+        return True
+    return state.state in ("CompleteAbort", "CompleteCommit", "Empty")
 
 
 def _markers_of(

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from eosink.connectors.kafka import KafkaConfig, KafkaSink, _commit_side, _wire
+from eosink.connectors.kafka._names import TxnName, app_tag
+from eosink.connectors.kafka._progress import Marker
 from eosink.contract import BatchRef, Bundle, Committable, Fingerprint
 from eosink.errors import TransientError
 
@@ -46,16 +48,17 @@ def _sink(monkeypatch: pytest.MonkeyPatch, answers: dict[str, list[Answer]]) -> 
     monkeypatch.setattr(sink, "_check_epoch", lambda *a: None)
     monkeypatch.setattr(sink, "_write_bundle", lambda bundle: events.append("bundle"))
     monkeypatch.setattr(sink, "_settle", lambda app_id: None)
+    monkeypatch.setattr(_commit_side, "_list_open", lambda admin, prefix: [])
 
     def end_txn(admin: Any, txid: str, pid: int, epoch: int, commit: bool, timeout_s: float) -> int:
-        events.append(f"EndTxn {txid}")
+        events.append(f"EndTxn {txid}" if commit else f"abort {txid}")
         return _wire.NONE
 
     def describe(admin: Any, txid: str) -> _wire.TxnState:
         events.append(f"asked {txid}")
         queue = answers.get(txid, [])
         state, epoch = queue.pop(0) if queue else ("CompleteCommit", EPOCH)
-        return _wire.TxnState(state, 1, epoch, 60_000, 0, frozenset())
+        return _wire.TxnState(state, 1 if txid in PARTICIPANTS else 2, epoch, 60_000, 0, frozenset())
 
     monkeypatch.setattr(_wire, "end_txn", end_txn)
     monkeypatch.setattr(_wire, "describe", describe)
@@ -110,3 +113,41 @@ def test_markers_still_pending_after_the_bound_are_a_transient_error_and_no_bund
     with pytest.raises(TransientError, match="app-p0"):
         _commit(sink)
     assert "bundle" not in events
+
+
+LEFTOVER = TxnName(app_tag(BATCH.app_id), 0, "a0").txid(KafkaConfig("127.0.0.1:9").transactional_id_prefix)
+
+
+def _leftover(monkeypatch: pytest.MonkeyPatch, sink: KafkaSink, batch_id: int, epoch: int) -> str:
+    """An open data transaction of the app_id besides the batch's own: attempt a0 of participant 0, begun in
+    ``batch_id`` under writer ``epoch`` (producer id 2, epoch 0)."""
+    txid = LEFTOVER
+    marker = Marker(txid, BATCH.app_id, batch_id, epoch, 0, "0", "begun", 0, 2, 0)
+    state = _wire.TxnState("Ongoing", 2, 0, 60_000, 0, frozenset())
+    monkeypatch.setattr(_commit_side, "_list_open", lambda admin, prefix: [PARTICIPANTS[0], txid])
+    monkeypatch.setattr(sink, "_open_work", lambda app_id: [(marker, state)])
+    return txid
+
+
+def test_an_older_attempts_open_transaction_is_aborted_and_ended_before_the_bundle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pass: a failed attempt's transaction still open in the batch's partitions (it would hold back their last
+    stable offset, and with it the batch's rows, until the broker's timeout) is aborted after the participants
+    commit, and the bundle waits until its abort is complete."""
+    sink, events = _sink(monkeypatch, {LEFTOVER: [("PrepareAbort", 0)] * 2 + [("CompleteAbort", 0)]})
+    txid = _leftover(monkeypatch, sink, BATCH.batch_id, 1)
+    _commit(sink)
+    assert events.index(f"abort {txid}") > events.index(f"EndTxn {PARTICIPANTS[1]}"), events
+    assert events.count(f"asked {txid}") == 3 and events[-1] == "bundle", events
+
+
+@pytest.mark.parametrize("later", ["batch", "epoch"])
+def test_a_later_batchs_or_newer_writers_open_transaction_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch, later: str
+) -> None:
+    """Pass: an open transaction that a later batch or a newer writer began is not this commit's to end."""
+    sink, events = _sink(monkeypatch, {})
+    txid = _leftover(monkeypatch, sink, BATCH.batch_id + (later == "batch"), 1 + (later == "epoch"))
+    _commit(sink)
+    assert f"abort {txid}" not in events and f"asked {txid}" not in events and events[-1] == "bundle", events
