@@ -8,9 +8,9 @@ What each does::
                            3. EndTxn(commit) for each participant transaction, with the producer id
                               and epoch that wrote it (one already committed the same way is fine;
                               one aborted, expired or re-initialised is CommitAbortedError)
-                           4. the app_id's other open data transactions of this batch or an
-                              earlier one, of this writer or an older one (a failed task
-                              attempt's, a killed speculative copy's), aborted: until the
+                           4. the app_id's other unprepared open data transactions of this
+                              batch or an earlier one, of this writer or an older one (a failed
+                              task attempt's, a killed speculative copy's), aborted: until the
                               broker's timeout they would hold back the partitions' last stable
                               offset, and with it this batch's rows
                            5. each participant transaction's commit markers written (its rows
@@ -99,9 +99,10 @@ class _CommitSide(_SinkBase):
     def _abort_leftovers(
         self, batch: BatchRef, epoch: int, ours: Sequence[tuple[str, int, int]]
     ) -> list[tuple[str, int, int]]:
-        """Abort the app_id's open data transactions that are not ``ours`` and that an attempt of this batch or an
-        earlier one began, under this writer epoch or an older one; every such transaction still ending (its
-        transactional id, producer id and epoch).
+        """Abort the app_id's unprepared open data transactions that are not ``ours`` and that an attempt of this
+        batch or an earlier one began, under this writer epoch or an older one; every such transaction still ending
+        (its transactional id, producer id and epoch). Prepared ones stay: the coordinator aborts those it does not
+        commit, through ``recover``.
 
         Recovery has settled what older writers prepared before this writer's first batch, and no later batch
         writes before this one is settled, so these can never commit: a task attempt that failed or was killed
@@ -117,6 +118,8 @@ class _CommitSide(_SinkBase):
         for marker, state in self._open_work(batch.app_id):
             if marker is None or (marker.txid, state.producer_id, state.producer_epoch) in ours:
                 continue  # no marker read: nothing known of it (an attempt with rows always wrote one first)
+            if marker.state == "prepared":
+                continue  # prepared work is the coordinator's to abort, through recover (the contract)
             if marker.epoch > epoch or marker.batch_id > batch.batch_id:
                 continue  # a newer writer's: not this one's to end
             if state.state == "Ongoing":

@@ -118,11 +118,11 @@ def test_markers_still_pending_after_the_bound_are_a_transient_error_and_no_bund
 LEFTOVER = TxnName(app_tag(BATCH.app_id), 0, "a0").txid(KafkaConfig("127.0.0.1:9").transactional_id_prefix)
 
 
-def _leftover(monkeypatch: pytest.MonkeyPatch, sink: KafkaSink, batch_id: int, epoch: int) -> str:
+def _leftover(monkeypatch: pytest.MonkeyPatch, sink: KafkaSink, batch_id: int, epoch: int, state: str = "begun") -> str:
     """An open data transaction of the app_id besides the batch's own: attempt a0 of participant 0, begun in
     ``batch_id`` under writer ``epoch`` (producer id 2, epoch 0)."""
     txid = LEFTOVER
-    marker = Marker(txid, BATCH.app_id, batch_id, epoch, 0, "0", "begun", 0, 2, 0)
+    marker = Marker(txid, BATCH.app_id, batch_id, epoch, 0, "0", state, 0, 2, 0)
     state = _wire.TxnState("Ongoing", 2, 0, 60_000, 0, frozenset())
     monkeypatch.setattr(_commit_side, "_list_open", lambda admin, prefix: [PARTICIPANTS[0], txid])
     monkeypatch.setattr(sink, "_open_work", lambda app_id: [(marker, state)])
@@ -149,5 +149,14 @@ def test_a_later_batchs_or_newer_writers_open_transaction_is_left_alone(
     """Pass: an open transaction that a later batch or a newer writer began is not this commit's to end."""
     sink, events = _sink(monkeypatch, {})
     txid = _leftover(monkeypatch, sink, BATCH.batch_id + (later == "batch"), 1 + (later == "epoch"))
+    _commit(sink)
+    assert f"abort {txid}" not in events and f"asked {txid}" not in events and events[-1] == "bundle", events
+
+
+def test_a_prepared_attempt_is_left_to_the_coordinator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pass: a prepared attempt of the batch that is not among the committables (a straggler) stays prepared: the
+    contract has the coordinator abort it through ``recover``, and a commit publishes exactly what it is given."""
+    sink, events = _sink(monkeypatch, {})
+    txid = _leftover(monkeypatch, sink, BATCH.batch_id, 1, state="prepared")
     _commit(sink)
     assert f"abort {txid}" not in events and f"asked {txid}" not in events and events[-1] == "bundle", events
