@@ -1,6 +1,6 @@
 """PostgresSink as it was before issue 58: a negative control that the failover tests' checker must flag.
 
-Imported by ``sink_driver.py`` (``EOSINK_TEST_PG_SINK=pg_mutants:XidTrustingPostgresSink``) from its own
+Imported by ``sink_driver.py`` (``EOSINK_TEST_SINK_CLASS=pg_mutants:XidTrustingPostgresSink``) from its own
 folder; it pickles as a plain :class:`PostgresSink` (its changes are the driver's alone), so executors
 never import this module.
 """

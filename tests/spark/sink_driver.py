@@ -21,6 +21,10 @@ of the reference sink:
   configured as above with the same ``--target`` and ``--namespace``, committed in the order given; its
   sinks are named after their kind (app_ids ``<app-id>.postgres``, ``<app-id>.kafka``).
 
+A negative control swaps a sink class for a deliberately broken subclass of it from this folder:
+``EOSINK_TEST_SINK_CLASS=pg_mutants:XidTrustingPostgresSink`` (PostgreSQL) or
+``kafka_mutants:LeftoverKeepingKafkaSink`` (Kafka). Each pickles as its parent, so executors never import it.
+
 Connection settings never come from argv (a URL may hold a password). Two queries:
 
 * ``rows``: every input row appended (or, idempotent, upserted by a generated or given key);
@@ -44,9 +48,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from eosink.demo import SCHEMA, job_session
+
+_S = TypeVar("_S")
 
 EXIT_EOSINK_ERROR = 3
 
@@ -147,7 +153,7 @@ def _sink(args: argparse.Namespace, kind: str) -> Any:
         from eosink.connectors.kafka import KafkaConfig, KafkaSink
 
         bootstrap = os.environ["EOSINK_TEST_KAFKA_BOOTSTRAP"]
-        return KafkaSink(
+        return _sink_class(KafkaSink)(
             KafkaConfig(
                 bootstrap,
                 topic=args.target,
@@ -166,12 +172,20 @@ def _sink(args: argparse.Namespace, kind: str) -> Any:
     )
     if args.query == "balance":
         config = replace(config, mode="upsert", key_columns=("account",))
-    mutant = os.environ.get("EOSINK_TEST_PG_SINK")  # a deliberately broken sink of this folder, for a negative control
-    if mutant:
-        module, name = mutant.split(":")
-        sink_class: type[PostgresSink] = getattr(importlib.import_module(module), name)
-        return sink_class(config)
-    return PostgresSink(config)
+    return _sink_class(PostgresSink)(config)
+
+
+def _sink_class(default: type[_S]) -> type[_S]:
+    """``default``, or the deliberately broken subclass of it that ``EOSINK_TEST_SINK_CLASS`` names
+    (``module:Class``, a module of this folder): a negative control."""
+    mutant = os.environ.get("EOSINK_TEST_SINK_CLASS")
+    if not mutant:
+        return default
+    module, name = mutant.split(":")
+    found = getattr(importlib.import_module(module), name)
+    if not (isinstance(found, type) and issubclass(found, default)):
+        raise SystemExit(f"EOSINK_TEST_SINK_CLASS={mutant} is not a {default.__name__}")
+    return found
 
 
 def _scrub(sinks: dict[str, Any]) -> Any:

@@ -157,3 +157,47 @@ def test_a_partition_leader_paused_past_its_session_timeout_then_resumed_is_exac
         return lambda: (cluster.resume(node), cluster.wait_in_sync(pipeline.topic))
 
     _fail_mid_stream(pipeline, cluster, pause)
+
+
+LEFTOVER_KEEPING = {"EOSINK_TEST_SINK_CLASS": "kafka_mutants:LeftoverKeepingKafkaSink"}
+"""The sink as it was before its commit ended failed attempts' transactions (the negative control)."""
+
+
+def _failed_attempt(p: KafkaPipeline, cluster: KafkaCluster, settle_s: float, env: dict[str, str] | None = None) -> Any:
+    """Run the pipeline with a task attempt of batch 1 failing after it wrote (F2, in an executor: its transaction
+    is left open, as a killed executor's would be; Spark retries the task under another pool slot); the reader's
+    verdict (and, for the sink itself, the rows checked exact: the mutant's leftover hides some until it times
+    out)."""
+    reader = CommittedReader(cluster.direct_bootstrap, p.topic, PARTITIONS, p.progress_topic, p.app_id).start()
+    try:
+        run = p.run("F2@1:raise", env=env)
+        assert_clean(run)
+        assert "F2" in run.faults_fired
+        if env is None:
+            p.assert_exact()
+        return reader.verdict(p.expected(), settle_s=settle_s, key=_row)
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("strategy", ["2pc", "txid-check"])
+def test_a_task_attempt_failed_mid_write_holds_no_batch_back(
+    pipeline: KafkaPipeline, cluster: KafkaCluster, strategy: str
+) -> None:
+    """Pass: the failed attempt's open transaction is aborted by the batch's commit before its bundle, so no reader
+    ever sees batch 1's bundle before all its rows (the leftover would hold back the last stable offset of its
+    partitions, for the 15 minutes of the pipeline's transaction timeout), and no offset stays stuck."""
+    pipeline.strategy = strategy
+    verdict = _failed_attempt(pipeline, cluster, SETTLE_S)
+    assert verdict.problems == [], verdict
+    assert verdict.bundles == pipeline.bundles(), verdict
+
+
+def test_negative_control_a_commit_that_keeps_the_leftover_tears_the_batch(
+    pipeline: KafkaPipeline, cluster: KafkaCluster
+) -> None:
+    """The reader's teeth for the test above: the same run with the sink as it was. Pass: the run ends cleanly and
+    the reader saw batch 1 torn (its bundle before all its rows) and an offset stuck."""
+    pipeline.strategy = "txid-check"
+    verdict = _failed_attempt(pipeline, cluster, 10.0, LEFTOVER_KEEPING)
+    assert verdict.torn and verdict.stuck, verdict

@@ -166,7 +166,7 @@ def test_negative_control_the_old_resolution_loses_the_batch_and_the_check_says_
     remembered id, no predecessor check). Pass: the driver finishes cleanly, as it did, and the check
     reports batch 1's rows lost."""
     rp.variant = "txid-check"
-    rp.extra_env = {"EOSINK_TEST_PG_SINK": "pg_mutants:XidTrustingPostgresSink"}
+    rp.extra_env = {"EOSINK_TEST_SINK_CLASS": "pg_mutants:XidTrustingPostgresSink"}
     proc = _reply_lost_then_failover(cluster, rp, "txid-check", "async")
     assert_clean(rp.finish(proc))
     lost = rp.expected() - rp.found()
