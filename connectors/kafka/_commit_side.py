@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from eosink import faults
@@ -108,25 +108,42 @@ class _CommitSide(_SinkBase):
         writes before this one is settled, so these can never commit: a task attempt that failed or was killed
         after it began (Spark retried it under another pool slot), a speculative copy that lost. One
         ListTransactions per broker when there are none (the usual case)."""
-        admin = self._admin()
         prefix = self.config.transactional_id_prefix
         mine = {txid for txid, _, _ in ours}
-        listed = _list_open(admin, app_txid_prefix(prefix, batch.app_id))
+        listed = _list_open(self._admin(), app_txid_prefix(prefix, batch.app_id))
         if not any(txid not in mine and parse_txid(prefix, batch.app_id, txid) for txid in listed):
             return []
-        leftovers: list[tuple[str, int, int]] = []
-        for marker, state in self._open_work(batch.app_id):
-            if marker is None or (marker.txid, state.producer_id, state.producer_epoch) in ours:
-                continue  # no marker read: nothing known of it (an attempt with rows always wrote one first)
-            if marker.state == "prepared":
-                continue  # prepared work is the coordinator's to abort, through recover (the contract)
-            if marker.epoch > epoch or marker.batch_id > batch.batch_id:
-                continue  # a newer writer's: not this one's to end
+        return self._end_unprepared(
+            batch.app_id,
+            lambda marker, state: (
+                (marker.txid, state.producer_id, state.producer_epoch) not in ours
+                and marker.epoch <= epoch  # a newer writer's is not this one's to end
+                and marker.batch_id <= batch.batch_id
+            ),
+        )
+
+    def _end_unprepared(
+        self, app_id: str, wanted: Callable[[Marker, _wire.TxnState], bool]
+    ) -> list[tuple[str, int, int]]:
+        """Abort the app_id's open data transactions that no attempt prepared and that ``wanted`` picks (by their
+        newest marker and state); each picked one (transactional id, producer id, epoch). Prepared ones stay: the
+        coordinator aborts those it does not commit, through ``recover`` (the contract). One with no marker read is
+        left too: nothing is known of it (an attempt with rows always wrote one first)."""
+        admin = self._admin()
+        picked: list[tuple[str, int, int]] = []
+        for marker, state in self._open_work(app_id):
+            if marker is None or marker.state == "prepared" or not wanted(marker, state):
+                continue
             if state.state == "Ongoing":
-                log.info("eosink: aborting %s, left open by attempt %s of batch %s", marker.txid, marker.attempt, batch)
+                log.info(
+                    "eosink: aborting %s, left open by attempt %s of batch %s",
+                    marker.txid,
+                    marker.attempt,
+                    marker.batch_id,
+                )
                 _wire.end_txn(admin, marker.txid, state.producer_id, state.producer_epoch, False, timeout_s=30)
-            leftovers.append((marker.txid, state.producer_id, state.producer_epoch))
-        return leftovers
+            picked.append((marker.txid, state.producer_id, state.producer_epoch))
+        return picked
 
     def _readable(
         self,

@@ -46,7 +46,7 @@ from eosink.connectors.kafka import _wire
 from eosink.connectors.kafka._clients import drop_admin, shared_admin
 from eosink.connectors.kafka._commit_side import _CommitSide
 from eosink.connectors.kafka._errors import permission_denied, translated
-from eosink.connectors.kafka._names import BUNDLE_CLIENT_ID, bundle_key, bundle_txid, fence_txid, parse_txid
+from eosink.connectors.kafka._names import BUNDLE_CLIENT_ID, bundle_key, bundle_txid, fence_txid
 from eosink.connectors.kafka._producer import mark_committed, producer_ids
 from eosink.connectors.kafka._progress import (
     BUNDLES,
@@ -252,15 +252,9 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
             )
 
     def _abort_unprepared(self, app_id: str, epoch: int) -> None:
-        """Abort what crashed writers of older epochs left open before they prepared it."""
-        admin = self._admin()
-        for marker, state in self._open_work(app_id):
-            if marker is not None and marker.state == "prepared":
-                continue  # in doubt: recovery decides
-            if marker is None or parse_txid(self.config.transactional_id_prefix, app_id, marker.txid) is None:
-                continue
-            if marker.epoch < epoch and state.state == "Ongoing":
-                _wire.end_txn(admin, marker.txid, state.producer_id, state.producer_epoch, False, timeout_s=30)
+        """Abort what crashed writers of older epochs left open before they prepared it (prepared work is in
+        doubt: recovery decides)."""
+        self._end_unprepared(app_id, lambda marker, state: marker.epoch < epoch)
 
     # -- the bundle transaction -----------------------------------------------------------------
 
