@@ -49,21 +49,14 @@ def keeps_prepared(admin: Any, bootstrap: object, *, refresh: bool = False) -> b
 
 
 def _ask(admin: Any) -> bool:
-    from kafka.admin import ConfigResource, ConfigResourceType
     from kafka.protocol.api_key import ApiKey
 
     try:
         versions = admin.api_versions().get(ApiKey.InitProducerId)
         if versions is None or versions[1] < 6:
             return False
-        brokers = [b["broker_id"] for b in admin.describe_cluster().get("brokers", [])]
-        for broker in brokers:
-            found = admin.describe_configs(
-                [ConfigResource(ConfigResourceType.BROKER, str(broker), [_SETTING])], config_filter="all"
-            )
-            if (_wire.setting_of(found, _SETTING) or "").lower() != "true":
-                return False
-        return bool(brokers)
+        answers = [(value or "").lower() for value in _wire.broker_settings(admin, _SETTING)]
+        return bool(answers) and all(value == "true" for value in answers)
     except Exception as exc:  # not allowed to ask (no DescribeConfigs ACL), an old broker: the usual way
         log.debug("eosink: asking the brokers about two-phase commit: %s", exc)
         return False

@@ -334,6 +334,30 @@ def records_of(partition: Partition) -> Iterator[LogRecord]:
     yield from partition.committed
 
 
+def broker_settings(admin: Any, name: str) -> Iterator[str | None]:
+    """Broker setting ``name`` of each listed broker that answers, in turn (the caller stops when it knows enough).
+
+    A node that died stays listed until the controller fences it, and a client that no longer has it in its
+    metadata cannot ask it (UnknownBrokerIdError): it is passed over. The last such error when none answered."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError, UnknownBrokerIdError
+
+    unreachable: Exception | None = None
+    answered = False
+    for broker in [b["broker_id"] for b in admin.describe_cluster().get("brokers", [])]:
+        try:
+            found = admin.describe_configs(
+                [ConfigResource(ConfigResourceType.BROKER, str(broker), [name])], config_filter="all"
+            )
+        except (UnknownBrokerIdError, NodeNotReadyError, KafkaConnectionError, KafkaTimeoutError) as exc:
+            unreachable = exc
+            continue
+        answered = True
+        yield setting_of(found, name)
+    if unreachable is not None and not answered:
+        raise unreachable
+
+
 def setting_of(found: Any, name: str) -> str | None:
     """A broker setting's value (as text) out of the admin client's ``describe_configs`` answer, however nested."""
     stack = [found]

@@ -190,15 +190,8 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
             )
 
     def _check_timeout(self, admin: Any) -> None:
-        from kafka.admin import ConfigResource, ConfigResourceType
-
-        brokers = [b["broker_id"] for b in admin.describe_cluster().get("brokers", [])]
-        for broker in brokers[:1]:
-            found = admin.describe_configs(
-                [ConfigResource(ConfigResourceType.BROKER, str(broker), ["transaction.max.timeout.ms"])],
-                config_filter="all",
-            )
-            limit = _config_value(found, "transaction.max.timeout.ms")
+        for answer in _wire.broker_settings(admin, "transaction.max.timeout.ms"):  # the first that answers
+            limit = None if answer is None else _int(answer)
             if limit is not None and self.config.transaction_timeout_ms > limit:
                 raise ConfigurationError(
                     f"transaction_timeout_ms={self.config.transaction_timeout_ms} is above the brokers' "
@@ -207,6 +200,7 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
                     "the brokers (two-phase commit keeps a batch's transactions open until Spark's checkpoint "
                     "holds it, so allow for your longest batch and a driver restart).",
                 )
+            return
 
     def fence(self, app_id: str) -> int:
         """Initialise the app_id's fence producer; its new producer id and epoch are the new writer epoch."""
@@ -364,11 +358,9 @@ class _BundleFenced(Exception):
     """The bundle producer was fenced by a newer one of the same transactional id."""
 
 
-def _config_value(found: Any, name: str) -> int | None:
-    """A broker setting's value out of describe_configs' answer, as an int."""
-    value = _wire.setting_of(found, name)
+def _int(text: str) -> int | None:
     try:
-        return None if value is None else int(value)
+        return int(text)
     except ValueError:
         return None
 

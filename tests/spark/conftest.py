@@ -303,13 +303,14 @@ def assert_store_crash_mid_batch_exact(p: Any, server: Any) -> None:
     p.assert_exact()
 
 
-def finish_with_restarts(p: Pipeline, proc: subprocess.Popen[str]) -> None:
+def finish_with_restarts(p: Pipeline, proc: subprocess.Popen[str], env: dict[str, str] | None = None) -> None:
     """Wait for the driver ``proc`` of ``p``; while it stops with an eosink error (exit 3) restart it from the
-    checkpoint, at most twice. Pass: the last run ends cleanly."""
+    checkpoint (with ``env`` over its environment, as ``proc`` had), at most twice. Pass: the last run ends
+    cleanly."""
     runs = [p.finish(proc)]
     while runs[-1].returncode != 0 and len(runs) < 3:
         assert runs[-1].returncode == 3, f"driver failed ({runs[-1].returncode}):\n{runs[-1].stderr[-4000:]}"
-        runs.append(p.run())
+        runs.append(p.run(env=env))
     assert_clean(runs[-1])
 
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from eosink._procs import is_stopped, kill_session, signal_session
-from eosink.connectors.kafka.audit import CommittedReader
-from eosink.services.kafka_cluster import KafkaCluster
+from eosink.connectors.kafka.audit import CommittedReader, KafkaVerdict
+from eosink.services.kafka_cluster import KafkaCluster, kafka_request
 
 from .conftest import assert_clean, finish_with_restarts, wait_for
 from .test_kafka_pipeline import PARTITIONS, KafkaPipeline
@@ -59,15 +59,37 @@ def _row(value: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _fail_mid_stream(
-    p: KafkaPipeline, cluster: KafkaCluster, fail: Callable[[], Callable[[], None]], at: str | None = None
+    p: KafkaPipeline,
+    cluster: KafkaCluster,
+    fail: Callable[[], Callable[[], None]],
+    at: str | None = None,
+    *,
+    env: dict[str, str] | None = None,
 ) -> None:
     """Run the pipeline and ``fail()`` a node (it returns how to bring it back): after batch 1's bundle, the run
     going on by itself; or (``at``, a fault point) with the driver frozen at that step of batch 1 (SIGSTOP of its
     session), thawed once the node failed, and restarted from its checkpoint if it stopped with an eosink error.
     Bring the node back once the run ended; check."""
+    verdict = _failed_run(p, cluster, fail, at, env=env, settle_s=SETTLE_S)
+    assert verdict.bundles == p.bundles(), verdict
+    found = verdict.problems if p.strategy != "idempotent" else [x for x in verdict.problems if "duplicated" not in x]
+    assert found == [], verdict  # idempotent: a replay rewrites the same keys (consumers keep the last)
+
+
+def _failed_run(
+    p: KafkaPipeline,
+    cluster: KafkaCluster,
+    fail: Callable[[], Callable[[], None]],
+    at: str | None,
+    *,
+    env: dict[str, str] | None,
+    settle_s: float,
+) -> KafkaVerdict:
+    """The run of :func:`_fail_mid_stream`; the reader's verdict (and, for the sink itself, ``env`` None, the
+    rows checked exact)."""
     reader = CommittedReader(cluster.direct_bootstrap, p.topic, PARTITIONS, p.progress_topic, p.app_id).start()
     try:
-        proc = p.start(None if at is None else f"{at}@1:stop")
+        proc = p.start(None if at is None else f"{at}@1:stop", env=env)
         try:
             if at is None:
                 wait_for(lambda: len(p.bundles()) >= 2, 300, "batch 1's bundle")
@@ -87,17 +109,15 @@ def _fail_mid_stream(
             if at is None:
                 assert_clean(p.finish(proc))
             else:
-                finish_with_restarts(p, proc)
+                finish_with_restarts(p, proc, env)
         finally:
             back()
         p.reconnect()
-        p.assert_exact()
-        verdict = reader.verdict(p.expected(), settle_s=SETTLE_S, key=_row)
+        if env is None:
+            p.assert_exact()
+        return reader.verdict(p.expected(), settle_s=settle_s, key=_row)
     finally:
         reader.close()
-    assert verdict.bundles == p.bundles(), verdict
-    found = verdict.problems if p.strategy != "idempotent" else [x for x in verdict.problems if "duplicated" not in x]
-    assert found == [], verdict  # idempotent: a replay rewrites the same keys (consumers keep the last)
 
 
 @pytest.mark.parametrize("strategy", ["2pc", "txid-check", "idempotent"])
@@ -159,6 +179,64 @@ def test_a_partition_leader_paused_past_its_session_timeout_then_resumed_is_exac
     _fail_mid_stream(pipeline, cluster, pause)
 
 
+# Requests held or replies lost at a step of batch 1's commit, the driver frozen there while the fault is armed
+# at a node's proxy: the commit's first EndTxn (at the coordinator) held past the clients' request timeout and
+# delivered once later transactions reuse its transactional ids (KAFKA-17754's shape), or its reply lost; a
+# participant's first Produce (at the leader of partition 0) held past its attempt's failure and abort.
+REQUEST_TIMEOUT_MS = 4000
+"""The driver's and the participants' clients give up on a request after 4 s."""
+HOLD_S = 12.0
+"""A held request arrives 8 s after its client gave up."""
+TXN_TIMEOUT_MS = 60_000
+"""A transaction left open is aborted by its coordinator after 60 s: ``SETTLE_S`` is two of them."""
+REQUEST_FAULTS = [
+    pytest.param("EndTxn", "held", "coordinator", "F3", id="end-txn-held"),
+    pytest.param("EndTxn", "reply-lost", "coordinator", "F3", id="end-txn-reply-lost"),
+    pytest.param("Produce", "held", "leader", "F1", id="produce-held"),
+]
+
+
+@pytest.mark.parametrize("strategy", ["2pc", "txid-check", "idempotent"])
+@pytest.mark.parametrize(("api", "fault", "role", "point"), REQUEST_FAULTS)
+def test_a_request_held_or_its_reply_lost_at_a_step_of_the_commit_is_exact(
+    pipeline: KafkaPipeline, cluster: KafkaCluster, strategy: str, api: str, fault: str, role: str, point: str
+) -> None:
+    """Pass: the held request was delivered (after the batches went on) or the reply was cut, and the run is
+    exact: every row once, one bundle per batch, nothing torn, no last stable offset stuck, nothing in doubt."""
+    pipeline.strategy = strategy
+
+    _fail_mid_stream(pipeline, cluster, _request_fault(pipeline, cluster, api, fault, role), at=point)
+
+
+def _request_fault(
+    p: KafkaPipeline, cluster: KafkaCluster, api: str, fault: str, role: str
+) -> Callable[[], Callable[[], None]]:
+    """Arm the fault on the proxy of the coordinator or of the leader of ``p``'s partition 0, with the pipeline's
+    clients set to give up before a held request arrives; how to check that it happened and disarm it."""
+    p.producer_options = {"request_timeout_ms": REQUEST_TIMEOUT_MS}
+    p.extra_args = ["--txn-timeout-ms", str(TXN_TIMEOUT_MS)]
+
+    def arm() -> Callable[[], None]:
+        proxy = cluster.proxy(cluster.coordinator() if role == "coordinator" else cluster.leader(p.topic, 0))
+        if fault == "held":
+            proxy.hold_request(kafka_request(api), HOLD_S)
+        else:
+            proxy.cut_after_request(kafka_request(api))
+
+        def check() -> None:
+            try:
+                if fault == "held":
+                    assert proxy.wait_for_held(HOLD_S + 60), f"the held {api} was never delivered"
+                else:
+                    assert proxy.wait_for_cut(1), f"no {api} reply was cut"
+            finally:
+                proxy.passthrough()
+
+        return check
+
+    return arm
+
+
 LEFTOVER_KEEPING = {"EOSINK_TEST_SINK_CLASS": "kafka_mutants:LeftoverKeepingKafkaSink"}
 """The sink as it was before its commit ended failed attempts' transactions (the negative control)."""
 
@@ -201,3 +279,4 @@ def test_negative_control_a_commit_that_keeps_the_leftover_tears_the_batch(
     pipeline.strategy = "txid-check"
     verdict = _failed_attempt(pipeline, cluster, 10.0, LEFTOVER_KEEPING)
     assert verdict.torn and verdict.stuck, verdict
+

@@ -83,10 +83,15 @@ class KafkaPipeline(Pipeline):
     files: int = 3
     bootstrap: str = ""
     topic: str = ""
+    producer_options: dict[str, Any] = field(default_factory=dict)
+    """The driver's KafkaConfig.producer_options (through the environment, as TLS settings come)."""
     _admin: Any = field(default=None, repr=False)
 
     def environment(self) -> dict[str, str]:
-        return {**super().environment(), "EOSINK_TEST_KAFKA_BOOTSTRAP": self.bootstrap}
+        env = {**super().environment(), "EOSINK_TEST_KAFKA_BOOTSTRAP": self.bootstrap}
+        if self.producer_options:
+            env["EOSINK_TEST_KAFKA_OPTIONS"] = json.dumps(self.producer_options)
+        return env
 
     def command(self, mode: str, master: str) -> list[str]:
         return [
