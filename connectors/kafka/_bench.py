@@ -75,12 +75,11 @@ class _DirectProduce:
         self.config = config
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from kafka import KafkaProducer
-
         from eosink.connectors.kafka._bulk import BulkSender
+        from eosink.connectors.kafka._producer import open_producer
         from eosink.connectors.kafka._records import to_records
 
-        producer = KafkaProducer(**self.config.producer_kwargs())
+        producer = open_producer(**self.config.producer_kwargs())  # as the sink's participants open theirs
         errors: list[BaseException] = []
         sender = BulkSender(producer, errors.append)
         rows = 0

@@ -34,7 +34,7 @@ from eosink.connectors.kafka import _wire
 from eosink.connectors.kafka._base import _SinkBase
 from eosink.connectors.kafka._bulk import BulkSender
 from eosink.connectors.kafka._names import TxnName, app_tag, committable_id, task_slot
-from eosink.connectors.kafka._producer import abort_within, producer_ids
+from eosink.connectors.kafka._producer import abort_within, open_producer, producer_ids
 from eosink.connectors.kafka._progress import MARKERS, marker_record
 from eosink.connectors.kafka._records import Records, to_records
 from eosink.connectors.kafka._two_phase import initialise, keeps_prepared
@@ -173,11 +173,9 @@ class _WriteSide(_SinkBase):
     # -- helpers ---------------------------------------------------------------------------------
 
     def _producer(self, **settings: Any) -> Any:
-        from kafka import KafkaProducer
-
         kwargs = self.config.producer_kwargs(**settings)
         kwargs.setdefault("allow_auto_create_topics", self.config.create_topic)
-        producer = KafkaProducer(**kwargs)
+        producer = open_producer(**kwargs)
         self._live.add(producer)
         return producer
 
