@@ -195,21 +195,23 @@ class KafkaClusterChaosTarget(KafkaChaosTarget):
 
     # -- what the independent reader sees -----------------------------------------------------------
 
-    def _listed(self) -> set[str]:
+    def _listed(self) -> dict[str, int]:
+        """The cluster's topics and their partition counts."""
         if self._lister is None:
             from confluent_kafka.admin import AdminClient
 
             self._lister = AdminClient({"bootstrap.servers": self._direct(), "log_level": 2})
-        return set(self._lister.list_topics(timeout=10).topics)
+        return {name: len(t.partitions) for name, t in self._lister.list_topics(timeout=10).topics.items()}
 
-    def _reader(self, names: Names, listed: set[str]) -> Any:
-        """The independent reader of the schedule's topic and, where it exists, its bundles (the plain baseline
-        keeps none)."""
+    def _reader(self, names: Names, listed: dict[str, int]) -> Any:
+        """The independent reader of the schedule's topic (in as many partitions as it has: the plain baseline's
+        Spark sink creates its topic with the cluster's default) and, where it exists, its bundles (the plain
+        baseline keeps none)."""
         from eosink.connectors.kafka.audit import CommittedReader
 
         progress = progress_topic(names.control_schema)
         bundles = progress if progress in listed else None
-        return CommittedReader(self._direct(), names.table, PARTITIONS, bundles, names.app_id)
+        return CommittedReader(self._direct(), names.table, listed.get(names.table, PARTITIONS), bundles, names.app_id)
 
     def snapshotter(self, names: Names) -> Callable[[], Snapshot | None]:
         """A poll function reading with the independent reader: committed rows per batch and the app's bundles;
