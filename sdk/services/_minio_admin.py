@@ -21,10 +21,25 @@ from urllib.parse import urlencode
 
 from eosink.errors import ServiceError
 
-__all__ = ["MinioAdmin", "encrypt_for_admin"]
+__all__ = ["MinioAdmin", "encrypt_for_admin", "signed_request"]
 
 _PBKDF2_AES_GCM = b"\x02"
 _PBKDF2_ROUNDS = 8192
+
+
+def signed_request(
+    method: str, url: str, body: bytes, access_key: str, secret_key: str, region: str
+) -> urllib.request.Request:
+    """A request to MinIO signed as an S3 request is (SigV4, service ``s3``)."""
+    import botocore.auth
+    import botocore.awsrequest
+    import botocore.credentials
+
+    request = botocore.awsrequest.AWSRequest(
+        method=method, url=url, data=body, headers={"x-amz-content-sha256": hashlib.sha256(body).hexdigest()}
+    )
+    botocore.auth.SigV4Auth(botocore.credentials.Credentials(access_key, secret_key), "s3", region).add_auth(request)
+    return urllib.request.Request(url, data=body or None, method=method, headers=dict(request.headers))
 
 
 def encrypt_for_admin(secret_key: str, data: bytes) -> bytes:
@@ -75,17 +90,8 @@ class MinioAdmin:
         return dict(json.loads(found)) if found else {}
 
     def _call(self, method: str, path: str, body: bytes = b"", **query: str) -> bytes:
-        import botocore.auth
-        import botocore.awsrequest
-        import botocore.credentials
-
         url = f"{self.endpoint_url}/minio/admin/v3/{path}" + (f"?{urlencode(query)}" if query else "")
-        request = botocore.awsrequest.AWSRequest(
-            method=method, url=url, data=body, headers={"x-amz-content-sha256": hashlib.sha256(body).hexdigest()}
-        )
-        credentials = botocore.credentials.Credentials(self._access_key, self._secret_key)
-        botocore.auth.SigV4Auth(credentials, "s3", self.region).add_auth(request)
-        sent = urllib.request.Request(url, data=body or None, method=method, headers=dict(request.headers))
+        sent = signed_request(method, url, body, self._access_key, self._secret_key, self.region)
         try:
             with urllib.request.urlopen(sent, timeout=30, context=self._context) as reply:
                 return bytes(reply.read())

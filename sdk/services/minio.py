@@ -52,6 +52,7 @@ from typing import Any, ClassVar
 from eosink._secrets import scrub
 from eosink.errors import ServiceError
 from eosink.services._layout import cache_root
+from eosink.services._minio_admin import signed_request
 from eosink.services._process import Attempt, Proc, ServerProcess, free_ports, spawn, start_on_ports, stop, wait_until
 from eosink.services.base import Endpoint, Service
 
@@ -368,8 +369,18 @@ class MinioServer(ServerProcess):
 
 
 def _ready(endpoint: S3Endpoint, ca: str | None = None) -> Callable[[], bool]:
-    """Whether MinIO at ``endpoint`` reports ready (its health check); ``ca``: the CA of its certificate."""
-    return functools.partial(_http_ok, f"{endpoint.endpoint_url}/minio/health/ready", ca)
+    """Whether MinIO at ``endpoint`` serves signed S3 requests; ``ca``: the CA of its certificate.
+
+    Its health check reports ready before its IAM is loaded, while a signed request still fails with
+    XMinioServerNotInitialized; so a signed ListBuckets must succeed too."""
+    return functools.partial(_serves, endpoint, ca)
+
+
+def _serves(endpoint: S3Endpoint, ca: str | None) -> bool:
+    if not _http_ok(f"{endpoint.endpoint_url}/minio/health/ready", ca):
+        return False
+    url = f"{endpoint.endpoint_url}/"
+    return _http_ok(signed_request("GET", url, b"", endpoint.access_key, endpoint.secret_key, endpoint.region), ca)
 
 
 def _credentials() -> tuple[str, str]:
@@ -462,7 +473,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(m) for m in re.findall(r"\d+", version.split("rc")[0].split("beta")[0])[:3])
 
 
-def _http_ok(url: str, ca: str | None = None) -> bool:
+def _http_ok(url: str | urllib.request.Request, ca: str | None = None) -> bool:
     context = ssl.create_default_context(cafile=ca) if ca else None
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as reply:

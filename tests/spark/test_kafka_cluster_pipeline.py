@@ -279,4 +279,3 @@ def test_negative_control_a_commit_that_keeps_the_leftover_tears_the_batch(
     pipeline.strategy = "txid-check"
     verdict = _failed_attempt(pipeline, cluster, 10.0, LEFTOVER_KEEPING)
     assert verdict.torn and verdict.stuck, verdict
-
