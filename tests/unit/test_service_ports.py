@@ -229,7 +229,9 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
     monkeypatch.setattr(kafka, "format_storage", lambda java, config, jars, extra=(): None)
     monkeypatch.setattr(kafka, "serves", lambda bootstrap, client=None: _answers(int(bootstrap.rsplit(":", 1)[1])))
     monkeypatch.setattr(minio.MinioService, "binary", property(lambda self: standin))
-    monkeypatch.setattr(minio, "_http_ok", lambda url, ca=None: _answers(urllib.parse.urlsplit(url).port))
+    monkeypatch.setattr(  # a URL, or a signed request (readiness: MinIO serves S3 requests)
+        minio, "_http_ok", lambda url, ca=None: _answers(urllib.parse.urlsplit(getattr(url, "full_url", url)).port)
+    )
     monkeypatch.setattr(postgres, "service_user", lambda: None)  # under root: no server user for a stand-in
     monkeypatch.setattr(postgres, "_accepts", lambda endpoint: _answers(endpoint.port))
     return Harness(tmp_path)
