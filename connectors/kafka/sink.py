@@ -190,17 +190,16 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
             )
 
     def _check_timeout(self, admin: Any) -> None:
-        for answer in _wire.broker_settings(admin, "transaction.max.timeout.ms"):  # the first that answers
-            limit = None if answer is None else _int(answer)
-            if limit is not None and self.config.transaction_timeout_ms > limit:
-                raise ConfigurationError(
-                    f"transaction_timeout_ms={self.config.transaction_timeout_ms} is above the brokers' "
-                    f"transaction.max.timeout.ms={limit}: the broker would refuse every transaction.",
-                    f"Pass KafkaConfig(transaction_timeout_ms=<= {limit}), or raise transaction.max.timeout.ms on "
-                    "the brokers (two-phase commit keeps a batch's transactions open until Spark's checkpoint "
-                    "holds it, so allow for your longest batch and a driver restart).",
-                )
-            return
+        answer = next(_wire.broker_settings(admin, "transaction.max.timeout.ms"), None)  # the first that answers
+        limit = None if answer is None else _int(answer)
+        if limit is not None and self.config.transaction_timeout_ms > limit:
+            raise ConfigurationError(
+                f"transaction_timeout_ms={self.config.transaction_timeout_ms} is above the brokers' "
+                f"transaction.max.timeout.ms={limit}: the broker would refuse every transaction.",
+                f"Pass KafkaConfig(transaction_timeout_ms=<= {limit}), or raise transaction.max.timeout.ms on "
+                "the brokers (two-phase commit keeps a batch's transactions open until Spark's checkpoint "
+                "holds it, so allow for your longest batch and a driver restart).",
+            )
 
     def fence(self, app_id: str) -> int:
         """Initialise the app_id's fence producer; its new producer id and epoch are the new writer epoch."""
