@@ -6,12 +6,14 @@ its id and epoch across transactions, so an EndTxn delayed in the network can en
 same producer. eosink's answer (docs/design.md): a data transaction's id is initialised again (a new epoch)
 at every ``begin``, and the bundle producer is replaced after any EndTxn whose reply did not come; a stale
 EndTxn then carries an old epoch and is refused. These tests hold the commit's EndTxn at the coordinator's
-proxy for longer than the client waits, let the batches go on, and check every batch once when it lands; others
-lose an EndTxn's reply, or hold a Produce past its transaction's abort.
+proxy for longer than the client waits, let the batches go on, and check every batch once when it lands; one makes
+it land inside the next transaction of its id; others lose an EndTxn's reply, or hold a Produce past its
+transaction's abort.
 
 Every test is judged by :class:`~eosink.connectors.kafka.audit.CommittedReader` (confluent-kafka, a client eosink
 does not write with), polling while the batches run and after: no row lost or duplicated, no batch torn, no
-last stable offset stuck. ``test_the_reader_flags_*`` are its negative controls.
+last stable offset stuck. ``test_the_reader_flags_*`` are its negative controls; ``test_negative_control_*`` runs a
+mutant sink that the reader must catch.
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from eosink.connectors.kafka import KafkaConfig, _wire
+from eosink.connectors.kafka import KafkaConfig, KafkaSink, _wire
 from eosink.connectors.kafka._names import COMMIT_REQUEST
+from eosink.connectors.kafka._producer import mark_committed
 from eosink.connectors.kafka.admin import KafkaAdmin
 from eosink.connectors.kafka.audit import CommittedReader, KafkaVerdict
-from eosink.contracts._mini import VARIANTS
-from eosink.errors import EosinkError
+from eosink.contract import Committable
+from eosink.contracts._mini import VARIANTS, SparkOrderDriver
+from eosink.errors import EosinkError, InjectedFault
 from eosink.services.kafka_cluster import KafkaCluster, kafka_request
 from eosink.services.proxy import FaultProxy, RequestMatch
 
@@ -170,6 +174,116 @@ def test_an_end_txn_delayed_past_its_timeout_cannot_end_a_later_transaction(
         lambda proxy: proxy.hold_request(match, HOLD_S),
         _went_on_while_held(held),
     )
+
+
+class EpochKeepingKafkaSink(KafkaSink):
+    """The negative control of the test below: KafkaSink without a new producer epoch per transaction. A
+    participant keeps its transactional id's producer (its producer id and epoch) for the id's next transaction,
+    as a classic-protocol writer that reuses ids without re-initialising them does: KAFKA-17754's shape."""
+
+    kept: ClassVar[dict[str, Any]] = {}
+    """Producers whose transaction a pre_commit left for the driver to end, by transactional id."""
+
+    def __init__(self, config: KafkaConfig) -> None:
+        super().__init__(config)
+        self._precommitting: Any = None
+
+    def _initialised(self, txid: str, two_phase: bool) -> Any:
+        producer = self.kept.pop(txid, None)
+        if producer is None:
+            return super()._initialised(txid, two_phase)
+        mark_committed(producer)  # the driver's EndTxn ended its last transaction; no InitProducerId
+        self._live.add(producer)
+        return producer
+
+    def _drop(self, producer: Any) -> None:
+        if producer is self._precommitting:
+            self._live.discard(producer)  # kept open by pre_commit below
+            return
+        super()._drop(producer)
+
+    def pre_commit(self, txn: Any) -> Committable:
+        self._precommitting = txn.producer
+        try:
+            made = super().pre_commit(txn)
+        except BaseException:
+            self._precommitting = None
+            self._drop(txn.producer)
+            raise
+        self._precommitting = None
+        if txn.txid is not None:
+            self.kept[txn.txid] = txn.producer
+        return made
+
+
+def _failing_once_the_end_txn_lands(base: type[KafkaSink], proxy: FaultProxy) -> type[KafkaSink]:
+    """``base``, whose first attempt of batch 2's participant 0 waits, once its rows are acknowledged in its
+    open transaction, until the held EndTxn has reached the coordinator; then it fails (Spark retries the task)."""
+    fired: list[bool] = []
+
+    class Interleaved(base):  # type: ignore[misc,valid-type]
+        def write(self, txn: Any, data: Any) -> None:
+            super().write(txn, data)
+            if (txn.task.batch.batch_id, txn.task.participant) != (2, 0) or fired:
+                return
+            fired.append(True)
+            txn.producer.flush(timeout=30)
+            assert proxy.wait_for_held(HOLD_S + 30), "the held EndTxn was never delivered"
+            raise InjectedFault("participant 0 of batch 2 fails after the stale EndTxn reached the coordinator")
+
+    return Interleaved
+
+
+def _stale_end_txn_inside_a_later_transaction(
+    tmp_path: Path, cluster: KafkaCluster, variant: object, sink: type[KafkaSink]
+) -> KafkaVerdict:
+    """Batch 1's first participant EndTxn held at the coordinator 12 s (the driver gives up after 4 s and
+    commits it again); batch 2's participant 0 begins on the same transactional id (the pool's first slot), writes,
+    and waits until the held EndTxn lands inside its open transaction; then its attempt fails and is retried.
+    The reader's verdict once every batch ran."""
+    config = _config(cluster, f"k_{uuid.uuid4().hex[:8]}")
+    proxy = cluster.proxy(cluster.coordinator())
+    work = batches(4)
+    work[2].task_retries = 1
+    made = _failing_once_the_end_txn_lands(sink, proxy)
+    driver = SparkOrderDriver(tmp_path, variant, config, made, APP)  # type: ignore[arg-type]
+    reader = None
+    try:
+        driver.run(work[:1])
+        reader = _reader(cluster, config)
+        proxy.hold_request(kafka_request("EndTxn"), HOLD_S)
+        _run_through(driver, work)  # type: ignore[arg-type]
+        assert proxy.stats.requests_held, "no EndTxn was held"
+    finally:
+        proxy.passthrough()
+        driver.close()
+        EpochKeepingKafkaSink.kept.clear()
+    try:
+        return reader.verdict(expected(work), settle_s=2 * TRANSACTION_TIMEOUT_MS / 1000)
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("variant", TRANSACTIONAL, ids=lambda v: v.id)
+def test_an_end_txn_delivered_inside_the_next_transaction_of_its_id_ends_nothing(
+    tmp_path: Path, cluster: KafkaCluster, variant: object
+) -> None:
+    """KAFKA-17754 itself: the stale EndTxn(commit) of batch 1 reaches the coordinator while batch 2's first
+    attempt has an open transaction under the same transactional id. Pass: it carries an old epoch and is refused,
+    so the failed attempt's rows are never visible; every row once, nothing torn or stuck."""
+    verdict = _stale_end_txn_inside_a_later_transaction(tmp_path, cluster, variant, KafkaSink)
+    assert verdict.problems == [], verdict
+    assert verdict.bundles == [0, 1, 2, 3], verdict
+
+
+def test_negative_control_an_id_reused_without_a_new_epoch_is_committed_by_the_stale_end_txn(
+    tmp_path: Path, cluster: KafkaCluster
+) -> None:
+    """The teeth of the test above: the same run with :class:`EpochKeepingKafkaSink`. Pass: the stale EndTxn
+    committed the failed attempt's open transaction, and the reader flags its rows duplicated (the retry wrote
+    them again)."""
+    verdict = _stale_end_txn_inside_a_later_transaction(tmp_path, cluster, TRANSACTIONAL[1], EpochKeepingKafkaSink)
+    assert verdict.duplicated > 0, verdict
 
 
 @pytest.mark.parametrize("variant", TRANSACTIONAL, ids=lambda v: v.id)
