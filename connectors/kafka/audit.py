@@ -5,7 +5,10 @@
 bug in one client's transaction handling cannot hide itself from the other. It polls during a run and after
 it, and reports in a :class:`KafkaVerdict`:
 
-* **lost** and **duplicated** rows, against the rows the test expects;
+* **lost** and **duplicated** rows, against the rows the test expects, as a fresh reader finds them from the
+  partitions' start once every writer is done;
+* **vanished** rows: read during the run, not found by that fresh read (a committed record a failover took
+  back, as a leader elected without it does);
 * **torn batches**: a batch's bundle visible while fewer rows are (the bundle is committed after the batch's
   data transactions, so a reader that sees it must see all of them; a record of an attempt that never
   committed shows up as a duplicate or a stranger row); each finding names every data partition's last
@@ -50,6 +53,8 @@ class KafkaVerdict:
     strangers: int
     """Rows the test never wrote (e.g. a record of an attempt whose data differed from the committed one)."""
     bundles: list[int]
+    vanished: int = 0
+    """Distinct rows read during the run that the final read from the start no longer finds."""
     torn: list[str] = field(default_factory=list)
     stuck: dict[str, int] = field(default_factory=dict)
     """Per partition still behind: high watermark minus last stable offset."""
@@ -58,6 +63,7 @@ class KafkaVerdict:
     def problems(self) -> list[str]:
         found = [f"{n} {what}" for n, what in ((self.lost, "lost"), (self.duplicated, "duplicated")) if n]
         found += [f"{self.strangers} rows never written"] if self.strangers else []
+        found += [f"{self.vanished} rows read during the run and gone after"] if self.vanished else []
         found += [f"torn: {t}" for t in self.torn]
         found += [f"last stable offset stuck on {p} ({lag} records behind)" for p, lag in sorted(self.stuck.items())]
         return found
@@ -83,16 +89,14 @@ class CommittedReader:
         self.topic, self.progress_topic, self.app_id = topic, progress_topic, app_id
         # A failover's refused connections are expected here; the reader reports what it could not read itself.
         common = {"bootstrap.servers": bootstrap, "log_level": 2, "log.connection.close": False, **(options or {})}
-        self._consumer = Consumer(
-            {
-                **common,
-                "group.id": f"eosink-audit-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "topic.metadata.refresh.interval.ms": 1000,
-            }
-        )
+        self._config = {
+            **common,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+        self._consumer = Consumer({**self._config, "group.id": f"eosink-audit-{uuid.uuid4().hex}"})
         self._common = common
         self._admin = self._new_admin()
         self._data = [TopicPartition(topic, p) for p in range(partitions)]
@@ -147,18 +151,46 @@ class CommittedReader:
             for tp in self._data
         )
 
-    def _drain(self, partitions: list[Any], timeout_s: float) -> None:
+    def _drain(
+        self,
+        partitions: list[Any],
+        timeout_s: float,
+        consumer: Any = None,
+        take: Callable[[Any], None] | None = None,
+    ) -> None:
+        """Read ``partitions`` to their last stable offsets with ``consumer`` (this reader's own by default),
+        handing each message to ``take``."""
+        consumer = consumer or self._consumer
+        take = take or self._take
         ends = self._stable_offsets(partitions, timeout_s)
         deadline = time.monotonic() + timeout_s
         while True:
-            positions = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(partitions)}
+            positions = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(partitions)}
             behind = [k for k, end in ends.items() if max(positions.get(k, 0), 0) < end]
             if not behind:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"read_committed reader: {behind} not read up to {ends} in {timeout_s:.0f} s")
-            for message in self._consumer.consume(500, timeout=0.5):
-                self._take(message)
+            for message in consumer.consume(500, timeout=0.5):
+                take(message)
+
+    def read_from_start(self, timeout_s: float = 60.0) -> Counter[str]:
+        """Every committed row of the topic now, read by a fresh consumer from the partitions' start."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        rows: Counter[str] = Counter()
+
+        def take(message: Any) -> None:
+            if message.error() is None and message.value() is not None:
+                rows[canonical(message.value())] += 1
+
+        consumer = Consumer({**self._config, "group.id": f"eosink-audit-{uuid.uuid4().hex}"})
+        try:
+            consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in self._data])
+            self._drain(self._data, timeout_s, consumer, take)
+        finally:
+            consumer.close()
+        return rows
 
     def _take(self, message: Any) -> None:
         error = message.error()
@@ -186,20 +218,22 @@ class CommittedReader:
     def _offsets(self, partitions: list[Any], isolation: str, timeout_s: float) -> dict[tuple[str, int], int]:
         """The partitions' latest offsets as a reader of ``isolation`` sees them. An answer from a leader that
         just lost its role (``FENCED_LEADER_EPOCH``, ``NOT_LEADER_OR_FOLLOWER`` after a failover) is asked
-        again, until ``timeout_s``."""
+        again, and so is one not answered in 10 s (an admin client that still asks a dead leader), until
+        ``timeout_s``."""
         from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
         latest: Any = OffsetSpec.latest
         deadline = time.monotonic() + timeout_s
+        wait_s = min(timeout_s, 10.0)
         while True:
             asked = {TopicPartition(tp.topic, tp.partition): latest() for tp in partitions}
             futures = self._admin.list_offsets(
-                asked, isolation_level=getattr(IsolationLevel, isolation), request_timeout=timeout_s
+                asked, isolation_level=getattr(IsolationLevel, isolation), request_timeout=wait_s
             )
             try:
-                return {(tp.topic, tp.partition): int(f.result(timeout=timeout_s).offset) for tp, f in futures.items()}
-            except KafkaException:
+                return {(tp.topic, tp.partition): int(f.result(timeout=wait_s).offset) for tp, f in futures.items()}
+            except (KafkaException, TimeoutError):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
@@ -248,17 +282,25 @@ class CommittedReader:
     def verdict(
         self, expected: Counter[Any], *, settle_s: float, key: Callable[[dict[str, Any]], Any] | None = None
     ) -> KafkaVerdict:
-        """A last :meth:`poll` once the last stable offsets settled (at most ``settle_s``), against the rows
-        ``expected``: canonical JSON (see :func:`canonical`), or ``key`` of each record's JSON object (the
-        columns a test's input names a row by)."""
+        """A last :meth:`poll` once the last stable offsets settled (at most ``settle_s``), then a read from the
+        start, against the rows ``expected``: canonical JSON (see :func:`canonical`), or ``key`` of each record's
+        JSON object (the columns a test's input names a row by)."""
         self.stop()
         stuck = self.stuck(settle_s)
         self.poll()
+        final = self.read_from_start()
+
+        def keyed(rows: Counter[str]) -> Counter[Any]:
+            if key is None:
+                return rows
+            out: Counter[Any] = Counter()
+            for value, n in rows.items():
+                out[key(json.loads(value))] += n
+            return out
+
         with self._lock:
-            seen = self.seen if key is None else Counter({key(json.loads(v)): 0 for v in self.seen})
-            if key is not None:
-                for value, n in self.seen.items():
-                    seen[key(json.loads(value))] += n
+            seen = keyed(final)
+            vanished = len(set(keyed(self.seen)) - set(seen))
             lost = sum((expected - seen).values())
             extra = seen - expected
             strangers = sum(n for row, n in extra.items() if row not in expected)
@@ -268,6 +310,7 @@ class CommittedReader:
                 duplicated=sum(extra.values()) - strangers,
                 strangers=strangers,
                 bundles=sorted(self.rows_by_bundle),
+                vanished=vanished,
                 torn=list(self.torn),
                 stuck=stuck,
             )

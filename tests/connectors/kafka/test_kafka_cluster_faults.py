@@ -33,7 +33,7 @@ from eosink.connectors.kafka._producer import mark_committed
 from eosink.connectors.kafka.admin import KafkaAdmin
 from eosink.connectors.kafka.audit import CommittedReader, KafkaVerdict
 from eosink.contract import Committable
-from eosink.contracts._mini import VARIANTS, SparkOrderDriver
+from eosink.contracts._mini import VARIANTS, SparkOrderDriver, wait_until
 from eosink.errors import EosinkError, InjectedFault
 from eosink.services.kafka_cluster import KafkaCluster, kafka_request
 from eosink.services.proxy import FaultProxy, RequestMatch
@@ -59,8 +59,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
         yield c
 
 
-def _config(cluster: KafkaCluster, topic: str) -> KafkaConfig:
-    cluster.create_topic(topic, partitions=2)
+def _config(cluster: KafkaCluster, topic: str, *, create: bool = True) -> KafkaConfig:
+    if create:
+        cluster.create_topic(topic, partitions=2)
     return KafkaConfig(
         cluster.bootstrap_servers,
         topic=topic,
@@ -370,3 +371,66 @@ def test_the_reader_flags_lost_duplicated_torn_and_hanging_writes(cluster: Kafka
     assert verdict.torn and "3 rows are visible" in verdict.torn[0], verdict
     assert f"{topic}[1]" in verdict.stuck, verdict
     assert len(verdict.problems) == 4
+
+
+def test_negative_control_a_failover_to_a_replica_left_behind_takes_committed_batches_back(
+    tmp_path: Path, cluster: KafkaCluster
+) -> None:
+    """The reader's teeth for a partition leader's death: a topic that allows what the cluster's own forbid
+    (two replicas, ``min.insync.replicas=1``, unclean leader election). Its follower is killed; batches 1 and 2
+    commit on the leader alone; the leader is killed and the follower, left behind, started again: the controller
+    elects it. Pass: the reader read both batches during the run, and flags their 12 rows gone after, and lost."""
+    leader, follower = sorted(cluster.running())[:2]
+    topic = f"ku_{uuid.uuid4().hex[:8]}"
+    admin = cluster.admin()
+    try:
+        admin.create_topics(
+            {
+                topic: {
+                    "assignments": {0: [leader, follower], 1: [leader, follower]},
+                    "configs": {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"},
+                }
+            },
+            wait_for_metadata=True,
+        )
+    finally:
+        admin.close()
+
+    def placed(lead: int, isr: list[int] | None = None) -> Callable[[], bool]:
+        """Whether both partitions are led by ``lead`` (with ``isr`` in sync), as the running nodes tell."""
+
+        def check() -> bool:
+            try:
+                parts = cluster.partitions(topic)
+            except Exception:  # a node starting or just killed
+                return False
+            return len(parts) == 2 and all(p[0] == lead and isr in (None, p[1]) for p in parts.values())
+
+        return check
+
+    assert wait_until(placed(leader, sorted([leader, follower])), 60), cluster.partitions(topic)
+    config = _config(cluster, topic, create=False)
+    work = batches(3)
+    driver = Driver(tmp_path, TRANSACTIONAL[1], config)  # type: ignore[arg-type]
+    reader = None
+    try:
+        driver.run(work[:1])
+        reader = _reader(cluster, config)
+        cluster.kill(follower)
+        assert wait_until(placed(leader, [leader]), 60), f"the follower stayed in sync: {cluster.partitions(topic)}"
+        driver.run(work)  # batches 1 and 2, on the leader alone
+        driver.close()
+        reader.poll()
+        assert sum(reader.seen.values()) == 18, reader.seen
+        cluster.kill(leader)
+        cluster.start_node(follower)
+        assert wait_until(placed(follower), 60), f"the follower was not elected: {cluster.partitions(topic)}"
+        verdict = reader.verdict(expected(work), settle_s=10.0)
+    finally:
+        driver.close()
+        if reader is not None:
+            reader.close()
+        for node in (follower, leader):
+            cluster.start_node(node)
+        cluster.wait_in_sync("__transaction_state")
+    assert verdict.vanished == 12 and verdict.lost == 12, verdict
