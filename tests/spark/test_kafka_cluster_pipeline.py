@@ -12,6 +12,7 @@ visible before all its rows), no row twice, and no last stable offset stuck once
 from __future__ import annotations
 
 import signal
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -133,15 +134,16 @@ def test_a_node_killed_mid_stream_then_restarted_is_exact(
 
 
 # The steps of batch 1's commit a node is killed at, with the driver frozen there: mid-write (F2, in a
-# participant) and after the participants' pre_commit (F3) the partition's leader; mid-commit (F6: participants
-# committed, the bundle not yet) and, under 2pc, after Spark's commit log before the sink's commit (F5) the
-# transaction coordinator.
+# participant), after the participants' pre_commit (F3), after Spark's commit log before the sink's commit (F5,
+# 2pc only), mid-commit (F6: participants committed, the bundle not yet) and after the commit (F8); at each, the
+# leader of the topic's partition 0 or the transaction coordinator, under each strategy.
+STEP_POINTS = ("F2", "F3", "F5", "F6", "F8")
 STEPS = [
-    pytest.param("2pc", "F2", "leader", id="2pc-F2-leader"),
-    pytest.param("txid-check", "F3", "leader", id="txid-check-F3-leader"),
-    pytest.param("2pc", "F5", "coordinator", id="2pc-F5-coordinator"),
-    pytest.param("2pc", "F6", "coordinator", id="2pc-F6-coordinator"),
-    pytest.param("txid-check", "F6", "coordinator", id="txid-check-F6-coordinator"),
+    pytest.param(strategy, point, role, id=f"{strategy}-{point}-{role}")
+    for strategy in ("2pc", "txid-check", "idempotent")
+    for point in STEP_POINTS
+    if point != "F5" or strategy == "2pc"
+    for role in ("leader", "coordinator")
 ]
 
 
@@ -163,6 +165,37 @@ def _killer(cluster: KafkaCluster, role: str, topic: str) -> Callable[[], Callab
         return lambda: (cluster.start_node(node), cluster.wait_in_sync(synced))
 
     return kill
+
+
+CUT_S = 20.0
+"""How long a node's proxy refuses the pipeline's clients (past their 4 s request timeout, many times over)."""
+
+
+@pytest.mark.parametrize("strategy", ["2pc", "txid-check"])
+@pytest.mark.parametrize(("role", "point"), [("leader", "F2"), ("coordinator", "F6")])
+def test_a_node_cut_from_its_clients_at_a_step_of_the_commit_is_exact(
+    pipeline: KafkaPipeline, cluster: KafkaCluster, strategy: str, role: str, point: str
+) -> None:
+    """A network partition between the pipeline and one node, which stays in the cluster (it still leads): the
+    leader of partition 0 mid-write (F2), or the transaction coordinator mid-commit (F6), refuses every client
+    connection for 20 s, with the driver frozen at that step while the cut begins. Pass: the run, restarted if it
+    stopped with an eosink error, ends exact; nothing torn, no offset stuck."""
+    pipeline.strategy = strategy
+    pipeline.producer_options = {"request_timeout_ms": REQUEST_TIMEOUT_MS}
+
+    def cut() -> Callable[[], None]:
+        proxy = cluster.proxy(cluster.coordinator() if role == "coordinator" else cluster.leader(pipeline.topic, 0))
+        proxy.refuse()
+        healed = threading.Timer(CUT_S, proxy.passthrough)  # the partition's length, not a synchronisation
+        healed.start()
+
+        def back() -> None:
+            healed.join()
+            proxy.passthrough()
+
+        return back
+
+    _fail_mid_stream(pipeline, cluster, cut, at=point)
 
 
 @pytest.mark.parametrize("strategy", ["2pc", "txid-check"])
@@ -279,3 +312,48 @@ def test_negative_control_a_commit_that_keeps_the_leftover_tears_the_batch(
     pipeline.strategy = "txid-check"
     verdict = _failed_attempt(pipeline, cluster, 10.0, LEFTOVER_KEEPING)
     assert verdict.torn and verdict.stuck, verdict
+
+
+DEAD_HOLD_S = 30.0
+"""A dead driver's EndTxn arrives 30 s after it was sent: after the next driver started and recovered."""
+
+
+@pytest.mark.parametrize(("strategy", "point"), [("2pc", "F5"), ("txid-check", "F3")])
+def test_a_dead_drivers_late_end_txn_meets_the_next_driver_is_exact(
+    pipeline: KafkaPipeline, cluster: KafkaCluster, strategy: str, point: str
+) -> None:
+    """The driver frozen before batch 1's commit (2pc: after Spark's commit log; txid-check: after the
+    participants' pre_commit) while the coordinator's proxy is armed to hold the next EndTxn 30 s; thawed, it
+    sends its commit's first EndTxn, which is held, and is SIGKILLed. The next driver starts from the checkpoint
+    at once and settles batch 1 (its recovery), and batches go on reusing the transactional ids, while the dead
+    driver's EndTxn is still on its way; it arrives during that run. Pass: every row once, one bundle per batch,
+    nothing torn, no offset stuck."""
+    p = pipeline
+    p.strategy = strategy
+    p.producer_options = {"request_timeout_ms": REQUEST_TIMEOUT_MS}
+    p.extra_args = ["--txn-timeout-ms", str(TXN_TIMEOUT_MS)]
+    reader = CommittedReader(cluster.direct_bootstrap, p.topic, PARTITIONS, p.progress_topic, p.app_id).start()
+    try:
+        proxy = cluster.proxy(cluster.coordinator())
+        proc = p.start(f"{point}@1:stop")
+        try:
+            wait_for(lambda: point in p.fired(), 300, f"{point} to fire")
+            wait_for(lambda: is_stopped(proc.pid), 30, "the driver to stop")
+            proxy.hold_request(kafka_request("EndTxn"), DEAD_HOLD_S)
+            signal_session(proc.pid, signal.SIGCONT)
+            wait_for(lambda: proxy.stats.holding == 1, 120, "the commit's EndTxn to be held")
+        finally:
+            kill_session(proc.pid)
+            proc.wait()
+        try:
+            finish_with_restarts(p, p.start(None))
+            assert proxy.wait_for_held(0), "the dead driver's EndTxn was still held when the next run ended"
+        finally:
+            proxy.passthrough()
+        p.reconnect()
+        p.assert_exact()
+        verdict = reader.verdict(p.expected(), settle_s=SETTLE_S, key=_row)
+    finally:
+        reader.close()
+    assert verdict.problems == [], verdict
+    assert verdict.bundles == p.bundles(), verdict
