@@ -102,6 +102,7 @@ class FaultProxy:
         self._hold: tuple[RequestMatch, int, float] | None = None
         self._cut_event = threading.Event()
         self._held_event = threading.Event()
+        self._release = threading.Event()
         self.stats = ProxyStats()
 
     def __repr__(self) -> str:
@@ -177,11 +178,17 @@ class FaultProxy:
         The connection's later requests queue behind the held one, as on one TCP stream. A client that gives up
         meanwhile and closes the connection does not stop it: the request is delivered anyway, and the server
         side stays open for its reply (dropped), as a request delayed in the network arrives after its sender
-        has moved on. :meth:`wait_for_held` says when one was delivered.
+        has moved on. :meth:`wait_for_held` says when one was delivered; :meth:`release_held` delivers the ones
+        held now at once (a test that orders the late request after some step of its own).
         """
         with self._lock:
             self._hold = (match, times, seconds)
         self._held_event.clear()
+        self._release.clear()
+
+    def release_held(self) -> None:
+        """Deliver the requests held now without waiting out the rest of their hold."""
+        self._release.set()
 
     def wait_for_held(self, timeout_s: float) -> bool:
         """Block until a request armed by :meth:`hold_request` was delivered (or ``timeout_s`` passes)."""
@@ -280,6 +287,13 @@ class FaultProxy:
             self._hold = (match, left - 1, seconds) if left > 1 else None
             return seconds
 
+    async def _held_for(self, seconds: float) -> None:
+        """Wait ``seconds``, or less once :meth:`release_held` was called."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while not self._release.is_set() and (left := end - loop.time()) > 0:
+            await asyncio.sleep(min(left, 0.05))
+
     async def _pause(self) -> None:
         with self._lock:
             delay = self._delay_s
@@ -300,7 +314,7 @@ class FaultProxy:
                 if held_s := self._should_hold(chunk):
                     conn.held = True
                     self.stats.holding += 1
-                    await asyncio.sleep(held_s)
+                    await self._held_for(held_s)
                     self.stats.holding -= 1
                     conn.server.write(chunk)
                     await conn.server.drain()

@@ -314,42 +314,46 @@ def test_negative_control_a_commit_that_keeps_the_leftover_tears_the_batch(
     assert verdict.torn and verdict.stuck, verdict
 
 
-DEAD_HOLD_S = 30.0
-"""A dead driver's EndTxn arrives 30 s after it was sent: after the next driver started and recovered."""
-
-
 @pytest.mark.parametrize(("strategy", "point"), [("2pc", "F5"), ("txid-check", "F3")])
 def test_a_dead_drivers_late_end_txn_meets_the_next_driver_is_exact(
     pipeline: KafkaPipeline, cluster: KafkaCluster, strategy: str, point: str
 ) -> None:
     """The driver frozen before batch 1's commit (2pc: after Spark's commit log; txid-check: after the
-    participants' pre_commit) while the coordinator's proxy is armed to hold the next EndTxn 30 s; thawed, it
-    sends its commit's first EndTxn, which is held, and is SIGKILLed. The next driver starts from the checkpoint
-    at once and settles batch 1 (its recovery), and batches go on reusing the transactional ids, while the dead
-    driver's EndTxn is still on its way; it arrives during that run. Pass: every row once, one bundle per batch,
-    nothing torn, no offset stuck."""
+    participants' pre_commit) while the coordinator's proxy is armed to hold the next EndTxn; thawed, it sends
+    its commit's first EndTxn, which is held, and is SIGKILLed. The next driver starts from the checkpoint, settles
+    batch 1 (its recovery) and is frozen once batch 2's participants have their transactions open on the same
+    transactional ids (F3): only then does the dead driver's EndTxn reach the coordinator. Pass: every row once,
+    one bundle per batch, nothing torn, no offset stuck."""
     p = pipeline
     p.strategy = strategy
     p.producer_options = {"request_timeout_ms": REQUEST_TIMEOUT_MS}
     p.extra_args = ["--txn-timeout-ms", str(TXN_TIMEOUT_MS)]
     reader = CommittedReader(cluster.direct_bootstrap, p.topic, PARTITIONS, p.progress_topic, p.app_id).start()
+    proxy = cluster.proxy(cluster.coordinator())
     try:
-        proxy = cluster.proxy(cluster.coordinator())
         proc = p.start(f"{point}@1:stop")
         try:
-            wait_for(lambda: point in p.fired(), 300, f"{point} to fire")
-            wait_for(lambda: is_stopped(proc.pid), 30, "the driver to stop")
-            proxy.hold_request(kafka_request("EndTxn"), DEAD_HOLD_S)
+            _frozen_at(p, proc, 1)
+            proxy.hold_request(kafka_request("EndTxn"), 600)
             signal_session(proc.pid, signal.SIGCONT)
             wait_for(lambda: proxy.stats.holding == 1, 120, "the commit's EndTxn to be held")
         finally:
             kill_session(proc.pid)
             proc.wait()
+        proc = p.start("F3@2:stop")
         try:
-            finish_with_restarts(p, p.start(None))
-            assert proxy.wait_for_held(0), "the dead driver's EndTxn was still held when the next run ended"
+            _frozen_at(p, proc, 2)
+            assert proxy.stats.holding == 1, "the dead driver's EndTxn arrived before batch 2 began"
+            proxy.release_held()
+            assert proxy.wait_for_held(30), "the dead driver's EndTxn was never delivered"
+            signal_session(proc.pid, signal.SIGCONT)
+        except BaseException:
+            kill_session(proc.pid)
+            proc.wait()
+            raise
         finally:
             proxy.passthrough()
+        finish_with_restarts(p, proc)
         p.reconnect()
         p.assert_exact()
         verdict = reader.verdict(p.expected(), settle_s=SETTLE_S, key=_row)
@@ -357,3 +361,10 @@ def test_a_dead_drivers_late_end_txn_meets_the_next_driver_is_exact(
         reader.close()
     assert verdict.problems == [], verdict
     assert verdict.bundles == p.bundles(), verdict
+
+
+def _frozen_at(p: KafkaPipeline, proc: Any, fired: int) -> None:
+    """Wait until the run ``proc`` of ``p`` has fired its stop fault (the ``fired``-th of ``p``'s fault log) and
+    its session is stopped."""
+    wait_for(lambda: len(p.fired()) >= fired, 300, f"fault {fired} to fire")
+    wait_for(lambda: is_stopped(proc.pid), 30, "the driver to stop")

@@ -88,3 +88,17 @@ def test_a_held_request_reaches_the_server_late_even_after_its_client_left(recor
         assert arrivals[b"held"] - sent >= 0.9
         assert arrivals[b"after"] >= arrivals[b"held"]
         assert [r[-4:] for r in proxy.stats.requests_held] == [b"held"]
+
+
+def test_a_held_request_released_early_is_delivered_at_once(recorder: _Recorder) -> None:
+    """Pass: a request held for ten minutes stays held until ``release_held``, then reaches the server."""
+    with FaultProxy("127.0.0.1", recorder.port) as proxy:
+        proxy.hold_request(kafka_request("EndTxn"), 600.0)
+        with socket.create_connection(("127.0.0.1", proxy.port)) as client:
+            client.sendall(_request(26, b"held"))
+            _wait(lambda: proxy.stats.holding == 1)
+            assert not proxy.wait_for_held(0.2)
+            proxy.release_held()
+            assert proxy.wait_for_held(5.0)
+            assert client.recv(2) == b"ok"
+        assert any(b"held" in data for _, data in recorder.got)
