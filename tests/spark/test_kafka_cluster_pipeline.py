@@ -167,6 +167,26 @@ def _killer(cluster: KafkaCluster, role: str, topic: str) -> Callable[[], Callab
     return kill
 
 
+@pytest.mark.parametrize("strategy", ["2pc", "txid-check", "idempotent"])
+@pytest.mark.parametrize(("role", "point"), [("leader", "F2"), ("coordinator", "F6")])
+def test_a_node_paused_at_a_step_of_the_commit_is_exact(
+    pipeline: KafkaPipeline, cluster: KafkaCluster, strategy: str, role: str, point: str
+) -> None:
+    """A zombie at a step of batch 1's commit: the leader of partition 0 mid-write (F2), or the transaction
+    coordinator mid-commit (F6), SIGSTOPped with the driver frozen there, and resumed once the run ended (past its
+    session timeout the controller moved its partitions; resumed, it still believes it leads them until it
+    learns otherwise)."""
+    pipeline.strategy = strategy
+
+    def pause() -> Callable[[], None]:
+        node = cluster.coordinator() if role == "coordinator" else cluster.leader(pipeline.topic, 0)
+        synced = "__transaction_state" if role == "coordinator" else pipeline.topic
+        cluster.pause(node)
+        return lambda: (cluster.resume(node), cluster.wait_in_sync(synced))
+
+    _fail_mid_stream(pipeline, cluster, pause, at=point)
+
+
 CUT_S = 20.0
 """How long a node's proxy refuses the pipeline's clients (past their 4 s request timeout, many times over)."""
 
