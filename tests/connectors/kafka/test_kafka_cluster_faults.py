@@ -379,7 +379,8 @@ def test_negative_control_a_failover_to_a_replica_left_behind_takes_committed_ba
     """The reader's teeth for a partition leader's death: a topic that allows what the cluster's own forbid
     (two replicas, ``min.insync.replicas=1``, unclean leader election). Its follower is killed; batches 1 and 2
     commit on the leader alone; the leader is killed and the follower, left behind, started again: the controller
-    elects it. Pass: the reader read both batches during the run, and flags their 12 rows gone after, and lost."""
+    elects it. Pass: the reader read both batches during the run, and flags their 12 rows (at least) gone after,
+    and lost."""
     leader, follower = sorted(cluster.running())[:2]
     topic = f"ku_{uuid.uuid4().hex[:8]}"
     admin = cluster.admin()
@@ -433,4 +434,6 @@ def test_negative_control_a_failover_to_a_replica_left_behind_takes_committed_ba
         for node in (follower, leader):
             cluster.start_node(node)
         cluster.wait_in_sync("__transaction_state")
-    assert verdict.vanished == 12 and verdict.lost == 12, verdict
+    # the 12 rows of batches 1 and 2 at least (a follower restarted after a SIGKILL may also come back without
+    # batch 0's, from the high watermark it last checkpointed); each one read during the run
+    assert verdict.lost >= 12 and verdict.vanished == verdict.lost, verdict
