@@ -56,6 +56,8 @@ class KafkaVerdict:
     vanished: int = 0
     """Distinct rows read during the run that the final read from the start no longer finds."""
     torn: list[str] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)
+    """Partitions whose log ended, after the run, below an offset this reader had read (a failover took it back)."""
     stuck: dict[str, int] = field(default_factory=dict)
     """Per partition still behind: high watermark minus last stable offset."""
 
@@ -65,6 +67,7 @@ class KafkaVerdict:
         found += [f"{self.strangers} rows never written"] if self.strangers else []
         found += [f"{self.vanished} rows read during the run and gone after"] if self.vanished else []
         found += [f"torn: {t}" for t in self.torn]
+        found += [f"truncated: {t}" for t in self.truncated]
         found += [f"last stable offset stuck on {p} ({lag} records behind)" for p, lag in sorted(self.stuck.items())]
         return found
 
@@ -103,6 +106,7 @@ class CommittedReader:
         self._bundles = [] if progress_topic is None else [TopicPartition(progress_topic, BUNDLES)]
         self._consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in self._all()])
         self.seen: Counter[str] = Counter()
+        self._read_to: dict[tuple[str, int], int] = {}
         self.rows_by_bundle: dict[int, int] = {}
         self.torn: list[str] = []
         self.errors: list[str] = []
@@ -198,6 +202,7 @@ class CommittedReader:
             if not error.retriable():
                 self.errors.append(str(error))
             return
+        self._read_to[(message.topic(), message.partition())] = message.offset() + 1
         value = message.value()
         if message.topic() == self.topic:
             if value is not None:
@@ -279,6 +284,25 @@ class CommittedReader:
                 return behind
             time.sleep(0.5)
 
+    def _truncated(self) -> list[str]:
+        """Partitions whose log now ends below an offset this reader read. Its consumer would wait there for ever
+        (its position is past the end); it is moved to the new end, the others to where they were read up to."""
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        with self._lock:
+            ends = self._offsets(self._all(), "READ_UNCOMMITTED", 30.0)
+            cut = {k: end for k, end in ends.items() if self._read_to.get(k, 0) > end}
+            if cut:
+                self._consumer.assign(
+                    [
+                        TopicPartition(t, p, cut.get((t, p), self._read_to.get((t, p), OFFSET_BEGINNING)))
+                        for (t, p) in ends
+                    ]
+                )
+            return [
+                f"{t}[{p}] read up to offset {self._read_to[(t, p)]}, now ends at {end}" for (t, p), end in cut.items()
+            ]
+
     def verdict(
         self, expected: Counter[Any], *, settle_s: float, key: Callable[[dict[str, Any]], Any] | None = None
     ) -> KafkaVerdict:
@@ -287,6 +311,7 @@ class CommittedReader:
         JSON object (the columns a test's input names a row by)."""
         self.stop()
         stuck = self.stuck(settle_s)
+        truncated = self._truncated()
         self.poll()
         final = self.read_from_start()
 
@@ -312,5 +337,6 @@ class CommittedReader:
                 bundles=sorted(self.rows_by_bundle),
                 vanished=vanished,
                 torn=list(self.torn),
+                truncated=truncated,
                 stuck=stuck,
             )

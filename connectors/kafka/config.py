@@ -82,6 +82,13 @@ SHARED_OPTIONS = frozenset(
 )
 
 
+def _take_turns(kwargs: dict[str, Any]) -> None:
+    """Bootstrap with :class:`~eosink.connectors.kafka._bootstrap.TurnTakingClient` unless told otherwise."""
+    from eosink.connectors.kafka._bootstrap import TurnTakingClient
+
+    kwargs.setdefault("kafka_client", TurnTakingClient)
+
+
 _QUICK = {"retry_backoff_ms": 10, "bootstrap_timeout_ms": 10_000}
 """Defaults that keep eosink's short-lived clients quick: a 10 ms retry backoff (initialising a
 transactional producer waits for it between its coordinator lookup and InitProducerId; kafka-python's
@@ -207,6 +214,7 @@ class KafkaConfig:
         kwargs.update(bootstrap_servers=self.bootstrap_servers, acks="all", enable_idempotence=True)
         kwargs.update(compression_type=check_codec(self.compression))
         kwargs.update(extra)
+        _take_turns(kwargs)
         if kwargs.get("transactional_id") is not None:  # every transactional producer: the brokers may allow less
             kwargs.setdefault("transaction_timeout_ms", self.transaction_timeout_ms)  # than kafka-python's 60 s
         return kwargs
@@ -217,6 +225,7 @@ class KafkaConfig:
         kwargs.update({k: v for k, v in self.producer_options.items() if k in SHARED_OPTIONS})
         kwargs.update(bootstrap_servers=self.bootstrap_servers)
         kwargs.update(extra)
+        _take_turns(kwargs)
         return kwargs
 
     @property
