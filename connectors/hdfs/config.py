@@ -17,7 +17,15 @@ from typing import Any, Literal
 
 from eosink._secrets import looks_secret, scrub
 from eosink.errors import ConfigurationError
-from eosink.stores.hdfs import FAIL_FAST, MAX_COMPONENT_BYTES, MAX_PATH_CHARS, check_path, split_url
+from eosink.stores.hdfs import (
+    FAIL_FAST,
+    MAX_COMPONENT_BYTES,
+    MAX_PATH_CHARS,
+    check_path,
+    ha_settings,
+    named_namenodes,
+    split_url,
+)
 
 __all__ = ["MAX_COMPONENT_BYTES", "MAX_PATH_CHARS", "HdfsConfig"]
 
@@ -40,6 +48,10 @@ class HdfsConfig:
       False a missing target is a ConfigurationError.
     * ``hadoop_conf_dir``: a Hadoop configuration directory (``core-site.xml``, ``hdfs-site.xml``):
       ``fs.defaultFS`` and HA name services are read from it (default: ``$HADOOP_CONF_DIR``).
+    * ``namenodes``: the NameNodes of the HA name service the URL names (``hdfs://ns1/path``), as
+      ``{"nn0": "host:8020", "nn1": "host2:8020"}`` (NameNode ids to RPC addresses): the client fails over
+      between them (without it, HA settings come from ``hadoop_conf_dir`` or ``client_config``).
+      :meth:`spark_conf` gives Spark the same, for checkpoints on ``hdfs://ns1``.
     * ``client_config``: extra ``hdfs-native`` settings (``dfs.nameservices``,
       ``dfs.ha.namenodes.<ns>``, ``dfs.namenode.rpc-address.<ns>.<nn>`` for HA without a
       configuration directory, ...). Values of keys that look secret are never shown.
@@ -61,6 +73,7 @@ class HdfsConfig:
     key_columns: tuple[str, ...] = ()
     create_dirs: bool = True
     hadoop_conf_dir: str | None = None
+    namenodes: Mapping[str, str] = field(default_factory=dict)
     client_config: Mapping[str, str] = field(default_factory=dict)
     kerberos_principal: str | None = None
     kerberos_keytab: str | None = None
@@ -125,6 +138,9 @@ class HdfsConfig:
                 f"write_timeout_s={self.write_timeout_s!r} is not a time in seconds.", "Give e.g. 120 (up to a day)."
             )
         set_(self, "client_config", {str(k): str(v) for k, v in dict(self.client_config).items()})
+        set_(self, "namenodes", named_namenodes(self.namenodes))
+        if self.namenodes:
+            ha_settings(self.namenode, self.namenodes)  # refuses a bad address or a URL with a port now
 
     # -- derived -----------------------------------------------------------------------------
 
@@ -134,8 +150,9 @@ class HdfsConfig:
         return self.namenode + self.path
 
     def client_kwargs(self) -> dict[str, Any]:
-        """Arguments for ``hdfs_native.Client``: fail-fast retries, then the user's settings."""
-        config = {**FAIL_FAST, **self.client_config}
+        """Arguments for ``hdfs_native.Client``: fail-fast retries, the name service's NameNodes, then the user's
+        settings."""
+        config = {**FAIL_FAST, **self._ha(), **self.client_config}
         return {
             "url": self.namenode,
             "config": config,
@@ -144,6 +161,14 @@ class HdfsConfig:
             "kerberos_keytab": self.kerberos_keytab,
             "kerberos_cache": self.kerberos_cache,
         }
+
+    def _ha(self) -> dict[str, str]:
+        return ha_settings(self.namenode, self.namenodes) if self.namenodes else {}
+
+    def spark_conf(self) -> dict[str, str]:
+        """``spark.hadoop.*`` settings that let Spark reach this file system's HA name service (a checkpoint on
+        ``hdfs://ns1/...``); empty without ``namenodes``."""
+        return {f"spark.hadoop.{k}": v for k, v in self._ha().items()}
 
     def with_address(self, host: str, port: int) -> HdfsConfig:
         """The same target reached at ``host:port`` (e.g. through a fault proxy)."""
@@ -184,7 +209,8 @@ class HdfsConfig:
         return (
             f"HdfsConfig(url={self.target_url!r}, format={self.format!r}, partition_by={self.partition_by!r}, "
             f"mode={self.mode!r}, key_columns={self.key_columns!r}, create_dirs={self.create_dirs!r}, "
-            f"client_config={shown!r}, kerberos={'on' if self.kerberos_principal else 'off'})"
+            f"namenodes={named_namenodes(self.namenodes)!r}, client_config={shown!r}, "
+            f"kerberos={'on' if self.kerberos_principal else 'off'})"
         )
 
     __str__ = __repr__

@@ -23,7 +23,7 @@ import time
 import urllib.parse
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -50,6 +50,8 @@ __all__ = [
     "create_file",
     "default_fs",
     "forget_clients",
+    "ha_settings",
+    "named_namenodes",
     "split_url",
 ]
 
@@ -79,6 +81,7 @@ class HdfsConnection:
 
     url: str
     hadoop_conf_dir: str | None = None
+    namenodes: Mapping[str, str] = field(default_factory=dict)
     client_config: Mapping[str, str] = field(default_factory=dict)
     user: str | None = None
     replication: int | None = None
@@ -95,10 +98,19 @@ class HdfsConnection:
         object.__setattr__(self, "namenode", namenode)
         object.__setattr__(self, "path", path.rstrip("/") or "/")
         object.__setattr__(self, "client_config", {str(k): str(v) for k, v in dict(self.client_config).items()})
+        object.__setattr__(self, "namenodes", named_namenodes(self.namenodes))
+        if self.namenodes:
+            ha_settings(self.namenode, self.namenodes)  # refuses a bad address or a URL with a port now
 
     def client_kwargs(self) -> dict[str, Any]:
-        """Arguments for ``hdfs_native.Client``: fail-fast retries, then the given settings."""
-        return {"url": self.namenode, "config": {**FAIL_FAST, **self.client_config}, "config_dir": self.hadoop_conf_dir}
+        """Arguments for ``hdfs_native.Client``: fail-fast retries, the name service's NameNodes (``namenodes``, as
+        :func:`ha_settings` spells them), then the given settings."""
+        ha = ha_settings(self.namenode, self.namenodes) if self.namenodes else {}
+        return {
+            "url": self.namenode,
+            "config": {**FAIL_FAST, **ha, **self.client_config},
+            "config_dir": self.hadoop_conf_dir,
+        }
 
     def scrub(self, text: str) -> str:
         """``text`` with the values of secret-looking settings replaced by ``***``."""
@@ -124,6 +136,51 @@ FAIL_FAST = {
     "dfs.client.failover.sleep.base.millis": "100",
     "dfs.client.failover.sleep.max.millis": "1000",
 }
+
+_PROXY_PROVIDER = "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider"
+_ATTEMPTS_PER_NAMENODE = 8
+"""Failover attempts per NameNode of an HA name service: hdfs-native backs off 0.1 s, doubling up to 1 s,
+after each round over the NameNodes, so two NameNodes are tried for some 6 s (a manual or ZKFC failover's
+order) before the call fails; the sink's own retries go on from there."""
+
+
+def named_namenodes(namenodes: Mapping[str, str] | Sequence[str]) -> dict[str, str]:
+    """``namenodes`` as ``{name: "host:port"}``: a list's are named nn0, nn1, ... in order."""
+    if isinstance(namenodes, str):
+        namenodes = [namenodes]
+    if isinstance(namenodes, Mapping):
+        return {str(k): str(v) for k, v in namenodes.items()}
+    return {f"nn{i}": str(a) for i, a in enumerate(namenodes)}
+
+
+def ha_settings(authority: str, namenodes: Mapping[str, str] | Sequence[str]) -> dict[str, str]:
+    """Hadoop's (and hdfs-native's) settings for the HA name service ``authority`` (``hdfs://ns1``) served by
+    ``namenodes``: ``{"nn0": "host:8020", ...}``, or a list of ``host:port`` named nn0, nn1, ... in order."""
+    parts = urllib.parse.urlsplit(authority)
+    service = parts.netloc
+    if parts.port is not None or not service:
+        raise ConfigurationError(
+            f"namenodes are given, but the target's authority {service!r} is not a name service.",
+            "Address an HA name service without a port (hdfs://ns1/path), or drop namenodes.",
+        )
+    named = named_namenodes(namenodes)
+    if not named:
+        raise ConfigurationError("namenodes is empty.", "Give the name service's NameNodes as host:port.")
+    for name, address in named.items():
+        host, _, port = str(address).rpartition(":")
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", str(name)) or not host or not port.isdigit():
+            raise ConfigurationError(
+                f"NameNode {name!r} at {address!r} is not a name and a host:port.",
+                "Give namenodes as {'nn0': 'host:8020', ...} or ['host:8020', ...].",
+            )
+    settings = {
+        "dfs.nameservices": service,
+        f"dfs.ha.namenodes.{service}": ",".join(named),
+        f"dfs.client.failover.proxy.provider.{service}": _PROXY_PROVIDER,
+        "dfs.client.failover.max.attempts": str(_ATTEMPTS_PER_NAMENODE * len(named)),
+    }
+    settings.update({f"dfs.namenode.rpc-address.{service}.{n}": str(a) for n, a in named.items()})
+    return settings
 
 
 def default_fs(conf_dir: str) -> str | None:

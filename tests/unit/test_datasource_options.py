@@ -154,6 +154,7 @@ def _configs() -> list[tuple[str, Any]]:
         ("s3", S3Config("bkt", "p/x", format="jsonl", partition_by=("a", "b"), path_style=True, max_attempts=5)),
         ("kafka", KafkaConfig("127.0.0.1:9092", topic="t", value_format="json", producer_options={"linger_ms": "5"})),
         ("hdfs", HdfsConfig("hdfs://127.0.0.1:8020/data/x", replication=2, client_config={"a.b": "c"})),
+        ("hdfs", HdfsConfig("hdfs://ns1/data/x", namenodes={"nn0": "10.0.0.1:8020", "nn1": "10.0.0.2:8020"})),
     ]
 
 
