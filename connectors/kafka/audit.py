@@ -107,6 +107,8 @@ class CommittedReader:
         self._consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in self._all()])
         self.seen: Counter[str] = Counter()
         self._read_to: dict[tuple[str, int], int] = {}
+        self._moved_to: dict[tuple[str, int], int] = {}
+        """Where :meth:`_truncated` moved the consumer (librdkafka tells no position until a message arrives)."""
         self.rows_by_bundle: dict[int, int] = {}
         self.torn: list[str] = []
         self.errors: list[str] = []
@@ -164,12 +166,15 @@ class CommittedReader:
     ) -> None:
         """Read ``partitions`` to their last stable offsets with ``consumer`` (this reader's own by default),
         handing each message to ``take``."""
+        own = consumer is None
         consumer = consumer or self._consumer
         take = take or self._take
         ends = self._stable_offsets(partitions, timeout_s)
         deadline = time.monotonic() + timeout_s
         while True:
             positions = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(partitions)}
+            if own:
+                positions = {k: max(at, self._moved_to.get(k, 0)) for k, at in positions.items()}
             behind = [k for k, end in ends.items() if max(positions.get(k, 0), 0) < end]
             if not behind:
                 return
@@ -292,6 +297,7 @@ class CommittedReader:
         with self._lock:
             ends = self._offsets(self._all(), "READ_UNCOMMITTED", 30.0)
             cut = {k: end for k, end in ends.items() if self._read_to.get(k, 0) > end}
+            self._moved_to.update(cut)
             if cut:
                 self._consumer.assign(
                     [
