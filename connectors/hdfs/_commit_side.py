@@ -169,7 +169,7 @@ class _CommitSide(_SinkBase):
         if parent != self.root:  # the batch's range directory (flat targets have none)
             self.fs.mkdirs(parent)
         try:
-            self.fs.rename(stage, final, checked=True)
+            self.fs.rename(stage, final, checked=True, settle=False)  # staging is shared: commit_status settles
         except FileExistsError:
             found = self._read_record(final)
             if found is None:

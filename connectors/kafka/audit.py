@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from eosink._polling import BackgroundPoll
+
 __all__ = ["CommittedReader", "KafkaVerdict", "canonical"]
 
 BUNDLES = 0
@@ -72,7 +74,7 @@ class KafkaVerdict:
         return found
 
 
-class CommittedReader:
+class CommittedReader(BackgroundPoll):
     """A ``read_committed`` confluent-kafka consumer of ``topic`` (``partitions``) and of ``app_id``'s bundles in
     ``progress_topic`` (None: a writer that keeps no bundles, such as Spark's own Kafka sink); :meth:`poll` reads what
     became visible and checks it, :meth:`start` does so in a thread."""
@@ -113,8 +115,6 @@ class CommittedReader:
         self.torn: list[str] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def _new_admin(self) -> Any:
         from confluent_kafka.admin import AdminClient
@@ -251,25 +251,8 @@ class CommittedReader:
 
     # -- in the background --------------------------------------------------------------------------
 
-    def start(self, interval_s: float = 0.5) -> CommittedReader:
-        """Poll every ``interval_s`` in a thread until :meth:`stop` (a poll that fails is retried: the cluster
-        may be failing over; a failure that outlasts the run is reported by the final :meth:`poll`)."""
-
-        def run() -> None:
-            while not self._stop.wait(interval_s):
-                try:
-                    self.poll(timeout_s=10.0)
-                except Exception as exc:  # a node down: the next round reads again
-                    self.errors.append(f"poll: {exc}")
-
-        self._thread = threading.Thread(target=run, name="eosink-audit", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
+    def poll_once(self) -> None:
+        self.poll(timeout_s=10.0)
 
     def close(self) -> None:
         self.stop()

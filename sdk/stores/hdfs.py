@@ -10,6 +10,13 @@ hdfs-native's ``rename`` is HDFS's ``rename2``: it raises when the destination e
 moves a directory *into* an existing one, unlike the two-argument ``rename`` that answers
 ``false``. The layer still checks what a rename left behind (:meth:`Fs.rename`), so that a client or
 server with the other behaviour cannot make a batch land in the wrong place unnoticed.
+
+A request whose reply is lost (a dropped connection, a NameNode failing over) may have been done.
+hdfs-native does not send such a write again (its 0.14.7 gives every connection a new client id, so
+the NameNode's retry cache could not recognise the repeat), it raises. :class:`Fs` settles a rename
+and a delete from what the NameNode holds then, never from a repeat's answer: a rename is done when
+its source is gone and its destination there (sources are names only one writer uses), a delete when
+the path is gone. A create is never repeated: a retry writes a file of a new name.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from eosink._secrets import looks_secret, scrub
 from eosink.errors import ConfigurationError, EosinkError, TransientError
+from eosink.stores.hdfs_errors import is_connection_error
 
 if TYPE_CHECKING:
     from hdfs_native import Client, FileStatus, FileWriter
@@ -433,6 +441,10 @@ class Fs:
             return bool(self.client.delete(path, recursive))
         except FileNotFoundError:
             return False
+        except (OSError, RuntimeError) as exc:
+            if is_connection_error(exc) and self._settled(lambda: self.info(path) is None):
+                return True  # the lost reply's delete was done
+            raise
 
     def delete_empty(self, path: str) -> bool:
         """Delete the directory ``path`` if it is empty: True if it is gone (deleted now, or missing); False if it
@@ -447,15 +459,34 @@ class Fs:
             raise
         return True
 
-    def rename(self, src: str, dst: str, *, overwrite: bool = False, checked: bool = True) -> None:
+    def rename(self, src: str, dst: str, *, overwrite: bool = False, checked: bool = True, settle: bool = True) -> None:
         """Move ``src`` to exactly ``dst``: FileExistsError if ``dst`` exists (without ``overwrite``).
 
         ``checked``: look afterwards, and raise RenameNotDone if the rename claimed success but
-        ``src`` is still there or ``dst`` is not (two more NameNode calls).
+        ``src`` is still there or ``dst`` is not (two more NameNode calls). ``settle``: a lost reply is
+        settled by looking (see the module docstring); False where ``src`` is shared by several writers, so
+        that ``dst`` in place does not say whose rename it was: the lost reply is raised.
         """
-        self.client.rename(src, dst, overwrite)
+        try:
+            self.client.rename(src, dst, overwrite)
+        except (OSError, RuntimeError) as exc:
+            if settle and is_connection_error(exc) and self._renamed(src, dst):
+                return
+            raise
         if checked and (self.info(dst) is None or self.info(src) is not None):
             raise rename_not_done(src, dst)
+
+    def _renamed(self, src: str, dst: str) -> bool:
+        """Whether a rename whose reply was lost was done: ``src`` gone and ``dst`` there, as the NameNode
+        answers now (False also when it cannot be asked: the caller raises the lost reply)."""
+        return self._settled(lambda: self.info(src) is None and self.info(dst) is not None)
+
+    @staticmethod
+    def _settled(look: Callable[[], bool]) -> bool:
+        try:
+            return look()
+        except (OSError, RuntimeError):
+            return False
 
     def create(self, path: str, *, overwrite: bool = False, parents: bool = True) -> HdfsFile:
         from hdfs_native import WriteOptions
@@ -521,7 +552,7 @@ class Fs:
     def place_new(self, tmp: str, path: str) -> bool:
         """Rename ``tmp`` (from :meth:`write_hidden`) to ``path`` unless it exists: True if this call placed it."""
         try:
-            self.client.rename(tmp, path, False)
+            self.rename(tmp, path, checked=False)
         except FileExistsError:
             self.delete(tmp, False)
             return False
@@ -531,7 +562,7 @@ class Fs:
         """Write ``path`` atomically: a hidden temporary file, renamed over the old one."""
         tmp = self._tmp_for(path)
         self._write(tmp, data)
-        self.client.rename(tmp, path, True)
+        self.rename(tmp, path, overwrite=True, checked=False)
 
     def _write(self, path: str, data: bytes) -> None:
         """Write a small file whole and durably: hsync before close, as for data files (a batch record is
