@@ -79,7 +79,15 @@ from eosink.services._process import (
 from eosink.services.base import Endpoint, Service
 from eosink.stores.hdfs import create_file
 
-__all__ = ["HADOOP_VERSION", "HdfsEndpoint", "HdfsServer", "HdfsService"]
+__all__ = [
+    "HADOOP_VERSION",
+    "HdfsEndpoint",
+    "HdfsServer",
+    "HdfsService",
+    "compile_launcher",
+    "send_command",
+    "spawn_with_commands",
+]
 
 log = logging.getLogger("eosink.services")
 
@@ -187,35 +195,7 @@ class HdfsService(Service[HdfsEndpoint]):
 
     def _compile(self, javac: str, jars: list[Path]) -> str:
         """Compile MiniHdfs.java into ``classes/`` and pack it as ``minihdfs.jar``; a key of what was built."""
-        source = Path(__file__).with_name("MiniHdfs.java")
-        digest = hashlib.sha256(source.read_bytes())
-        digest.update("\n".join(p.name for p in jars).encode())
-        key = digest.hexdigest()
-        stamp = self.home / "minihdfs.jar.sha256"
-        if self._jar.exists() and stamp.exists() and stamp.read_text().strip() == key:
-            return key
-        classes = self.home / "classes"
-        if classes.exists():
-            shutil.rmtree(classes)
-        classes.mkdir()
-        log.info("[hdfs] compiling %s", source.name)
-        cmd = [javac, "-nowarn", "-cp", str(self.home / "jars" / "*"), "-d", str(classes), str(source)]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
-            raise ServiceError(
-                f"javac could not compile {source} against Hadoop {HADOOP_VERSION}:\n{tail}",
-                "use a JDK 17 or newer (set JAVA_HOME to it); if the jars are damaged, delete "
-                f"{self.home} and run `make services-up` again.",
-            )
-        # Class-data sharing accepts only jars on the class path, not directories.
-        tmp = self._jar.with_suffix(".tmp")
-        with zipfile.ZipFile(tmp, "w") as jar:
-            for cls in sorted(classes.rglob("*.class")):
-                jar.write(cls, cls.relative_to(classes).as_posix())
-        os.replace(tmp, self._jar)
-        stamp.write_text(key + "\n")
-        return key
+        return compile_launcher(self.home, javac, jars, "MiniHdfs.java", self._jar, self.home / "classes")
 
     def _cds_archive(self, java: str, build_key: str) -> Path:
         """Where the archive for this build and this JVM lives (a JVM update makes a new one)."""
@@ -414,6 +394,39 @@ class HdfsService(Service[HdfsEndpoint]):
         return f"read {self.log_path}; restart with `eosink services down hdfs` then `eosink services up hdfs`."
 
 
+def compile_launcher(home: Path, javac: str, jars: list[Path], source_name: str, jar: Path, classes: Path) -> str:
+    """Compile ``source_name`` (next to this module) against the Hadoop jars in ``home/jars`` into ``classes`` and
+    pack it as ``jar`` (class-data sharing takes only jars on the class path); a key of what was built. Nothing is
+    done when ``jar``'s stamp already holds that key."""
+    source = Path(__file__).with_name(source_name)
+    digest = hashlib.sha256(source.read_bytes())
+    digest.update("\n".join(p.name for p in jars).encode())
+    key = digest.hexdigest()
+    stamp = jar.with_name(jar.name + ".sha256")
+    if jar.exists() and stamp.exists() and stamp.read_text().strip() == key:
+        return key
+    if classes.exists():
+        shutil.rmtree(classes)
+    classes.mkdir()
+    log.info("[hdfs] compiling %s", source.name)
+    cmd = [javac, "-nowarn", "-cp", str(home / "jars" / "*"), "-d", str(classes), str(source)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
+        raise ServiceError(
+            f"javac could not compile {source} against Hadoop {HADOOP_VERSION}:\n{tail}",
+            "use a JDK 17 or newer (set JAVA_HOME to it); if the jars are damaged, delete "
+            f"{home} and run `make services-up` again.",
+        )
+    tmp = jar.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w") as packed:
+        for cls in sorted(classes.rglob("*.class")):
+            packed.write(cls, cls.relative_to(classes).as_posix())
+    os.replace(tmp, jar)
+    stamp.write_text(key + "\n")
+    return key
+
+
 class HdfsServer(ServerProcess):
     """A private MiniDFSCluster on ``root``: the chaos harness and the demo restart and crash it on purpose
     (the shared service is never restarted).
@@ -498,14 +511,8 @@ class HdfsServer(ServerProcess):
         """Start the launcher with a new command pipe on its standard input and wait for its READY line (the
         ports it reports); stop it (SIGKILL) if it does not get there."""
         commands, self._commands = self._commands, None
-        if commands is not None:
-            commands.close()
-        read_end, write_end = os.pipe()  # neither end is inherited by other children of this process
-        self._commands = os.fdopen(write_end, "wb", buffering=0)
-        try:
-            self.proc = proc = spawn(argv, self.log_path, stdin=read_end)
-        finally:
-            os.close(read_end)
+        proc, self._commands = spawn_with_commands(argv, self.log_path, replacing=commands)
+        self.proc = proc
         try:
             return service._wait_ready(proc, self.log_path, attempt.since, self.start_timeout_s, attempt=attempt)
         except BaseException:
@@ -543,32 +550,56 @@ class HdfsServer(ServerProcess):
 
     def _command(self, command: str, done: str, timeout_s: float) -> None:
         """Send ``command`` to the launcher; wait (bounded) for its answer ``done`` in the log."""
-        fix = f"read {self.log_path}."
         with self._command_lock:
-            proc, commands = self.proc, self._commands
-            if proc is None or commands is None or not proc.alive():
-                raise ServiceError(f"{self!r} is not running: cannot {command}.", "start it first.")
-            since = self.log_path.stat().st_size
-            try:
-                commands.write(f"{command}\n".encode())
-            except OSError as exc:
-                raise ServiceError(f"{self!r} did not take the command {command!r}: {exc}.", fix) from None
-            answer = re.compile(rf"^(?:{re.escape(done)}|CONTROL-ERROR {re.escape(command)}: (.*))$", re.MULTILINE)
-            found: list[re.Match[str]] = []
+            send_command(repr(self), self.proc, self._commands, self.log_path, command, re.escape(done), timeout_s)
 
-            def answered() -> bool:
-                match = answer.search(log_after(self.log_path, since))
-                if match is not None:
-                    found.append(match)
-                return match is not None or not proc.alive()
 
-            poll(answered, timeout_s, interval_s=0.05, max_interval_s=0.5)
-            if not found:
-                state = "is not running any more" if not proc.alive() else f"did not answer within {timeout_s:.0f} s"
-                tail = log_tail(self.log_path)
-                raise ServiceError(f"{self!r} {state} after {command!r}. Last lines of {self.log_path}:\n{tail}", fix)
-            if found[0][1] is not None:
-                raise ServiceError(f"{self!r} could not {command}: {found[0][1]}", fix)
+def spawn_with_commands(argv: list[str], log_path: Path, *, replacing: BinaryIO | None) -> tuple[Proc, BinaryIO]:
+    """Start ``argv`` with a new command pipe as its standard input: the process and the pipe's write end, which
+    only the caller holds. Closes ``replacing`` (an earlier start's pipe) first."""
+    if replacing is not None:
+        replacing.close()
+    read_end, write_end = os.pipe()  # neither end is inherited by other children of this process
+    commands = os.fdopen(write_end, "wb", buffering=0)
+    try:
+        return spawn(argv, log_path, stdin=read_end), commands
+    except BaseException:
+        commands.close()
+        raise
+    finally:
+        os.close(read_end)
+
+
+def send_command(
+    who: str, proc: Proc | None, commands: BinaryIO | None, log_path: Path, command: str, done: str, timeout_s: float
+) -> re.Match[str]:
+    """Send ``command`` to a launcher (``proc``, reading the pipe ``commands``) and wait, bounded, for the line
+    that answers it in ``log_path``: ``done`` (a regular expression; its match is returned), or the launcher's
+    ``CONTROL-ERROR`` (a :class:`ServiceError` with its reason). ``who`` names the launcher in errors."""
+    fix = f"read {log_path}."
+    if proc is None or commands is None or not proc.alive():
+        raise ServiceError(f"{who} is not running: cannot {command}.", "start it first.")
+    since = log_path.stat().st_size
+    try:
+        commands.write(f"{command}\n".encode())
+    except OSError as exc:
+        raise ServiceError(f"{who} did not take the command {command!r}: {exc}.", fix) from None
+    answer = re.compile(rf"^(?:{done}|CONTROL-ERROR {re.escape(command)}: (?P<error>.*))$", re.MULTILINE)
+    found: list[re.Match[str]] = []
+
+    def answered() -> bool:
+        match = answer.search(log_after(log_path, since))
+        if match is not None:
+            found.append(match)
+        return match is not None or not proc.alive()
+
+    poll(answered, timeout_s, interval_s=0.05, max_interval_s=0.5)
+    if not found:
+        state = "is not running any more" if not proc.alive() else f"did not answer within {timeout_s:.0f} s"
+        raise ServiceError(f"{who} {state} after {command!r}. Last lines of {log_path}:\n{log_tail(log_path)}", fix)
+    if found[0]["error"] is not None:
+        raise ServiceError(f"{who} could not {command}: {found[0]['error']}", fix)
+    return found[0]
 
 
 def _jdk() -> tuple[str, str]:
