@@ -44,16 +44,19 @@ __all__ = [
     "BASE_TS_MS",
     "FAST",
     "NON_2PC",
+    "PATIENT",
     "SCHEMA",
     "VARIANTS",
     "FakeCheckpoint",
     "MemoryBatch",
     "NoWatcherCoordinator",
+    "PatientDriver",
     "SparkOrderDriver",
     "Variant",
     "batches_for",
     "canon",
     "chunks",
+    "first_status_meets",
     "make_rows",
     "run_in_spark_order",
     "wait_until",
@@ -63,6 +66,9 @@ BASE_TS_MS = 1_700_000_000_000
 SCHEMA = CONTRACT_SCHEMA
 FAST = CommitPolicy(resolve_timeout_s=5.0, transient_timeout_s=0.05, backoff_s=0.001, max_backoff_s=0.01)
 """A commit policy with tiny back-offs, so that retries in tests take milliseconds."""
+PATIENT = CommitPolicy(resolve_timeout_s=180.0, transient_timeout_s=180.0, backoff_s=0.05, max_backoff_s=2.0)
+"""A commit policy whose retries outlast a failover of a replicated store, and a dead MinIO node's object locks
+(they expire after about a minute); FAST gives up after 50 ms."""
 
 
 @dataclass(frozen=True)
@@ -311,6 +317,34 @@ class SparkOrderDriver(Generic[C]):
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.coordinator.sink.close()
+
+
+class PatientDriver(SparkOrderDriver[C]):
+    """:class:`SparkOrderDriver` with :data:`PATIENT` retries: for stores that fail over mid-batch."""
+
+    def _new(self) -> Coordinator:
+        return NoWatcherCoordinator(
+            self.make_sink(self.config), self.app_id, self.variant.make(), self.ckpt.spark(), PATIENT
+        )
+
+
+S = TypeVar("S", bound=Sink[Any])
+
+
+def first_status_meets(base: type[S], fault: Callable[[], object]) -> type[S]:
+    """``base`` whose first ``commit_status`` call (the coordinator asking after a lost commit reply) runs ``fault``
+    first: a failover, say, between the lost reply and the look that settles it."""
+    fired: list[bool] = []
+
+    class Failing(base):  # type: ignore[misc,valid-type]
+        def commit_status(self, batch: Any, committables: Any) -> Any:
+            if not fired:
+                fired.append(True)
+                fault()
+            return super().commit_status(batch, committables)
+
+    Failing.__name__ = f"{base.__name__}AtFirstStatus"
+    return Failing
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:

@@ -60,7 +60,10 @@ from eosink.errors import AmbiguousCommitError, CommitAbortedError
 from eosink.stores.s3_errors import error_code, is_connection_error, is_precondition_failed, translate
 from eosink.stores.s3_upload import ObjectRecord, UploadGone, abort_upload, complete, expected_etag
 
-__all__ = ["_CommitSide"]
+__all__ = ["SETTLE_S", "_CommitSide"]
+
+SETTLE_S = 2.5
+"""How long a HEAD's 404 for an object whose upload is gone is asked again before its work is called lost."""
 
 log = logging.getLogger("eosink.s3")
 
@@ -213,8 +216,17 @@ class _CommitSide(_S3Base):
         return etag
 
     def _existing_etag(self, record: ObjectRecord) -> str | None:
-        """The ETag of an object whose upload is gone (completed before), or None (the object is lost)."""
+        """The ETag of an object whose upload is gone (completed before), or None (the object is lost).
+
+        An upload that is gone was completed or aborted, whatever a repeated complete answers (MinIO's
+        ``NoSuchUpload``); only the object tells which. A MinIO node restarted a moment ago answers 404 for
+        objects written while it was down until it has reached its peers' drives (up to 1.6 s seen here), so a 404 is
+        asked again for :data:`SETTLE_S` before the work is called lost."""
         head = self._head(record.key)
+        deadline = time.monotonic() + SETTLE_S
+        while head is None and time.monotonic() < deadline:
+            time.sleep(0.25)
+            head = self._head(record.key)
         if head is None:
             return None
         etag = str(head["ETag"])

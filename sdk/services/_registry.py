@@ -20,6 +20,8 @@ _CLASSES = {
     "minio-secure": "eosink.services.minio_secure:SecureMinioService",
     "postgres-replicated": "eosink.services.postgres_replicated:ReplicatedPostgresService",
     "kafka-cluster": "eosink.services.kafka_cluster_service:KafkaClusterService",
+    "minio-cluster": "eosink.services.minio_cluster_service:MinioClusterService",
+    "hdfs-ha": "eosink.services.hdfs_ha_service:HdfsHaService",
 }
 
 #: Every secured variant (TLS, authentication, a least-privileged writer), by the plain service's name.
@@ -31,8 +33,9 @@ SECURE_VARIANTS: dict[str, str] = {
     "minio": "minio-secure",
 }
 #: Services started only when named, for failover tests: a replicated PostgreSQL and a Kafka cluster (three servers
-#: and a supervisor each).
-_ON_REQUEST: tuple[str, ...] = ("postgres-replicated", "kafka-cluster")
+#: and a supervisor each), a MinIO cluster (four servers, a balancer and a supervisor), an HA HDFS (one JVM behind
+#: two NameNode proxies, and a supervisor).
+_ON_REQUEST: tuple[str, ...] = ("postgres-replicated", "kafka-cluster", "minio-cluster", "hdfs-ha")
 #: Every service name, in the order ``up`` starts them; ``up`` with no names starts the plain ones.
 SERVICE_NAMES: tuple[str, ...] = tuple(_CLASSES)
 _SECURE_ONLY = {secure for plain, secure in SECURE_VARIANTS.items() if secure != plain}

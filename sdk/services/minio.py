@@ -402,12 +402,16 @@ def _server_env(access_key: str, secret_key: str) -> dict[str, str]:
     return env
 
 
-def _server_argv(binary: Path, data: Path, port: int, console: int, certs: Path) -> list[str | os.PathLike[str]]:
-    """``minio server`` on ``data``, loopback only, with an empty certs directory (no TLS)."""
+def _server_argv(
+    binary: Path, data: Path | Sequence[str], port: int, console: int, certs: Path
+) -> list[str | os.PathLike[str]]:
+    """``minio server`` on ``data``, loopback only, with an empty certs directory (no TLS).
+
+    ``data`` is one directory, or every drive of a distributed setup as URLs (the same list for every node)."""
     return [
         binary,
         "server",
-        data,
+        *([data] if isinstance(data, Path) else data),
         "--address",
         f"127.0.0.1:{port}",
         "--console-address",
