@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from eosink.connectors.delta.config import DeltaConfig
 from eosink.contract import Committable
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -24,6 +27,9 @@ class _SinkBase:
         raise NotImplementedError
 
     def _table(self) -> DeltaTable | None:
+        raise NotImplementedError
+
+    def _bounded(self, call: Callable[[], _T], what: str) -> _T:
         raise NotImplementedError
 
     def _storage(self) -> Store:

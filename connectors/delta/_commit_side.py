@@ -172,7 +172,7 @@ class _CommitSide(_SinkBase):
         """The bundle of ``app_id``'s batch ``batch_id`` if committed; :data:`_BEYOND_HISTORY` when the app's txn
         says it is committed but its commit has left the log's retained history (and the app's last bundle,
         kept under ``_eosink/``, is another batch's); None when it is not committed."""
-        found = _log.bundle_of(table, app_id, batch_id)
+        found = self._bounded(lambda: _log.bundle_of(table, app_id, batch_id), "a read of the log's history")
         if found is not None:
             return found
         last = _log.last_batch(table, app_id)

@@ -286,7 +286,7 @@ class _HdfsStore:
     def __init__(self, config: DeltaConfig) -> None:
         from eosink.stores.hdfs import Fs, HdfsConnection
 
-        self.hdfs = HdfsConnection(config.table)
+        self.hdfs = HdfsConnection(config.table, namenodes=config.namenodes)
         self.fs = Fs(self.hdfs)
         self.root = self.hdfs.path
 

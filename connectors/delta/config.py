@@ -20,6 +20,7 @@ from typing import Any, Literal
 from eosink._secrets import looks_secret, scrub
 from eosink.errors import ConfigurationError
 from eosink.stores.ca_trust import trust_ca
+from eosink.stores.hdfs import ha_settings, named_namenodes
 from eosink.stores.s3 import S3Connection
 
 __all__ = ["DeltaConfig"]
@@ -38,6 +39,9 @@ class DeltaConfig:
       (:func:`eosink.stores.ca_trust.trust_ca`), which delta-rs reads. On ``hdfs://``, ``read_timeout_s``
       also bounds each read of the log (delta-rs's HDFS client would wait without limit).
     * ``storage_options``: further delta-rs storage settings, passed through untouched.
+    * ``namenodes``: on ``hdfs://<name service>/...``, the HA name service's NameNodes,
+      ``{"nn0": "host:8020", "nn1": "host2:8020"}``: delta-rs and eosink's own HDFS client fail over between
+      them (see :class:`~eosink.connectors.hdfs.HdfsConfig`).
     * ``create_table``: create a missing table (default) with the stream's schema (``foreach_batch``
       and ``format("eosink")`` hand it over before the first batch; with the sink API, call
       :meth:`DeltaSink.bind_schema`); with False a missing table is a ConfigurationError.
@@ -66,6 +70,7 @@ class DeltaConfig:
     max_attempts: int = 3
     ca_bundle: str | None = None
     storage_options: Mapping[str, str] = field(default_factory=dict)
+    namenodes: Mapping[str, str] = field(default_factory=dict)
     create_table: bool = True
     partition_by: tuple[str, ...] = ()
     schema_evolution: Literal["none", "add_columns"] = "none"
@@ -120,6 +125,13 @@ class DeltaConfig:
             if not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name}={value!r} must be a positive integer.", "Give e.g. 1_000_000.")
         set_(self, "storage_options", {str(k): str(v) for k, v in dict(self.storage_options).items()})
+        set_(self, "namenodes", named_namenodes(self.namenodes))
+        if self.namenodes and scheme != "hdfs":
+            raise ConfigurationError(
+                f"namenodes are given for a table on {scheme}.",
+                "Give namenodes only for hdfs://<name service>/ tables.",
+            )
+        self._ha()  # refuses a bad address, or a NameNode's port in the URI, now
         if scheme == "s3":
             taken = sorted(k for k in self.storage_options if k.lower().removeprefix("aws_") in _CONNECTION_OPTIONS)
             if taken:
@@ -164,8 +176,15 @@ class DeltaConfig:
             options.update(_s3_options(self.s3))
             if self.s3.ca_bundle:
                 trust_ca(self.s3.ca_bundle)
+        options.update(self._ha())
         options.update(self.storage_options)
         return options
+
+    def _ha(self) -> dict[str, str]:
+        """The HA name service's settings (:func:`~eosink.stores.hdfs.ha_settings`); empty without ``namenodes``."""
+        if not self.namenodes:
+            return {}
+        return ha_settings("hdfs://" + self.table.removeprefix("hdfs://").split("/", 1)[0], self.namenodes)
 
     # -- secrets ---------------------------------------------------------------------------------
 
@@ -186,6 +205,8 @@ class DeltaConfig:
         if self.storage_options:
             options = {k: ("***" if looks_secret(k) else v) for k, v in self.storage_options.items()}
             shown.append(f"storage_options={options!r}")
+        if self.namenodes:
+            shown.append(f"namenodes={named_namenodes(self.namenodes)!r}")
         if self.partition_by:
             shown.append(f"partition_by={self.partition_by!r}")
         if self.schema_evolution != "none":

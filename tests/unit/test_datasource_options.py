@@ -142,6 +142,7 @@ def test_register_without_python_data_sources_names_what_to_use() -> None:
 
 
 def _configs() -> list[tuple[str, Any]]:
+    from eosink.connectors.delta import DeltaConfig
     from eosink.connectors.hdfs import HdfsConfig
     from eosink.connectors.kafka import KafkaConfig
     from eosink.connectors.postgres import PostgresConfig
@@ -155,6 +156,7 @@ def _configs() -> list[tuple[str, Any]]:
         ("kafka", KafkaConfig("127.0.0.1:9092", topic="t", value_format="json", producer_options={"linger_ms": "5"})),
         ("hdfs", HdfsConfig("hdfs://127.0.0.1:8020/data/x", replication=2, client_config={"a.b": "c"})),
         ("hdfs", HdfsConfig("hdfs://ns1/data/x", namenodes={"nn0": "10.0.0.1:8020", "nn1": "10.0.0.2:8020"})),
+        ("delta", DeltaConfig("hdfs://ns1/tables/x", namenodes={"nn0": "10.0.0.1:8020", "nn1": "10.0.0.2:8020"})),
     ]
 
 

@@ -41,3 +41,16 @@ def test_a_bad_name_service_is_refused_at_construction(url: str, namenodes: dict
     """Pass: a ConfigurationError that names the problem, before any client exists."""
     with pytest.raises(ConfigurationError, match=named):
         HdfsConfig(url, namenodes=namenodes)
+
+
+def test_a_delta_table_on_the_name_service_gets_the_same_settings() -> None:
+    """Pass: delta-rs's storage options and eosink's own HDFS client both carry the name service; namenodes on a
+    table that is not on HDFS are refused."""
+    from eosink.connectors.delta import DeltaConfig
+    from eosink.connectors.delta._store import _HdfsStore
+
+    config = DeltaConfig("hdfs://ns1/tables/t", namenodes=NAMENODES)
+    assert config.delta_options()["dfs.namenode.rpc-address.ns1.nn0"] == "10.0.0.1:8020"
+    assert _HdfsStore(config).hdfs.client_kwargs()["config"]["dfs.ha.namenodes.ns1"] == "nn0,nn1"
+    with pytest.raises(ConfigurationError, match="only for hdfs"):
+        DeltaConfig("/tmp/t", namenodes=NAMENODES)
