@@ -47,7 +47,7 @@ WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-postgres-replicated test-postgres-replicated-full test-kafka test-s3 test-hdfs test-delta test-fanout test-fanout-full test-secured test-secured-full spark services services-up services-check services-down \
 	services-status test test-full demo demo-kafka demo-fanout demo-s3 demo-hdfs demo-delta bench clean chaos chaos-quick examples example-files example-kafka \
 	example-files-to-kafka example-kafka-to-kafka example-fanout example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs example-files-to-delta \
-	spark-full local-cluster test-postgres-full test-kafka-full test-kafka-cluster test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
+	spark-full local-cluster test-postgres-full test-kafka-full test-kafka-cluster test-hdfs-ha test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
@@ -70,6 +70,7 @@ help:
 	@echo "                (SECURE=1: their secured variants: TLS, authentication, least-privileged writers)"
 	@echo "make test-postgres-replicated   PostgreSQL on a primary and two standbys failed over mid-commit"
 	@echo "make test-kafka-cluster   Kafka on three nodes: leaders and coordinators killed, paused, requests held (test-full)"
+	@echo "make test-hdfs-ha         HDFS with two NameNodes (ns1): the active one killed at each step of a commit (test-full)"
 	@echo "make test-fanout    one query into PostgreSQL and Kafka: a Spark kill between the sinks' commits"
 	@echo "make test-secured   every sink on its secured server as the least-privileged writer (grants, TLS, credentials)"
 	@echo "make services   the service harness's own tests against the real servers (starts and stops them)"
@@ -166,7 +167,8 @@ SINK_TESTS_ONE = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $
 # nodes) run in test-SINK-cluster.
 SINK_PIPELINES = tests/spark/test_$(1)_pipeline.py
 SPARK_PIPELINES = $(foreach s,$(SINKS),$(call SINK_PIPELINES,$(s))) tests/spark/test_secured_pipelines.py \
-	tests/spark/test_fanout_pipeline.py tests/spark/test_postgres_replicated.py
+	tests/spark/test_fanout_pipeline.py tests/spark/test_postgres_replicated.py tests/spark/test_kafka_cluster_pipeline.py \
+	tests/spark/test_hdfs_ha_pipeline.py
 # The quick Spark tests (tests/spark -m "not full or matrix", $(2) passed on) with Python $(1), in two pytest
 # processes run together: local-cluster and the PySpark matrix. Of the sinks' pipelines only the 2pc kill
 # (its checkpoint on S3 and HDFS; marked matrix where make test runs another kill): what the Spark version and the executors' layout touch is the executors'
@@ -239,6 +241,12 @@ KAFKA_CLUSTER_FAULTS := tests/connectors/kafka/test_kafka_cluster_faults.py
 KAFKA_CLUSTER_TESTS := tests/services/test_kafka_cluster.py $(KAFKA_CLUSTER_FAULTS) tests/spark/test_kafka_cluster_pipeline.py
 test-kafka-cluster: venv java tools
 	@$(PYTEST) $(KAFKA_CLUSTER_TESTS) -q --durations=10
+
+# HDFS HA (name service ns1, two NameNodes behind fault proxies): the cluster's own failovers; the sink's commit
+# whose deciding rename's reply is lost as the active NameNode dies; Spark pipelines (checkpoint on hdfs://ns1)
+# with the active NameNode killed at each step of batch 1's commit. Part of test-full.
+test-hdfs-ha: venv java tools
+	@$(PYTEST) tests/services/test_hdfs_ha.py tests/connectors/hdfs/test_hdfs_ha.py tests/spark/test_hdfs_ha_pipeline.py -q --durations=10
 
 # S3 (MinIO): the contract suite with Parquet objects (8 random schedules, the crash walks at every 4th
 # step), one Spark kill-and-restart per strategy; test-s3-full: the whole suite with Parquet (JSON lines at
@@ -375,7 +383,7 @@ test: venv java tools
 FULL_CHAOS_SCHEDULES ?= 2
 FULL_CHAOS_DIR := $(CURDIR)/.cache/chaos-full
 FULL_STAGES := lint unit package docs contracts postgres15 services-full spark-full \
-	$(foreach s,$(SINKS),test-$(s)-full) test-kafka-cluster test-postgres-replicated-full test-fanout-full test-secured-full examples-full \
+	$(foreach s,$(SINKS),test-$(s)-full) test-kafka-cluster test-hdfs-ha test-postgres-replicated-full test-fanout-full test-secured-full examples-full \
 	local-cluster chaos-full spark-matrix
 test-full: venv java tools
 	@$(STAGES) --title "make test-full" --budget 10800 --out build/test-full-times.json $(FULL_STAGES)
