@@ -110,7 +110,7 @@ def test_with_every_backend_down_a_client_is_turned_away_at_once() -> None:
     with Balancer([Backend("127.0.0.1", _closed_port()), Backend("127.0.0.1", _closed_port())]) as balancer:
         try:
             answer = _ask(balancer)
-        except (ConnectionResetError, BrokenPipeError):
+        except OSError:  # closed before the client's send or half-close: reset, broken pipe, not connected
             answer = b""
         assert answer == b""
         assert balancer.stats.turned_away == 1

@@ -44,13 +44,12 @@ def test_a_bad_name_service_is_refused_at_construction(url: str, namenodes: dict
 
 
 def test_a_delta_table_on_the_name_service_gets_the_same_settings() -> None:
-    """Pass: delta-rs's storage options and eosink's own HDFS client both carry the name service; namenodes on a
-    table that is not on HDFS are refused."""
+    """Pass: delta-rs's storage options carry the name service (eosink's own HDFS client of the table gets
+    ``config.namenodes``, checked as HdfsConnection's above); namenodes on a table not on HDFS are refused."""
     from eosink.connectors.delta import DeltaConfig
-    from eosink.connectors.delta._store import _HdfsStore
 
     config = DeltaConfig("hdfs://ns1/tables/t", namenodes=NAMENODES)
     assert config.delta_options()["dfs.namenode.rpc-address.ns1.nn0"] == "10.0.0.1:8020"
-    assert _HdfsStore(config).hdfs.client_kwargs()["config"]["dfs.ha.namenodes.ns1"] == "nn0,nn1"
+    assert config.namenodes == NAMENODES
     with pytest.raises(ConfigurationError, match="only for hdfs"):
         DeltaConfig("/tmp/t", namenodes=NAMENODES)
