@@ -18,10 +18,11 @@ What each does (``ctl`` is ``<prefix>/_eosink/<app-dir>/``)::
                               AmbiguousCommitError (the marker's SHA-256 is remembered)
                            6. housekeeping, never failing the commit: old markers folded into
                               segments (``_fold``; one one-key LIST, a fold every S batches)
-    abort(cs)              refuses work a marker (or a segment) names (CommitAbortedError);
-                           AbortMultipartUpload of every upload, DeleteObjects of the keys (an object
-                           a partial commit completed); idempotent-strategy work (visible, unnamed
-                           by attempt) stays
+    abort(cs)              refuses work a marker (or a segment) names (CommitAbortedError), except a
+                           stray upload recover() found at a committed key (the object is complete:
+                           only that upload is aborted); AbortMultipartUpload of every upload,
+                           DeleteObjects of the keys (an object a partial commit completed);
+                           idempotent-strategy work (visible, unnamed by attempt) stays
     commit_status(b, cs)   the marker (HEAD; for an older batch also its range's segment, one GET by
                            name) exists -> COMMITTED (its SHA-256 told apart from ours after a lost
                            reply, for the log); else every object either still has its upload
@@ -299,24 +300,39 @@ class _CommitSide(_S3Base):
     # -- abort ----------------------------------------------------------------------------------------
 
     def abort(self, committables: Sequence[Committable]) -> None:
-        """Abort every upload of the committables and delete their keys; committed work is refused."""
+        """Abort every upload of the committables and delete their keys; committed work is refused.
+
+        An incomplete upload :meth:`recover` found at a key of committed work is a stray: the committed object
+        is complete, and completing the stray would replace it. Its upload is aborted; the key stays."""
         if not committables:
             return
         with self._errors("abort"):
             by_batch: dict[BatchRef, list[Committable]] = {}
             for c in committables:
                 by_batch.setdefault(c.batch, []).append(c)
+            strays: list[Committable] = []
             for batch, group in by_batch.items():
                 marker = self._committed_marker(batch.app_id, batch.batch_id)
                 named = set(marker.bundle.committables) if marker is not None else set()
-                committed = sorted(c.id for c in group if c.id in named)
+                strays += [c for c in group if c.id in named and c.payload.get("recovered")]
+                committed = sorted(c.id for c in group if c.id in named and not c.payload.get("recovered"))
                 if committed:
                     raise CommitAbortedError(
                         f"Cannot abort committed work {committed}: the commit marker of batch {batch} names it.",
                         "Do not abort a batch whose commit succeeded; check commit_status first.",
                     )
+            for c in strays:
+                for record in records(c):
+                    log.warning(
+                        "eosink %s: batch %d is committed; aborting a stray upload at its key %r",
+                        c.batch.app_id,
+                        c.batch.batch_id,
+                        record.key,
+                    )
+                    if record.upload_id is not None:
+                        abort_upload(self.config, self._s3_once, record.key, record.upload_id)
             keys: list[str] = []
-            for c in committables:
+            for c in (c for c in committables if not any(c is s for s in strays)):
                 if not c.payload.get("transactional", True):
                     continue  # idempotent objects: visible already, and the replay's own (same names)
                 for record in records(c):
