@@ -30,6 +30,7 @@ class DeltaProfile(SinkProfile):
     docs = "connectors/delta.md"
     datasource = ("eosink.connectors.delta", "DeltaConfig", "DeltaSink")
     services = ("minio",)
+    chaos_topologies = ("single", "cluster")
     #: The batch's commit on S3: the PUT of the log's next entry (``If-None-Match: *``); the chaos target's store.
     commit_request_marker = re.compile(rb"PUT /[^ ]*/_delta_log/\d{20}\.json ")
 
@@ -69,6 +70,10 @@ class DeltaProfile(SinkProfile):
         return DeltaHarness(**options)
 
     def chaos_target(self, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
+        if topology == "cluster":
+            from eosink.connectors.delta._chaos_cluster import DeltaClusterChaosTarget
+
+            return DeltaClusterChaosTarget(root)
         from eosink.connectors.delta._chaos import DeltaChaosTarget
 
         return DeltaChaosTarget(root)

@@ -16,8 +16,9 @@ directory, as ``spark.read.parquet`` does (names starting with ``_`` or ``.`` sk
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ __all__ = ["HdfsChaosTarget"]
 ROOT = "/eosink-chaos"
 URL_VAR = "EOSINK_HDFS_URL"
 DIRECT_VAR = "EOSINK_CHAOS_HDFS_DIRECT"
+NAMENODES_VAR = "EOSINK_CHAOS_HDFS_NAMENODES"
+"""An HA name service's NameNodes (JSON, name to address) for the job's sink; unset on one NameNode."""
 COLUMNS = ("batch_id", "key", "running_sum", "concat", "n_tokens")
 
 
@@ -57,9 +60,16 @@ class HdfsChaosTarget(ServerSide):
         return strategy != "idempotent"  # a batch appears by one rename; idempotent tasks publish file by file
 
     def _config(self, table: str) -> Any:
+        """The table's configuration as the runner's readers reach it (directly, past any fault proxy)."""
         from eosink.connectors.hdfs import HdfsConfig
 
-        return HdfsConfig(f"{self.server.endpoint.url}{ROOT}/{table}")
+        return HdfsConfig(f"{self._url()}{ROOT}/{table}", namenodes=self._namenodes())
+
+    def _url(self) -> str:
+        return str(self.server.endpoint.url)
+
+    def _namenodes(self) -> Mapping[str, str]:
+        return {}
 
     def _tables(self, names: Names) -> tuple[list[dict[str, Any]], frozenset[int] | None]:
         """The rows a reader sees, and the batches with a record (None: the baseline's directory, read by
@@ -103,7 +113,7 @@ class HdfsChaosTarget(ServerSide):
     def drop(self, names: Names) -> None:
         from eosink.connectors.hdfs.testing import remove
 
-        remove(self._config(names.table).target_url)
+        remove(self._config(names.table))
 
     def scrub(self, text: str) -> str:
         return text  # no secrets: the private cluster has no authentication
@@ -114,7 +124,8 @@ class HdfsChaosTarget(ServerSide):
         """The eosink sink, reaching the NameNode through the fault proxy (``EOSINK_HDFS_URL``)."""
         from eosink.connectors.hdfs import HdfsConfig, HdfsSink
 
-        return HdfsSink(HdfsConfig(f"{os.environ[URL_VAR]}{ROOT}/{table}"))
+        namenodes = json.loads(os.environ.get(NAMENODES_VAR, "{}"))
+        return HdfsSink(HdfsConfig(f"{os.environ[URL_VAR]}{ROOT}/{table}", namenodes=namenodes))
 
     def job_frame(self, df: Any) -> Any:
         return df  # HdfsSink reserves no column name

@@ -139,15 +139,25 @@ class WebHdfsReader(BackgroundPoll):
     def read(self) -> Counter[str]:
         """Every visible row now; a batch directory whose files differ from its record's list is noted as torn."""
         rows: Counter[str] = Counter()
+        for batch_rows, _ in self.batches().values():
+            rows.update(canonical(row) for row in batch_rows)
+        return rows
+
+    def batches(self) -> dict[str, tuple[list[dict[str, Any]], bool]]:
+        """Every visible batch directory now (files outside one under the target's path itself): its rows, with
+        their partition values, and whether its record is there; a torn one is noted (:attr:`torn`)."""
+        out: dict[str, tuple[list[dict[str, Any]], bool]] = {}
         for batch, files in sorted(self._files(self.path).items()):
             record = next((f for f in files if f.endswith(f"/{_BUNDLE_FILE}")), None)
             data = [f for f in files if f != record]
             if batch != self.path:
                 self._check_whole(batch, record, data)
+            rows: list[dict[str, Any]] = []
             for file in data:
                 partitions = _partition_values(file[len(batch) + 1 :])
-                rows.update(canonical({**row, **partitions}) for row in self._rows(file))
-        return rows
+                rows += [{**row, **partitions} for row in self._rows(file)]
+            out[batch] = (rows, record is not None)
+        return out
 
     def _check_whole(self, batch: str, record: str | None, data: list[str]) -> None:
         named = set() if record is None else {f"{batch}/{f}" for f in json.loads(self._call(record, "OPEN"))["files"]}

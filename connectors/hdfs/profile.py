@@ -29,6 +29,7 @@ class HdfsProfile(SinkProfile):
     docs = "connectors/hdfs.md"
     datasource = ("eosink.connectors.hdfs", "HdfsConfig", "HdfsSink")
     services = ("hdfs",)
+    chaos_topologies = ("single", "ha")
     #: The rename that makes a batch visible (see :data:`eosink.connectors.hdfs.testing.COMMIT_REQUEST_MARKER`).
     commit_request_marker = COMMIT_REQUEST_MARKER
 
@@ -57,6 +58,10 @@ class HdfsProfile(SinkProfile):
         return HdfsHarness(**options)
 
     def chaos_target(self, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
+        if topology == "ha":
+            from eosink.connectors.hdfs._chaos_ha import HdfsHaChaosTarget
+
+            return HdfsHaChaosTarget(root)
         from eosink.connectors.hdfs._chaos import HdfsChaosTarget
 
         return HdfsChaosTarget(root)

@@ -85,9 +85,10 @@ def files_under(url: str) -> list[str]:
     return [status.path for status in Fs(config).walk_files(config.path)]
 
 
-def remove(url: str) -> None:
-    """Delete an ``hdfs://`` URL's directory (or file) and everything below it; no error when missing."""
-    config = HdfsConfig(url)
+def remove(url: str | HdfsConfig) -> None:
+    """Delete an ``hdfs://`` URL's directory (or file), or a configuration's target, and everything below it; no
+    error when missing."""
+    config = url if isinstance(url, HdfsConfig) else HdfsConfig(url)
     Fs(config).delete(config.path)
 
 

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from eosink.chaos.oracle import Row
-from eosink.chaos.target import Names, Snapshot, key_of
+from eosink.chaos.schedule import KAFKA_CLUSTER
+from eosink.chaos.target import FollowingProxy, Names, Snapshot, key_of
 from eosink.connectors.kafka._chaos import (
     BOOTSTRAP_VAR,
     DIRECT_VAR,
@@ -62,6 +63,7 @@ class KafkaClusterChaosTarget(KafkaChaosTarget):
     """Kafka on a private three-node cluster (see the module docstring)."""
 
     name = "kafka"
+    cluster_faults = KAFKA_CLUSTER
 
     def __init__(self, root: Path | None = None) -> None:
         super().__init__(root)
@@ -120,7 +122,11 @@ class KafkaClusterChaosTarget(KafkaChaosTarget):
         }
 
     def fault_proxy(self) -> Any:
-        return _CoordinatorProxy(self.cluster, lambda: self._node_of("coordinator"))
+        """The proxy of whichever node coordinates transactions when a cut is armed."""
+        nodes = self.cluster.nodes
+        return FollowingProxy(
+            lambda: [self.cluster.proxy(n) for n in nodes], lambda: self.cluster.proxy(self._node_of("coordinator"))
+        )
 
     def heal(self) -> None:
         """Resume a paused node, start a killed one, and wait until every node leads and follows again."""
@@ -272,33 +278,3 @@ class KafkaClusterChaosTarget(KafkaChaosTarget):
         finally:
             reader.close()
         return {**found, "torn_batches": torn, "hanging_transactions": len(stuck)}
-
-
-class _CoordinatorProxy:
-    """The fault proxy of whichever node coordinates transactions when a cut is armed (the runner's view of the
-    cluster's proxies: one set of counts)."""
-
-    def __init__(self, cluster: Any, coordinator: Callable[[], int]) -> None:
-        self.cluster, self.coordinator = cluster, coordinator
-
-    @property
-    def port(self) -> int:
-        """Not the job's way in (it bootstraps at every node's proxy): the first node's proxy."""
-        return int(self.cluster.proxy(next(iter(self.cluster.nodes))).port)
-
-    @property
-    def stats(self) -> Any:
-        from eosink.services.proxy import ProxyStats
-
-        cut = [r for node in self.cluster.nodes for r in self.cluster.proxy(node).stats.requests_cut]
-        return ProxyStats(requests_cut=cut)
-
-    def cut_after_request(self, match: Any, **options: Any) -> None:
-        self.cluster.proxy(self.coordinator()).cut_after_request(match, **options)
-
-    def passthrough(self) -> None:
-        for node in self.cluster.nodes:
-            self.cluster.proxy(node).passthrough()
-
-    def close(self) -> None:
-        """The cluster's proxies close with the cluster."""

@@ -32,6 +32,7 @@ class S3Profile(SinkProfile):
     docs = "connectors/s3.md"
     datasource = ("eosink.connectors.s3", "S3Config", "S3Sink")
     services = ("minio",)
+    chaos_topologies = ("single", "cluster")
     #: The batch's commit is the commit marker's PUT, the one request of a commit with ``If-None-Match: *``.
     commit_request_marker = FORMAT.encode()
 
@@ -72,6 +73,10 @@ class S3Profile(SinkProfile):
         return S3Harness(**options)
 
     def chaos_target(self, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
+        if topology == "cluster":
+            from eosink.connectors.s3._chaos_cluster import S3ClusterChaosTarget
+
+            return S3ClusterChaosTarget(root)
         from eosink.connectors.s3._chaos import S3ChaosTarget
 
         return S3ChaosTarget(root)

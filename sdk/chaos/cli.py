@@ -19,6 +19,15 @@ past the job's request timeout, then delivered. The rows are read by an independ
 ``read_committed`` reader (confluent-kafka), which also reports torn batches and hanging
 transactions; the plain baseline (Spark's Kafka sink, the same kills) runs beside it, not the
 non-deterministic mode; the report goes to ``results/chaos-<sink>-cluster.json``.
+
+``--topology cluster`` (S3, Delta): the sink on a private four-node MinIO behind a balancer; the sink
+restart gives way to a node SIGKILLed (started again when the run ends), and the commit's reply is cut at
+the balancer. S3's rows are read with pyarrow's S3 client, which also reports torn batches; Delta's by
+its engines. ``--topology ha`` (HDFS): the sink on a private HA name service (two NameNodes, three
+JournalNodes); the sink restart gives way to a failover (the active NameNode stopped, its standby made
+active), the commit's rename reply is cut at the active NameNode, and the rows are read over WebHDFS,
+which also reports torn batches; the report goes to ``results/chaos-<sink>-ha.json``. Only eosink's
+schedules run on these.
 """
 
 from __future__ import annotations
@@ -65,8 +74,9 @@ def _parser() -> argparse.ArgumentParser:
         "--topology",
         choices=TOPOLOGIES,
         default="single",
-        help="single (one server), replicated (a primary with standbys that fail over; PostgreSQL) or cluster "
-        "(three nodes whose leaders and coordinator fail; Kafka)",
+        help="single (one server), replicated (a primary with standbys that fail over; PostgreSQL), cluster "
+        "(Kafka's three nodes whose leaders and coordinator fail; MinIO's four, for S3 and Delta) or ha (HDFS's "
+        "two NameNodes that fail over)",
     )
     ap.add_argument(
         "--replication",
@@ -133,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("eosink chaos: --replication needs --topology replicated.", file=sys.stderr)
         return 2
     several = args.topology != "single"
-    allowed = {"single": set(MODES), "replicated": {"eosink"}, "cluster": {"eosink", "naive"}}[args.topology]
+    on_cluster = {"eosink", "naive"} if args.sink == "kafka" else {"eosink"}  # Spark's Kafka sink on the cluster
+    allowed = {"single": set(MODES), "replicated": {"eosink"}, "cluster": on_cluster, "ha": {"eosink"}}[args.topology]
     if not set(args.only or ()) <= allowed:
         parts = " and ".join(f"--only {m}" for m in MODES if m in allowed)
         print(f"eosink chaos: --topology {args.topology} runs {parts} only.", file=sys.stderr)
@@ -147,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     on = {
         "single": "one server",
         "replicated": f"a replicated server ({', '.join(replications)} replication)",
-        "cluster": "a cluster of three nodes",
+        "cluster": "a cluster of nodes",
+        "ha": "an HA name service (two NameNodes)",
     }[args.topology]
     say(
         f"eosink chaos: sink {args.sink} on {on}, {args.schedules} schedule(s) per strategy from seed {args.seed}, "

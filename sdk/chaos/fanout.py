@@ -43,6 +43,8 @@ def member_names(names: Names, member: str) -> Names:
 class FanOutTarget:
     """Several chaos targets driven as one fan-out (see the module docstring)."""
 
+    cluster_faults = None  # every member on one server of its own
+
     def __init__(self, members: Sequence[ChaosTarget]) -> None:
         self.members = list(members)
         self.name = "+".join(m.name for m in self.members)

@@ -6,6 +6,11 @@ forwards to, and the job's environment: the store through the proxy (``EOSINK_S3
 store directly for the plain baseline (:data:`DIRECT_VAR`), and the Spark jars and static settings the
 baseline's writer needs. A target adds what is its sink's: how it reads, what it leaves in doubt, the
 job's sink and baseline writer.
+
+:class:`MinioClusterSide` puts such a target on a private four-node MinIO
+(:class:`~eosink.services.minio_cluster.MinioCluster`, one erasure set, each node behind a fault proxy, a balancer
+in front): the job and the readers reach it through the balancer, the runner's fault proxy in front of that cuts a
+commit's reply, and its node fault (``--topology cluster``) SIGKILLs one node, started again when the run ends.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from eosink.chaos.schedule import ClusterFaults
 from eosink.chaos.target import ServerSide
 
-__all__ = ["BUCKET", "CONF_VAR", "DIRECT_VAR", "ENDPOINT_VAR", "JARS_VAR", "MinioSide"]
+__all__ = ["BUCKET", "CONF_VAR", "DIRECT_VAR", "ENDPOINT_VAR", "JARS_VAR", "MinioClusterSide", "MinioSide"]
 
 BUCKET = "eosink-chaos"
 ENDPOINT_VAR = "EOSINK_S3_ENDPOINT"
@@ -38,17 +44,21 @@ class MinioSide(ServerSide):
         self.root = Path()
 
     def start(self) -> None:
-        from eosink.services.minio import MinioServer
         from eosink.services.spark_jars import SparkJars
 
         for group in self.jar_groups:
             SparkJars().fetch(group)  # the baseline's jars, fetched once into the cache
 
         self.root = self.dir.open()
-        self.server = self.dir.serve(lambda root: MinioServer(root / "minio"))
+        self.server = self.dir.serve(self._server_at)
         from eosink.stores.s3 import ensure_bucket
 
         ensure_bucket(self._client(), BUCKET)
+
+    def _server_at(self, root: Path) -> Any:
+        from eosink.services.minio import MinioServer
+
+        return MinioServer(root / "minio")
 
     def job_env(self, proxy_port: int | None) -> dict[str, str]:
         from eosink.services.spark_jars import SparkJars
@@ -83,3 +93,44 @@ class MinioSide(ServerSide):
 
         ep = self.server.endpoint
         return S3Connection(ep.endpoint_url, ep.region, access_key_id=ep.access_key, secret_access_key=ep.secret_key)
+
+
+class MinioClusterSide(MinioSide):
+    """A :class:`MinioSide` on a private four-node MinIO behind a balancer (see the module docstring); a sink's
+    cluster target derives from it and from the sink's target, this first."""
+
+    cluster_faults = ClusterFaults(("storage",), pause=False)
+    _victim = 0
+    """The node killed last (they are killed in turn)."""
+
+    def _server_at(self, root: Path) -> Any:
+        from eosink.services.minio_cluster import MinioCluster
+
+        return MinioCluster(root / "minio-cluster")
+
+    def address(self) -> tuple[str, int]:
+        """The balancer, which the runner's fault proxy fronts."""
+        return "127.0.0.1", int(self.server.endpoint.endpoint_url.rsplit(":", 1)[1])
+
+    def restart(self, *, crash: bool) -> None:
+        """Every node stopped (``crash``: SIGKILLed) and started again."""
+        self.server.stop(crash=crash)
+        self.server.start()
+
+    def kill_node(self, role: str) -> str:
+        """SIGKILL the next running node in turn (a store node of the erasure set; the balancer skips it)."""
+        running = self.server.running()
+        ids = sorted(self.server.nodes)
+        for _ in ids:
+            self._victim = self._victim % len(ids) + 1
+            if self._victim in running:
+                self.server.kill(self._victim)
+                return f"storage node {self._victim} SIGKILLed"
+        return "no storage node running to kill"
+
+    def heal(self) -> None:
+        """Start every killed node again and wait until the cluster has its write quorum."""
+        for node_id in sorted(self.server.nodes):
+            if node_id not in self.server.running():
+                self.server.start_node(node_id)
+        self.server.wait_healthy()

@@ -50,7 +50,14 @@ from eosink.chaos.oracle import (
 from eosink.chaos.reader import Reader
 from eosink.chaos.report import build_report, format_table
 from eosink.chaos.results import ORDERED, RunRecord, ScheduleResult
-from eosink.chaos.schedule import Fault, Schedule, make_schedule, naive_schedule, nondeterministic_schedule
+from eosink.chaos.schedule import (
+    ClusterFaults,
+    Fault,
+    Schedule,
+    make_schedule,
+    naive_schedule,
+    nondeterministic_schedule,
+)
 from eosink.chaos.target import ChaosTarget, Names, commit_marker, get_target
 from eosink.checkpoint import SparkCheckpoint
 from eosink.services.proxy import FaultProxy, RequestMatch
@@ -474,11 +481,12 @@ def plan_schedules(
     kills: int,
     replications: Sequence[str] = ("",),
     *,
-    cluster: bool = False,
+    cluster: ClusterFaults | None = None,
 ) -> list[Schedule]:
     """Every schedule of a harness run, in order: per seed ``seed + k``, one per strategy (and per replication
     mode of a replicated server) and the baseline's; then the non-deterministic mode's, one per strategy it
-    applies to. ``cluster``: the sink's faults are a cluster's (nodes killed and paused, a request held)."""
+    applies to. ``cluster``: the sink's faults are a cluster's (those it names: nodes killed and paused, a request
+    held)."""
     planned: list[Schedule] = []
     for k in range(schedules):
         s = seed + k
@@ -648,12 +656,15 @@ def run_chaos(
     schedule is kept in ``workdir/journal``; with ``resume`` a schedule already there (same seed,
     workload and faults) is not run again, so a long run that was interrupted goes on where it stopped.
     ``topology="replicated"``: the sink on a primary with a synchronous and an asynchronous standby, each
-    schedule under each of ``replications`` (failovers and link cuts among its faults). ``topology="cluster"``:
-    the sink on a cluster of nodes (Kafka's three), nodes killed and paused and an ``EndTxn`` held among its faults.
+    schedule under each of ``replications`` (failovers and link cuts among its faults). ``topology="cluster"`` or
+    ``"ha"``: the sink on several nodes (Kafka's three, MinIO's four, HDFS's two NameNodes), the faults its target
+    names (:attr:`~eosink.chaos.target.ChaosTarget.cluster_faults`) among the schedule's.
     """
     base = workload or Workload()
     modes_of = tuple(replications) if topology == "replicated" else ("",)
-    planned = plan_schedules(seed, schedules, strategies, modes, base, kills, modes_of, cluster=topology == "cluster")
+    # a target written before cluster faults existed has none
+    cluster: ClusterFaults | None = getattr(get_target(sink, topology=topology), "cluster_faults", None)
+    planned = plan_schedules(seed, schedules, strategies, modes, base, kills, modes_of, cluster=cluster)
     journal = Journal(workdir / "journal")
     done = journal.finished(planned) if resume else {}
     if done:

@@ -18,12 +18,14 @@ one of which ends it (a kill). Kinds:
   replication the asynchronous one) once the run has committed ``after`` batches, the old
   primary rewound into a standby; and a ``link-cut`` cuts that standby's replication link one
   batch before, so that an asynchronous failover drops the batches committed in between;
-* on a cluster (``topology="cluster"``: Kafka's three nodes) the sink restart gives way to three faults, each
-  once the run has committed ``after`` batches: ``node-kill`` SIGKILLs the node of a ``role`` (``leader``:
-  the leader of a partition of the schedule's topic; ``coordinator``: the transaction coordinator) and
-  brings it back when the run ends; ``node-pause`` SIGSTOPs one past its session timeout (a zombie) and
-  resumes it; ``request-hold`` holds the next ``EndTxn`` at the coordinator past the client's timeout and
-  then delivers it (KAFKA-17754's shape).
+* on a cluster of nodes (``topology="cluster"``: Kafka's three nodes, MinIO's four; ``topology="ha"``: HDFS's
+  two NameNodes) the sink restart gives way to the faults the target offers (:class:`ClusterFaults`), each
+  once the run has committed ``after`` batches: ``node-kill`` kills the node of a ``role`` (Kafka's
+  ``leader``: the leader of a partition of the schedule's topic, or its ``coordinator``: the transaction
+  coordinator; HDFS's ``active`` NameNode, whose standby takes over; a MinIO ``storage`` node) and brings it
+  back when the run ends; ``node-pause`` SIGSTOPs one past its session timeout (a zombie) and resumes it;
+  ``request-hold`` holds the next ``EndTxn`` at the coordinator past the client's timeout and then delivers
+  it (KAFKA-17754's shape).
 
 Everything is drawn from ``random.Random(f"{seed}-{strategy}")``: the same seed and strategy
 give the same schedule, so a failing schedule is replayed alone with ``--seed``.
@@ -38,9 +40,11 @@ from typing import Any, Literal
 from eosink.chaos.oracle import Workload
 
 __all__ = [
+    "KAFKA_CLUSTER",
     "KILL_POINTS",
     "NODE_ROLES",
     "TOPOLOGIES",
+    "ClusterFaults",
     "Fault",
     "Schedule",
     "make_schedule",
@@ -60,11 +64,12 @@ FaultKind = Literal[
     "node-pause",
     "request-hold",
 ]
-TOPOLOGIES = ("single", "replicated", "cluster")
-"""A sink on one server, on a primary with standbys that fails over (PostgreSQL), or on a cluster of nodes
-that lead partitions and coordinate transactions (Kafka)."""
+TOPOLOGIES = ("single", "replicated", "cluster", "ha")
+"""A sink on one server, on a primary with standbys that fails over (PostgreSQL), on a cluster of nodes (Kafka's
+brokers that lead partitions and coordinate transactions, MinIO's erasure-coded nodes), or on a name service of
+two NameNodes that fails over (HDFS)."""
 NODE_ROLES = ("leader", "coordinator")
-"""The nodes a cluster's faults pick, by what they do for the schedule's writes."""
+"""The nodes a Kafka cluster's faults pick, by what they do for the schedule's writes."""
 TERMINAL = ("point-kill", "random-kill")
 
 #: The named fault points each strategy passes through with a transactional sink (F5 is 2PC only).
@@ -73,6 +78,21 @@ KILL_POINTS: dict[str, tuple[str, ...]] = {
     "txid-check": ("F1", "F3", "F4", "F6", "F8"),
     "idempotent": ("F1", "F3", "F4", "F6", "F8"),
 }
+
+
+@dataclass(frozen=True)
+class ClusterFaults:
+    """What a target of several nodes offers a schedule in place of the sink restart: the roles its node faults
+    pick from, and which of a node kill, a node pause and a held ``EndTxn`` it takes."""
+
+    roles: tuple[str, ...]
+    kill: bool = True
+    pause: bool = True
+    hold: bool = False
+
+
+KAFKA_CLUSTER = ClusterFaults(NODE_ROLES, hold=True)
+"""Kafka's three nodes: the leader or the coordinator killed and paused, and an ``EndTxn`` held."""
 
 
 @dataclass(frozen=True)
@@ -164,14 +184,14 @@ def make_schedule(
     kills: int = 3,
     with_sink_faults: bool = True,
     replication: str = "",
-    cluster: bool = False,
+    cluster: ClusterFaults | None = None,
 ) -> Schedule:
     """``kills + 3`` faults in ``kills + 1`` runs, in a seeded order: a point kill, a random kill and
     (``kills=3``) a second point kill; a task failure, a lost COMMIT reply and a sink restart (the
     last two omitted with ``with_sink_faults=False``). ``kills`` is 2 or 3. With ``replication``
     (``sync`` or ``async``: a replicated server) the sink restart is a link cut followed, one batch
-    later in the same run, by a failover. With ``cluster`` (a cluster of nodes) it is a node killed, a node
-    paused and an ``EndTxn`` held, each node the partition leader or the coordinator as drawn."""
+    later in the same run, by a failover. With ``cluster`` (a cluster of nodes) it is the faults it names: a node
+    killed, a node paused, an ``EndTxn`` held, each node of a role drawn from its roles."""
     if kills not in (2, 3):
         raise ValueError(f"kills must be 2 or 3, not {kills}")
     rng = _rng(seed, strategy + (f"-{replication}" if replication else ""))
@@ -192,9 +212,13 @@ def make_schedule(
             extras.append(Fault("failover", after=2, delay_s=round(rng.uniform(0.0, 1.0), 3)))
         elif cluster:
             kill_delay, pause_delay = round(rng.uniform(0.0, 1.0), 3), round(rng.uniform(0.0, 1.0), 3)
-            extras.append(Fault("node-kill", after=1, delay_s=kill_delay, role=rng.choice(NODE_ROLES)))
-            extras.append(Fault("node-pause", after=1, delay_s=pause_delay, role=rng.choice(NODE_ROLES)))
-            extras.append(Fault("request-hold", after=1))
+            kill_role, pause_role = rng.choice(cluster.roles), rng.choice(cluster.roles)
+            if cluster.kill:
+                extras.append(Fault("node-kill", after=1, delay_s=kill_delay, role=kill_role))
+            if cluster.pause:
+                extras.append(Fault("node-pause", after=1, delay_s=pause_delay, role=pause_role))
+            if cluster.hold:
+                extras.append(Fault("request-hold", after=1))
         else:
             restart = Fault("sink-restart", after=1, delay_s=round(rng.uniform(0.0, 1.0), 3), crash=rng.random() < 0.5)
             extras.append(restart)

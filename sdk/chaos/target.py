@@ -26,12 +26,14 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from eosink.chaos.oracle import Row
+from eosink.chaos.schedule import ClusterFaults
 from eosink.errors import ConfigurationError
 from eosink.profiles import get_profile
 
 __all__ = [
     "KEY_ALIAS",
     "ChaosTarget",
+    "FollowingProxy",
     "Names",
     "PrivateRoot",
     "Snapshot",
@@ -96,6 +98,12 @@ class ChaosTarget(Protocol):
 
     name: str
 
+    @property
+    def cluster_faults(self) -> ClusterFaults | None:
+        """The node faults a target of several nodes offers its schedules (topology ``cluster`` or ``ha``); None:
+        one server."""
+        ...
+
     def start(self) -> None: ...
     def close(self) -> None: ...
     def restart(self, *, crash: bool) -> None: ...
@@ -143,10 +151,10 @@ class ChaosTarget(Protocol):
         :meth:`job_env`), for the rewind after a detected loss."""
         ...
 
-    # -- a cluster of nodes (topology "cluster"); :meth:`heal` brings every node back after a run
+    # -- a cluster of nodes (topology "cluster" or "ha"); :meth:`heal` brings every node back after a run
 
     def kill_node(self, role: str) -> str:
-        """SIGKILL the node of ``role`` (``leader`` or ``coordinator``), to be started again by :meth:`heal`;
+        """Kill the node of ``role`` (one of :attr:`cluster_faults`' roles), to be started again by :meth:`heal`;
         what was done."""
         ...
 
@@ -209,6 +217,8 @@ class ServerSide:
     restarted and crashed on purpose, which the fault proxy reaches at its port (the proxy itself may
     listen anywhere: the job is told its address). A target starts its server with ``self.dir.serve``."""
 
+    cluster_faults: ClusterFaults | None = None
+
     def __init__(self, root: Path | None, prefix: str) -> None:
         self.dir = PrivateRoot(root, prefix)
         self.server: Any = None
@@ -254,6 +264,35 @@ class ServerSide:
         raise _one_server(self, "transaction coordinator to hold a request at")
 
 
+class FollowingProxy:
+    """The runner's fault proxy on a target whose nodes each have their own: a cut is armed at the proxy of the node
+    that ``current`` names when it is armed (the one that would answer the commit), counts come from all of them."""
+
+    def __init__(self, proxies: Callable[[], Iterable[Any]], current: Callable[[], Any]) -> None:
+        self.proxies, self.current = proxies, current
+
+    @property
+    def port(self) -> int:
+        """Not the job's way in (it is given every node's proxy): the first one's port."""
+        return int(next(iter(self.proxies())).port)
+
+    @property
+    def stats(self) -> Any:
+        from eosink.services.proxy import ProxyStats
+
+        return ProxyStats(requests_cut=[r for proxy in self.proxies() for r in proxy.stats.requests_cut])
+
+    def cut_after_request(self, match: Any, **options: Any) -> None:
+        self.current().cut_after_request(match, **options)
+
+    def passthrough(self) -> None:
+        for proxy in self.proxies():
+            proxy.passthrough()
+
+    def close(self) -> None:
+        """The nodes' proxies close with their cluster."""
+
+
 def _one_server(target: Any, what: str) -> ConfigurationError:
     return ConfigurationError(
         f"The {getattr(target, 'name', 'sink')} chaos target runs one server: it has no {what}.",
@@ -264,8 +303,8 @@ def _one_server(target: Any, what: str) -> ConfigurationError:
 def get_target(name: str, root: Path | None = None, *, topology: str = "single") -> ChaosTarget:
     """The chaos target of sink ``name`` (the ``--sink`` of ``eosink chaos``), from its profile; ``a+b``: a
     fan-out into sinks ``a`` then ``b`` (:class:`eosink.chaos.fanout.FanOutTarget`). ``topology="replicated"``:
-    the sink on a primary with standbys that fail over; ``topology="cluster"``: on a cluster of nodes; where its
-    profile offers that."""
+    the sink on a primary with standbys that fail over; ``topology="cluster"``: on a cluster of nodes;
+    ``topology="ha"``: on a name service of NameNodes that fails over; where its profile offers that."""
     if "+" in name:
         if topology != "single":
             raise ConfigurationError(
@@ -280,7 +319,8 @@ def get_target(name: str, root: Path | None = None, *, topology: str = "single")
         raise ConfigurationError(
             f"The {name} chaos target offers the topologies {offered}, not {topology!r}.",
             "Pick one of those: a replicated PostgreSQL is --sink postgres --topology replicated, a Kafka cluster "
-            "--sink kafka --topology cluster.",
+            "--sink kafka --topology cluster, a four-node MinIO --sink s3 (or delta) --topology cluster, an HA HDFS "
+            "--sink hdfs --topology ha.",
         )
     if topology == "single":  # a profile written before topologies existed takes no such argument
         return profile.chaos_target(root)

@@ -612,20 +612,25 @@ def test_a_cluster_schedule_kills_and_pauses_nodes_and_holds_an_end_txn(strategy
     Pass: seeded; the kinds are the single server's but the restart, plus node-kill, node-pause and request-hold;
     each node fault names the role it hits; across seeds both roles are drawn; replay names the topology."""
     from eosink.chaos.results import ScheduleResult
-    from eosink.chaos.schedule import NODE_ROLES
+    from eosink.chaos.schedule import KAFKA_CLUSTER, NODE_ROLES
 
-    a = make_schedule(11, strategy, W, cluster=True)
-    assert a == make_schedule(11, strategy, W, cluster=True)
+    a = make_schedule(11, strategy, W, cluster=KAFKA_CLUSTER)
+    assert a == make_schedule(11, strategy, W, cluster=KAFKA_CLUSTER)
     kinds = [f.kind for run in a.runs for f in run]
     kills = ["point-kill", "random-kill", "point-kill"]
     assert sorted(kinds) == sorted([*kills, "task-failure", "commit-cut", "node-kill", "node-pause", "request-hold"])
     node_faults = [f for run in a.runs for f in run if f.kind in ("node-kill", "node-pause")]
     assert all(f.role in NODE_ROLES for f in node_faults)
     assert all(run[-1].terminal for run in a.runs[:-1]) and not a.runs[-1]
-    roles = {f.role for s in range(1, 21) for run in make_schedule(s, strategy, W, cluster=True).runs for f in run}
+    roles = {
+        f.role for s in range(1, 21) for run in make_schedule(s, strategy, W, cluster=KAFKA_CLUSTER).runs for f in run
+    }
     assert roles >= set(NODE_ROLES)
     assert "coordinator node killed" in " ".join(
-        f.describe() for s in range(1, 21) for run in make_schedule(s, strategy, W, cluster=True).runs for f in run
+        f.describe()
+        for s in range(1, 21)
+        for run in make_schedule(s, strategy, W, cluster=KAFKA_CLUSTER).runs
+        for f in run
     )
     r = ScheduleResult(strategy, 11, "eosink", a.to_json())
     assert "--topology cluster" in r.replay_command("kafka", 3, "cluster")
@@ -685,3 +690,32 @@ def test_the_cluster_topology_is_offered_by_kafka(capsys: pytest.CaptureFixture[
         get_target("postgres", topology="cluster")
     assert main(["--sink", "kafka", "--topology", "cluster", "--only", "nondeterministic"]) == 2
     assert "--topology cluster runs --only eosink and --only naive only" in capsys.readouterr().err
+
+
+def test_stores_of_several_nodes_offer_their_own_node_faults(capsys: pytest.CaptureFixture[str]) -> None:
+    """Pass: S3 and Delta run on a four-node MinIO (``cluster``), HDFS on an HA name service (``ha``); their
+    schedules put a node kill (a storage node, the active NameNode) where the sink restart was, with no pause
+    and no held EndTxn; the same seed draws Kafka's schedule as before (the faults are the target's data); the
+    CLI runs eosink's schedules only on them."""
+    from eosink.chaos.cli import main
+    from eosink.chaos.schedule import KAFKA_CLUSTER
+    from eosink.chaos.target import get_target
+
+    expected = {
+        ("s3", "cluster"): ("S3ClusterChaosTarget", "storage"),
+        ("delta", "cluster"): ("DeltaClusterChaosTarget", "storage"),
+        ("hdfs", "ha"): ("HdfsHaChaosTarget", "active"),
+    }
+    for (sink, topology), (name, role) in expected.items():
+        target = get_target(sink, topology=topology)
+        assert type(target).__name__ == name
+        faults = target.cluster_faults
+        assert faults is not None and faults.roles == (role,)
+        s = make_schedule(3, "2pc", W, cluster=faults)
+        kinds = sorted(f.kind for run in s.runs for f in run)
+        assert kinds == sorted(["point-kill", "random-kill", "point-kill", "task-failure", "commit-cut", "node-kill"])
+        assert f"{role} node killed" in " ".join(f.describe() for run in s.runs for f in run)
+    assert get_target("kafka", topology="cluster").cluster_faults == KAFKA_CLUSTER
+    assert get_target("s3").cluster_faults is None
+    assert main(["--sink", "hdfs", "--topology", "ha", "--only", "naive"]) == 2
+    assert "--topology ha runs --only eosink only" in capsys.readouterr().err
