@@ -101,3 +101,29 @@ def test_a_lost_upload_aborts_the_commit_and_removes_the_objects_it_completed(si
     assert lost.key in str(err.value) and "replay the batch" in str(err.value)
     assert not [k for k in _keys(committables) if _exists(k)]
     assert committed_markers(sink.config, APP) == []
+
+
+def test_a_stray_upload_at_a_committed_key_is_aborted_and_the_object_stays(sink: S3Sink) -> None:
+    """A second incomplete upload at the key of a committed object (a CreateMultipartUpload that reached the store
+    twice) is listed by ``recover`` under the committed committable's id. Pass: aborting what ``recover`` found
+    aborts that upload only (no CommitAbortedError, the committed object unchanged, no upload left); aborting the
+    committed work as the writer holds it is still refused."""
+    epoch = sink.fence(APP)
+    batch = BatchRef(APP, 0)
+    committables = _prepare(sink, batch, epoch)
+    bundle = Bundle(batch, epoch, Fingerprint(), tuple(sorted(c.id for c in committables)), None, "2pc")
+    sink.commit(batch, committables, bundle)
+    s3 = HARNESS.client()
+    key = _keys(committables)[0]
+    before = s3.head_object(Bucket=HARNESS.bucket, Key=key)["ETag"]
+    stray = s3.create_multipart_upload(Bucket=HARNESS.bucket, Key=key)["UploadId"]
+
+    found = sink.recover(APP)
+    assert [c.id for c in found] == [committables[0].id]
+    sink.abort(found)
+    assert s3.head_object(Bucket=HARNESS.bucket, Key=key)["ETag"] == before
+    uploads = s3.list_multipart_uploads(Bucket=HARNESS.bucket, Prefix=key).get("Uploads", [])
+    assert stray not in [u["UploadId"] for u in uploads] and not sink.recover(APP)
+    with pytest.raises(CommitAbortedError, match="Cannot abort committed work"):
+        sink.abort(committables[:1])
+    assert s3.head_object(Bucket=HARNESS.bucket, Key=key)["ETag"] == before
