@@ -58,6 +58,7 @@ from eosink.connectors.s3._markers import SHA_META, CommitMarker, MarkedObject
 from eosink.connectors.s3._segments import Segment
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
 from eosink.errors import AmbiguousCommitError, CommitAbortedError
+from eosink.stores.s3 import open_uploads
 from eosink.stores.s3_errors import error_code, is_connection_error, is_precondition_failed, translate
 from eosink.stores.s3_upload import ObjectRecord, UploadGone, abort_upload, complete, expected_etag
 
@@ -408,7 +409,8 @@ class _CommitSide(_S3Base):
         return sorted(out, key=lambda c: (c.batch.batch_id, c.id))
 
     def _uploads(self) -> list[dict[str, Any]]:
-        """Every incomplete multipart upload under the prefix.
+        """Every incomplete multipart upload under the prefix that the store still has (``open_uploads``: a
+        MinIO cluster's node may list one completed or aborted through another node).
 
         AWS lists the uploads under a prefix; MinIO (and other S3-compatible stores) list only those of
         a key equal to the prefix, so with a custom endpoint the whole bucket is listed and filtered here.
@@ -422,7 +424,7 @@ class _CommitSide(_S3Base):
             reply = self._s3.list_multipart_uploads(**args)
             out += [u for u in reply.get("Uploads", []) if str(u["Key"]).startswith(root)]
             if not reply.get("IsTruncated"):
-                return out
+                return open_uploads(self._s3, self.config.bucket, out)
             args["KeyMarker"] = reply.get("NextKeyMarker")
             args["UploadIdMarker"] = reply.get("NextUploadIdMarker")
 

@@ -28,6 +28,7 @@ __all__ = [
     "ensure_bucket",
     "forget",
     "incomplete_uploads",
+    "open_uploads",
     "s3a_options",
     "show_url",
 ]
@@ -190,7 +191,8 @@ def ensure_bucket(s3: Any, bucket: str) -> None:
 
 
 def incomplete_uploads(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
-    """The incomplete multipart uploads under ``prefix/`` (each with ``Key`` and ``UploadId``).
+    """The incomplete multipart uploads under ``prefix/`` (each with ``Key`` and ``UploadId``), as the store
+    still has them (:func:`open_uploads`).
 
     The whole bucket is listed and filtered here: MinIO lists only the uploads of a key equal to the
     ``Prefix`` it is given, so a prefix filter on the request finds nothing there.
@@ -199,14 +201,48 @@ def incomplete_uploads(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]
     found: list[dict[str, Any]] = []
     for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket):
         found += [u for u in page.get("Uploads", []) if str(u["Key"]).startswith(root)]
-    return found
+    return open_uploads(s3, bucket, found)
+
+
+def _abort_quietly(s3: Any, bucket: str, upload: dict[str, Any]) -> None:
+    """AbortMultipartUpload; an upload gone meanwhile is fine."""
+    from botocore.exceptions import ClientError
+
+    from eosink.stores.s3_errors import error_code
+
+    try:
+        s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+    except ClientError as exc:
+        if error_code(exc) != "NoSuchUpload":
+            raise
+
+
+def open_uploads(s3: Any, bucket: str, listed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The uploads of a ``ListMultipartUploads`` answer that the store still has (``ListParts`` finds them).
+
+    A node of a MinIO cluster lists the uploads on its own drives, which may still hold one that was completed
+    or aborted through another node, for minutes: a listed upload is not proof that it exists."""
+    from botocore.exceptions import ClientError
+
+    from eosink.stores.s3_errors import error_code
+
+    still: list[dict[str, Any]] = []
+    for upload in listed:
+        try:
+            s3.list_parts(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"], MaxParts=1)
+        except ClientError as exc:
+            if error_code(exc) != "NoSuchUpload":
+                raise
+            continue
+        still.append(upload)
+    return still
 
 
 def empty_prefix(s3: Any, bucket: str, prefix: str) -> None:
     """Abort every upload and delete every object under ``prefix/``."""
     root = f"{prefix.strip('/')}/" if prefix else ""
     for upload in incomplete_uploads(s3, bucket, prefix):
-        s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+        _abort_quietly(s3, bucket, upload)
     paginator = s3.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=bucket, Prefix=root):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
