@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from eosink.chaos.oracle import Row
@@ -37,10 +36,6 @@ class HdfsHaChaosTarget(HdfsChaosTarget):
     """HDFS on a private HA name service (see the module docstring)."""
 
     cluster_faults = ClusterFaults(("active",), pause=False)
-
-    def __init__(self, root: Path | None = None) -> None:
-        super().__init__(root)
-        self._torn: dict[str, set[str]] = {}
 
     # -- the name service ---------------------------------------------------------------------
 
@@ -89,9 +84,9 @@ class HdfsHaChaosTarget(HdfsChaosTarget):
         bases = [f"http://127.0.0.1:{self.server.http_port(nn)}/webhdfs/v1" for nn in (0, 1)]
         return WebHdfsReader(bases, f"{ROOT}/{table}")
 
-    def _visible(self, names: Names) -> tuple[list[dict[str, Any]], frozenset[int]]:
-        """Rows of every visible batch directory, and the batches whose record is there; torn ones remembered."""
-        reader = self._reader(names.table)
+    def _visible(self, names: Names, reader: Any = None) -> tuple[list[dict[str, Any]], frozenset[int]]:
+        """Rows of every visible batch directory, and the batches whose record is there."""
+        reader = reader or self._reader(names.table)
         rows: list[dict[str, Any]] = []
         recorded: set[int] = set()
         for batch, (batch_rows, has_record) in reader.batches().items():
@@ -99,8 +94,6 @@ class HdfsHaChaosTarget(HdfsChaosTarget):
             if name.startswith(_BATCH_PREFIX) and has_record:  # grouped: <batch>; flat: <app>-<batch>
                 recorded.add(int(name[len(_BATCH_PREFIX) :].rsplit("-", 1)[-1]))
             rows += batch_rows
-        if reader.torn:
-            self._torn.setdefault(names.table, set()).update(reader.torn)
         return rows, frozenset(recorded)
 
     def read_rows(self, names: Names) -> list[Row]:
@@ -118,8 +111,12 @@ class HdfsHaChaosTarget(HdfsChaosTarget):
         return poll
 
     def leftovers(self, names: Names) -> dict[str, int]:
-        """Prepared attempts left in doubt, and batch directories seen torn by the WebHDFS reader."""
-        torn = self._torn.pop(names.table, set())
+        """Prepared attempts left in doubt, and batch directories the WebHDFS reader finds torn once the schedule
+        is over (while it runs, a partial batch is the harness's reader's finding, where the strategy is atomic:
+        idempotent tasks publish file by file)."""
+        reader = self._reader(names.table)
+        self._visible(names, reader)
+        torn = set(reader.torn)
         for text in sorted(torn):
             print(f"    torn batch in {names.table}: {text}", file=sys.stderr, flush=True)
         return {**super().leftovers(names), "torn_batches": len(torn)}

@@ -4,7 +4,7 @@ The sink writes through the balancer in front of the cluster's nodes (:class:`~e
 a node is SIGKILLed at a moment of the run and the runner's fault proxy cuts a commit marker's reply. The judge is
 :class:`~eosink.connectors.s3.audit.StoreReader` (pyarrow's S3 client, while the sink writes with boto3): rows
 through the commit markers, per batch, for the harness's reader; markers whose objects are not all there at their
-size, or a batch with two markers, counted among the schedule's leftovers (``torn_batches``).
+size, or a batch with two markers, once the schedule is over, counted among its leftovers (``torn_batches``).
 """
 
 from __future__ import annotations
@@ -25,23 +25,25 @@ class S3ClusterChaosTarget(MinioClusterSide, S3ChaosTarget):
 
     def __init__(self, root: Any = None) -> None:
         super().__init__(root, "eosink-chaos-s3-cluster-")
-        self._torn: dict[str, set[str]] = {}
 
-    def _tables(self, names: Names) -> tuple[list[dict[str, Any]], frozenset[int] | None]:
-        """The rows the markers name, read with pyarrow, and the batches with a marker."""
+    def _reader(self, names: Names) -> Any:
         from eosink.connectors.s3.audit import StoreReader
 
         ep = self.server.endpoint
-        reader = StoreReader(ep.endpoint_url, ep.access_key, ep.secret_key, BUCKET, names.table, region=ep.region)
-        committed, _ = reader.read()
-        if reader.torn:
-            self._torn.setdefault(names.table, set()).update(reader.torn)
+        return StoreReader(ep.endpoint_url, ep.access_key, ep.secret_key, BUCKET, names.table, region=ep.region)
+
+    def _tables(self, names: Names) -> tuple[list[dict[str, Any]], frozenset[int] | None]:
+        """The rows the markers name, read with pyarrow, and the batches with a marker."""
+        committed, _ = self._reader(names).read()
         rows = [json.loads(row) for row in committed.elements()]
         return rows, frozenset(int(r["batch_id"]) for r in rows)
 
     def leftovers(self, names: Names) -> dict[str, int]:
-        """Incomplete uploads, and markers the pyarrow reader found torn."""
-        torn = self._torn.pop(names.table, set())
+        """Incomplete uploads, and markers the pyarrow reader finds torn once the schedule is over (while it runs,
+        a partial batch is the harness's reader's finding)."""
+        reader = self._reader(names)
+        reader.read()
+        torn = set(reader.torn)
         for text in sorted(torn):
             print(f"    torn batch in {names.table}: {text}", file=sys.stderr, flush=True)
         return {**super().leftovers(names), "torn_batches": len(torn)}
