@@ -719,3 +719,35 @@ def test_stores_of_several_nodes_offer_their_own_node_faults(capsys: pytest.Capt
     assert get_target("s3").cluster_faults is None
     assert main(["--sink", "hdfs", "--topology", "ha", "--only", "naive"]) == 2
     assert "--topology ha runs --only eosink only" in capsys.readouterr().err
+
+
+def test_a_following_proxy_cuts_at_the_current_node_and_counts_every_nodes_cuts() -> None:
+    """Pass: a cut is armed at the proxy ``current`` names when it is armed (the active NameNode, the coordinator),
+    not at the others; the runner's count of cut requests sums every node's; passthrough disarms all."""
+    from types import SimpleNamespace
+
+    from eosink.chaos.target import FollowingProxy
+
+    class Node:
+        def __init__(self, port: int) -> None:
+            self.port, self.armed, self.stats = port, [], SimpleNamespace(requests_cut=[])
+
+        def cut_after_request(self, match: bytes, **options: object) -> None:
+            self.armed.append(match)
+
+        def passthrough(self) -> None:
+            self.armed.clear()
+
+    nodes = [Node(7001), Node(7002)]
+    current = [1]
+    proxy = FollowingProxy(lambda: nodes, lambda: nodes[current[0]])
+    proxy.cut_after_request(b"rename2")
+    assert nodes[1].armed == [b"rename2"] and not nodes[0].armed
+    current[0] = 0
+    proxy.cut_after_request(b"rename2")
+    assert nodes[0].armed == [b"rename2"]
+    nodes[0].stats.requests_cut.append(b"a")
+    nodes[1].stats.requests_cut.append(b"b")
+    assert sorted(proxy.stats.requests_cut) == [b"a", b"b"] and proxy.port == 7001
+    proxy.passthrough()
+    assert not nodes[0].armed and not nodes[1].armed
