@@ -24,9 +24,10 @@ import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from eosink._audit import ReadVerdict, keyed, tally
 from eosink._polling import BackgroundPoll
 
 __all__ = ["HdfsVerdict", "WebHdfsReader", "canonical"]
@@ -41,24 +42,8 @@ def canonical(row: Mapping[str, Any]) -> str:
 
 
 @dataclass
-class HdfsVerdict:
-    """What the reader found; :attr:`problems` is empty when the sink was exactly-once."""
-
-    rows: int
-    lost: int
-    duplicated: int
-    strangers: int
-    """Rows the test never wrote."""
-    vanished: int = 0
-    """Distinct rows read during the run that the final read no longer finds."""
-    torn: list[str] = field(default_factory=list)
-
-    @property
-    def problems(self) -> list[str]:
-        found = [f"{n} {what}" for n, what in ((self.lost, "lost"), (self.duplicated, "duplicated")) if n]
-        found += [f"{self.strangers} rows never written"] if self.strangers else []
-        found += [f"{self.vanished} rows read during the run and gone after"] if self.vanished else []
-        return found + [f"torn: {t}" for t in self.torn]
+class HdfsVerdict(ReadVerdict):
+    """What the WebHDFS reader found (:class:`~eosink._audit.ReadVerdict`)."""
 
 
 def _partition_values(rel: str) -> dict[str, str]:
@@ -177,26 +162,8 @@ class WebHdfsReader(BackgroundPoll):
         """The final read against the rows ``expected``, canonical (see :func:`canonical`); compared by ``key`` of
         each row when given (the columns a test's input names a row by)."""
         self.stop()
-        final = self.read()
-
-        def keyed(rows: Counter[str]) -> Counter[Any]:
-            if key is None:
-                return rows
-            out: Counter[Any] = Counter()
-            for row, n in rows.items():
-                out[key(json.loads(row))] += n
-            return out
-
-        seen, wanted = keyed(final), keyed(expected)
-        extra = seen - wanted
-        strangers = sum(n for row, n in extra.items() if row not in wanted)
+        final = keyed(self.read(), key)
         with self._lock:
-            vanished = len(set(keyed(Counter(self.seen))) - set(seen))
             return HdfsVerdict(
-                rows=sum(seen.values()),
-                lost=sum((wanted - seen).values()),
-                duplicated=sum(extra.values()) - strangers,
-                strangers=strangers,
-                vanished=vanished,
-                torn=list(self.torn),
+                **tally(final, keyed(expected, key), keyed(Counter(self.seen), key)), torn=list(self.torn)
             )

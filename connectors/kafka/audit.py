@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from eosink._audit import ReadVerdict, keyed, tally
 from eosink._polling import BackgroundPoll
 
 __all__ = ["CommittedReader", "KafkaVerdict", "canonical"]
@@ -45,19 +46,11 @@ def canonical(value: bytes | str) -> str:
 
 
 @dataclass
-class KafkaVerdict:
-    """What the reader found; :attr:`problems` is empty when the sink was exactly-once."""
+class KafkaVerdict(ReadVerdict):
+    """What the ``read_committed`` reader found (:class:`~eosink._audit.ReadVerdict`), and what only a Kafka reader
+    sees."""
 
-    rows: int
-    """Data records read (every copy)."""
-    lost: int
-    duplicated: int
-    strangers: int
-    """Rows the test never wrote (e.g. a record of an attempt whose data differed from the committed one)."""
-    bundles: list[int]
-    vanished: int = 0
-    """Distinct rows read during the run that the final read from the start no longer finds."""
-    torn: list[str] = field(default_factory=list)
+    bundles: list[int] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
     """Partitions whose log ended, after the run, below an offset this reader had read (a failover took it back)."""
     stuck: dict[str, int] = field(default_factory=dict)
@@ -65,10 +58,7 @@ class KafkaVerdict:
 
     @property
     def problems(self) -> list[str]:
-        found = [f"{n} {what}" for n, what in ((self.lost, "lost"), (self.duplicated, "duplicated")) if n]
-        found += [f"{self.strangers} rows never written"] if self.strangers else []
-        found += [f"{self.vanished} rows read during the run and gone after"] if self.vanished else []
-        found += [f"torn: {t}" for t in self.torn]
+        found = super().problems
         found += [f"truncated: {t}" for t in self.truncated]
         found += [f"last stable offset stuck on {p} ({lag} records behind)" for p, lag in sorted(self.stuck.items())]
         return found
@@ -302,29 +292,11 @@ class CommittedReader(BackgroundPoll):
         stuck = self.stuck(settle_s)
         truncated = self._truncated()
         self.poll()
-        final = self.read_from_start()
-
-        def keyed(rows: Counter[str]) -> Counter[Any]:
-            if key is None:
-                return rows
-            out: Counter[Any] = Counter()
-            for value, n in rows.items():
-                out[key(json.loads(value))] += n
-            return out
-
+        final = keyed(self.read_from_start(), key)
         with self._lock:
-            seen = keyed(final)
-            vanished = len(set(keyed(self.seen)) - set(seen))
-            lost = sum((expected - seen).values())
-            extra = seen - expected
-            strangers = sum(n for row, n in extra.items() if row not in expected)
             return KafkaVerdict(
-                rows=sum(seen.values()),
-                lost=lost,
-                duplicated=sum(extra.values()) - strangers,
-                strangers=strangers,
+                **tally(final, expected, keyed(self.seen, key)),
                 bundles=sorted(self.rows_by_bundle),
-                vanished=vanished,
                 torn=list(self.torn),
                 truncated=truncated,
                 stuck=stuck,

@@ -19,9 +19,10 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from eosink._audit import ReadVerdict, keyed, tally
 from eosink._polling import BackgroundPoll
 
 __all__ = ["S3Verdict", "StoreReader", "canonical"]
@@ -35,26 +36,11 @@ def canonical(row: dict[str, Any]) -> str:
 
 
 @dataclass
-class S3Verdict:
-    """What the reader found; :attr:`problems` is empty when the sink was exactly-once."""
+class S3Verdict(ReadVerdict):
+    """What the pyarrow reader found (:class:`~eosink._audit.ReadVerdict`), and what a listing reader sees."""
 
-    rows: int
-    lost: int
-    duplicated: int
-    strangers: int
-    """Rows the test never wrote."""
     listed: int = 0
     """Rows a listing reader sees (every data object, marked or not)."""
-    vanished: int = 0
-    """Distinct committed rows read during the run that the final read no longer finds."""
-    torn: list[str] = field(default_factory=list)
-
-    @property
-    def problems(self) -> list[str]:
-        found = [f"{n} {what}" for n, what in ((self.lost, "lost"), (self.duplicated, "duplicated")) if n]
-        found += [f"{self.strangers} rows never written"] if self.strangers else []
-        found += [f"{self.vanished} rows read during the run and gone after"] if self.vanished else []
-        return found + [f"torn: {t}" for t in self.torn]
 
 
 class StoreReader(BackgroundPoll):
@@ -177,25 +163,7 @@ class StoreReader(BackgroundPoll):
         each row when given."""
         self.stop()
         committed, listed = self.read()
-
-        def keyed(rows: Counter[str]) -> Counter[Any]:
-            if key is None:
-                return rows
-            out: Counter[Any] = Counter()
-            for row, n in rows.items():
-                out[key(json.loads(row))] += n
-            return out
-
-        seen, wanted = keyed(committed), keyed(expected)
-        extra = seen - wanted
-        strangers = sum(n for row, n in extra.items() if row not in wanted)
+        final = keyed(committed, key)
         with self._lock:
-            return S3Verdict(
-                rows=sum(seen.values()),
-                lost=sum((wanted - seen).values()),
-                duplicated=sum(extra.values()) - strangers,
-                strangers=strangers,
-                listed=sum(listed.values()),
-                vanished=len(set(keyed(Counter(self.seen))) - set(seen)),
-                torn=list(self.torn),
-            )
+            counts = tally(final, keyed(expected, key), keyed(Counter(self.seen), key))
+            return S3Verdict(**counts, torn=list(self.torn), listed=sum(listed.values()))
