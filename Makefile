@@ -82,8 +82,8 @@ help:
 	@echo "make chaos SINK=postgres SCHEDULES=N [SEED=S] [JOBS=J] [TOPOLOGY=replicated|cluster|ha]   the end-to-end chaos harness"
 	@echo "                -> results/chaos-SINK.json (results/chaos-SINK-TOPOLOGY.json; replicated: PostgreSQL, cluster: Kafka, S3, Delta; ha: HDFS)"
 	@echo "make chaos-quick   the chaos harness's quick mode (1 schedule per strategy, baseline, non-deterministic)"
-	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1] [TOPOLOGY=cluster]   eosink vs Spark's built-in writers"
-	@echo "                -> results/bench-<sink>.* (TOPOLOGY=cluster, Kafka on three nodes: bench-kafka-cluster.*)"
+	@echo "make bench SINK=postgres [ROWS=N] [QUICK=1] [TOPOLOGY=cluster|ha]   eosink vs Spark's built-in writers"
+	@echo "                -> results/bench-<sink>.* (TOPOLOGY=cluster: Kafka on three nodes, S3 on four; ha: HDFS; bench-<sink>-<topology>.*)"
 
 venv: $(STAMP)
 

@@ -22,6 +22,7 @@ poll that found nothing new, so reading never delays the sight of a batch. The l
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -47,6 +48,8 @@ from eosink.errors import ConfigurationError
 __all__ = ["HdfsAdapter", "app_id", "target_path"]
 
 URL_ENV = "EOSINK_HDFS_URL"
+NAMENODES_ENV = "EOSINK_BENCH_HDFS_NAMENODES"
+"""An HA name service's NameNodes (JSON, name to address) for the job; unset on one NameNode."""
 ROOT = "/eosink-bench"
 _CHUNK = 8 << 20
 
@@ -114,16 +117,23 @@ class HdfsAdapter:
 
     all_modes: tuple[str, ...] = ("default",)
 
-    def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
+    def __init__(self, modes: tuple[str, ...] = ("default",), *, topology: str = "single") -> None:
         self.modes = modes
+        self.topology = topology
+        """``single`` (the harness's MiniDFSCluster, or ``EOSINK_HDFS_URL``) or ``ha`` (a private HA name service)."""
         self._started = False
         self._url: str | None = os.environ.get(URL_ENV) or None
+        self._namenodes: dict[str, str] = json.loads(os.environ.get(NAMENODES_ENV) or "{}")
+        self._cluster: Any = None
         self._polls: dict[str, _Poll] = {}
 
     # -- parent side ------------------------------------------------------------------------------
 
     def start(self) -> dict[str, Any]:
         from eosink.services import get_service
+
+        if self.topology == "ha":
+            return self._start_ha()
 
         service = get_service("hdfs")
         if service.external() is None and service.pid() is None:
@@ -138,7 +148,26 @@ class HdfsAdapter:
             "started_by_bench": self._started,
         }
 
+    def _start_ha(self) -> dict[str, Any]:
+        """A private HA name service under the cache, reached past its fault proxies (nothing is failed)."""
+        import shutil
+
+        from eosink.services._layout import cache_root
+        from eosink.services.hdfs_ha import HdfsHaCluster
+
+        root = cache_root() / "bench" / "hdfs-ha"
+        shutil.rmtree(root, ignore_errors=True)
+        self._cluster = HdfsHaCluster(root).start()
+        self._url, self._namenodes = str(self._cluster.url), dict(self._cluster.namenodes(direct=True))
+        return {
+            "server_version": "HA name service (harness: 2 NameNodes, 3 JournalNodes, 2 DataNodes, replication 2)",
+            "settings": {"root": ROOT, "format": "parquet (snappy)", "name service": self._url},
+        }
+
     def stop(self) -> None:
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
         if self._started:
             from eosink.services import get_service
 
@@ -146,7 +175,7 @@ class HdfsAdapter:
             self._started = False
 
     def child_env(self) -> dict[str, str]:
-        return {URL_ENV: self._require_url()}
+        return {URL_ENV: self._require_url(), NAMENODES_ENV: json.dumps(self._namenodes)}
 
     def goals(self) -> BenchGoals:
         return file_sink_goals("raw-write")
@@ -207,14 +236,14 @@ class HdfsAdapter:
     # -- in the Spark job ---------------------------------------------------------------------------
 
     def spark_conf(self) -> dict[str, str]:
-        """Nothing: PySpark's own Hadoop client reads ``hdfs://``."""
-        return {}
+        """PySpark's own Hadoop client reads ``hdfs://``; on an HA name service it is told the NameNodes."""
+        return dict(self.config("conf").spark_conf()) if self._namenodes else {}
 
     def config(self, ns: str) -> Any:
         """The HdfsConfig of namespace ``ns`` (Parquet, snappy)."""
         from eosink.connectors.hdfs import HdfsConfig
 
-        return HdfsConfig(f"{self._require_url()}{target_path(ns)}")
+        return HdfsConfig(f"{self._require_url()}{target_path(ns)}", namenodes=self._namenodes)
 
     def eosink_sink(self, spec: RunSpec, ns: str) -> Any:
         from eosink.connectors.hdfs import HdfsSink

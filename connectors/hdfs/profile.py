@@ -30,6 +30,7 @@ class HdfsProfile(SinkProfile):
     datasource = ("eosink.connectors.hdfs", "HdfsConfig", "HdfsSink")
     services = ("hdfs",)
     chaos_topologies = ("single", "ha")
+    bench_topologies = ("single", "ha")
     #: The rename that makes a batch visible (see :data:`eosink.connectors.hdfs.testing.COMMIT_REQUEST_MARKER`).
     commit_request_marker = COMMIT_REQUEST_MARKER
 
@@ -74,7 +75,7 @@ class HdfsProfile(SinkProfile):
     def bench_adapter(self, *, topology: str = "single") -> BenchAdapter:
         from eosink.connectors.hdfs._bench import HdfsAdapter
 
-        return HdfsAdapter()
+        return HdfsAdapter(topology=topology)
 
 
 PROFILE = HdfsProfile()

@@ -110,8 +110,8 @@ class S3Adapter(ObjectStoreBench):
     fanout_member = True
     """Its target can be checked when written as a fan-out's sink (its rows are counted whatever the app_id)."""
 
-    def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
-        super().__init__(modes)
+    def __init__(self, modes: tuple[str, ...] = ("default",), *, topology: str = "single") -> None:
+        super().__init__(modes, topology=topology)
         self._polls: dict[str, _Poll] = {}
 
     def goals(self) -> BenchGoals:

@@ -33,6 +33,7 @@ class S3Profile(SinkProfile):
     datasource = ("eosink.connectors.s3", "S3Config", "S3Sink")
     services = ("minio",)
     chaos_topologies = ("single", "cluster")
+    bench_topologies = ("single", "cluster")
     #: The batch's commit is the commit marker's PUT, the one request of a commit with ``If-None-Match: *``.
     commit_request_marker = FORMAT.encode()
 
@@ -84,7 +85,7 @@ class S3Profile(SinkProfile):
     def bench_adapter(self, *, topology: str = "single") -> BenchAdapter:
         from eosink.connectors.s3._bench import S3Adapter
 
-        return S3Adapter()
+        return S3Adapter(topology=topology)
 
     def demo_target(self) -> DemoTarget:
         from eosink.connectors.s3._demo import S3DemoTarget

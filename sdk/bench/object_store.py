@@ -85,16 +85,21 @@ class ObjectStoreBench:
     settings: Mapping[str, str] = {}
     """What the report says about the target."""
 
-    def __init__(self, modes: tuple[str, ...] = ("default",)) -> None:
+    def __init__(self, modes: tuple[str, ...] = ("default",), *, topology: str = "single") -> None:
         self.modes = modes
+        self.topology = topology
+        """``single`` (the harness's MinIO, or ``EOSINK_S3_*``) or ``cluster`` (a private four-node MinIO)."""
         self._started = False
         self._store: _Store | None = _Store.from_env(os.environ)
         self._bucket_made = False
+        self._cluster: Any = None
 
     def start(self) -> dict[str, Any]:
         from eosink.services import get_service
         from eosink.services.spark_jars import SparkJars
 
+        if self.topology == "cluster":
+            return self._start_cluster()
         service = get_service("minio")
         if service.external() is None and service.pid() is None:
             service.up()
@@ -110,7 +115,29 @@ class ObjectStoreBench:
             "started_by_bench": self._started,
         }
 
+    def _start_cluster(self) -> dict[str, Any]:
+        """A private four-node MinIO under the cache, reached through its balancer (nothing is failed)."""
+        import shutil
+
+        from eosink.services._layout import cache_root
+        from eosink.services.minio_cluster import DRIVES_PER_NODE, NODES, MinioCluster
+        from eosink.services.spark_jars import SparkJars
+
+        root = cache_root() / "bench" / "minio-cluster"
+        shutil.rmtree(root, ignore_errors=True)
+        self._cluster = MinioCluster(root).start()
+        ep = self._cluster.endpoint
+        self._store = _Store(str(ep.endpoint_url), str(ep.access_key), str(ep.secret_key), str(ep.region))
+        for group in self.jar_groups:
+            SparkJars().fetch(group)
+        self._ensure_bucket()
+        nodes = {"nodes": f"{NODES} MinIO processes, {DRIVES_PER_NODE} drives each, one erasure set, a balancer"}
+        return {"server_version": "MinIO cluster (harness)", "settings": {**nodes, **self.settings}}
+
     def stop(self) -> None:
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
         if self._started:
             from eosink.services import get_service
 

@@ -67,7 +67,8 @@ def get_adapter(name: str, topology: str = "single") -> BenchAdapter:
     if topology not in profile.bench_topologies:
         raise ConfigurationError(
             f"The {name} benchmark offers the topologies {', '.join(profile.bench_topologies)}, not {topology!r}.",
-            "Pick one of those; a three-node Kafka is --sink kafka --topology cluster.",
+            "Pick one of those: a three-node Kafka is --sink kafka --topology cluster, a four-node MinIO --sink s3 "
+            "--topology cluster, an HA HDFS --sink hdfs --topology ha.",
         )
     if topology == "single":  # a profile written before topologies existed takes no such argument
         return profile.bench_adapter()
