@@ -33,6 +33,8 @@ class S3ChaosTarget(MinioSide):
     Parquet objects, and Spark's Parquet writer to ``s3a://`` as the baseline."""
 
     name = "s3"
+    reader = ""
+    """The engine the snapshots are read with, for the report (the sink's own reader: unnamed)."""
 
     # -- the runner's side -------------------------------------------------------------------
 
@@ -83,7 +85,7 @@ class S3ChaosTarget(MinioSide):
 
         def poll() -> Snapshot | None:
             try:
-                return snapshot_of(*self._tables(names))
+                return snapshot_of(*self._tables(names), reader=self.reader)
             except (BotoCoreError, ClientError, EosinkError, OSError):
                 return None
 

@@ -23,6 +23,8 @@ __all__ = ["S3ClusterChaosTarget"]
 class S3ClusterChaosTarget(MinioClusterSide, S3ChaosTarget):
     """S3 on a private four-node MinIO (see the module docstring)."""
 
+    reader = "pyarrow"
+
     def __init__(self, root: Any = None) -> None:
         super().__init__(root, "eosink-chaos-s3-cluster-")
 
