@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
-from eosink.connectors.hdfs.config import HdfsConfig
+from eosink.connectors.hdfs.config import HdfsConfig, known_namenodes
 from eosink.stores.hdfs import Fs, base, bounded
 
 __all__ = ["HdfsCheckpointFS", "open_location"]
@@ -89,6 +89,11 @@ class HdfsCheckpointFS:
 
 
 def open_location(location: str) -> tuple[HdfsCheckpointFS, str]:
-    """The file system of an ``hdfs://`` checkpoint location and the location's path in it."""
+    """The file system of an ``hdfs://`` checkpoint location and the location's path in it. On an HA name service
+    that a sink's configuration in this process named, with that configuration's NameNodes; otherwise as the
+    location and ``HADOOP_CONF_DIR`` say."""
     config = HdfsConfig(location)
+    namenodes = known_namenodes(config.namenode)
+    if namenodes:
+        config = HdfsConfig(location, namenodes=namenodes)
     return HdfsCheckpointFS(config), config.path

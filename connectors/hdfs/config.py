@@ -27,7 +27,17 @@ from eosink.stores.hdfs import (
     split_url,
 )
 
-__all__ = ["MAX_COMPONENT_BYTES", "MAX_PATH_CHARS", "HdfsConfig"]
+__all__ = ["MAX_COMPONENT_BYTES", "MAX_PATH_CHARS", "HdfsConfig", "known_namenodes"]
+
+_NAME_SERVICES: dict[str, dict[str, str]] = {}
+"""The NameNodes of each HA name service a configuration in this process named, by ``hdfs://<name service>``."""
+
+
+def known_namenodes(authority: str) -> dict[str, str]:
+    """The NameNodes a configuration in this process gave for the name service ``hdfs://<ns>`` (empty: none did).
+    A Spark checkpoint on the sink's name service is read with them (:mod:`eosink.connectors.hdfs.checkpoint_fs`),
+    so the driver needs no ``HADOOP_CONF_DIR`` for it."""
+    return dict(_NAME_SERVICES.get(authority, {}))
 
 
 @dataclass(frozen=True, repr=False)
@@ -141,6 +151,7 @@ class HdfsConfig:
         set_(self, "namenodes", named_namenodes(self.namenodes))
         if self.namenodes:
             ha_settings(self.namenode, self.namenodes)  # refuses a bad address or a URL with a port now
+            _NAME_SERVICES[self.namenode] = dict(self.namenodes)
 
     # -- derived -----------------------------------------------------------------------------
 

@@ -53,3 +53,17 @@ def test_a_delta_table_on_the_name_service_gets_the_same_settings() -> None:
     assert config.namenodes == NAMENODES
     with pytest.raises(ConfigurationError, match="only for hdfs"):
         DeltaConfig("/tmp/t", namenodes=NAMENODES)
+
+
+def test_a_checkpoint_on_the_sinks_name_service_is_read_with_its_namenodes() -> None:
+    """The driver reads Spark's checkpoint with a client built from its location alone. Pass: once a sink's config
+    in the process named the name service's NameNodes, a checkpoint on that name service gets them; one on another
+    name service, or on a plain NameNode, gets none (HADOOP_CONF_DIR decides there)."""
+    from eosink.connectors.hdfs.checkpoint_fs import open_location
+
+    HdfsConfig("hdfs://ns7/lake/payments", namenodes=NAMENODES)
+    fs, path = open_location("hdfs://ns7/checkpoints/q1")
+    assert path == "/checkpoints/q1"
+    assert fs.config.client_kwargs()["config"]["dfs.namenode.rpc-address.ns7.nn0"] == "10.0.0.1:8020"
+    assert not open_location("hdfs://ns8/checkpoints/q1")[0].config.namenodes
+    assert not open_location("hdfs://nn:8020/checkpoints/q1")[0].config.namenodes
