@@ -389,10 +389,10 @@ class _CommitSide(_S3Base):
         mine = app_hash(app_id)
         found: dict[str, tuple[Any, list[dict[str, Any]]]] = {}
         with self._errors("recover"):
-            for upload in self._uploads():
+            listed = [u for u in self._listed_uploads() if _transactional_of(u, mine)]
+            for upload in open_uploads(self._s3, self.config.bucket, listed):  # the app's only: one ListParts each
                 name = parse_object_name(upload["Key"])
-                if name is None or name.app16 != mine or not name.transactional:
-                    continue
+                assert name is not None
                 cid = name.committable_id()
                 entry = found.setdefault(cid, (name, []))
                 entry[1].append({"key": upload["Key"], "upload_id": upload["UploadId"]})
@@ -410,7 +410,11 @@ class _CommitSide(_S3Base):
 
     def _uploads(self) -> list[dict[str, Any]]:
         """Every incomplete multipart upload under the prefix that the store still has (``open_uploads``: a
-        MinIO cluster's node may list one completed or aborted through another node).
+        MinIO cluster's node may list one completed or aborted through another node)."""
+        return open_uploads(self._s3, self.config.bucket, self._listed_uploads())
+
+    def _listed_uploads(self) -> list[dict[str, Any]]:
+        """Every multipart upload ``ListMultipartUploads`` shows under the prefix.
 
         AWS lists the uploads under a prefix; MinIO (and other S3-compatible stores) list only those of
         a key equal to the prefix, so with a custom endpoint the whole bucket is listed and filtered here.
@@ -424,7 +428,7 @@ class _CommitSide(_S3Base):
             reply = self._s3.list_multipart_uploads(**args)
             out += [u for u in reply.get("Uploads", []) if str(u["Key"]).startswith(root)]
             if not reply.get("IsTruncated"):
-                return open_uploads(self._s3, self.config.bucket, out)
+                return out
             args["KeyMarker"] = reply.get("NextKeyMarker")
             args["UploadIdMarker"] = reply.get("NextUploadIdMarker")
 
@@ -496,3 +500,9 @@ class _CommitSide(_S3Base):
         segment = self._read_segment(app_id, *found)
         markers = [] if segment is None else segment.markers()
         return markers[-1] if markers else None
+
+
+def _transactional_of(upload: dict[str, Any], app16: str) -> bool:
+    """Whether a listed upload is a transactional attempt's of the app whose hash is ``app16``."""
+    name = parse_object_name(upload["Key"])
+    return name is not None and name.app16 == app16 and name.transactional
