@@ -4,11 +4,16 @@ on an HA name service (its NameNodes, for the sink and for Spark's own Hadoop cl
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from eosink.bench.runner import get_adapter
 from eosink.errors import ConfigurationError
+
+URL_ENV = "EOSINK_HDFS_URL"
+NAMENODES_ENV = "EOSINK_BENCH_HDFS_NAMENODES"
+"""What the HDFS bench adapter reads in the job (set by its parent's child_env)."""
 
 
 def test_s3_runs_on_a_minio_cluster_hdfs_on_an_ha_name_service_kafka_on_three_nodes() -> None:
@@ -23,16 +28,15 @@ def test_s3_runs_on_a_minio_cluster_hdfs_on_an_ha_name_service_kafka_on_three_no
 def test_the_hdfs_job_is_told_the_name_services_namenodes(monkeypatch: pytest.MonkeyPatch) -> None:
     """In the job (a child of the bench), the adapter is rebuilt from its environment. Pass: with the NameNodes in
     it, the sink's config names them and Spark's conf carries the name service; without, neither."""
-    from eosink.connectors.hdfs._bench import NAMENODES_ENV, URL_ENV, HdfsAdapter
-
     monkeypatch.setenv(URL_ENV, "hdfs://ns1")
     monkeypatch.setenv(NAMENODES_ENV, json.dumps({"nn0": "127.0.0.1:9001", "nn1": "127.0.0.1:9002"}))
-    adapter = HdfsAdapter(topology="ha")
-    assert dict(adapter.config("x").namenodes) == {"nn0": "127.0.0.1:9001", "nn1": "127.0.0.1:9002"}
+    adapter = get_adapter("hdfs", "ha")
+    config: Any = adapter.config("x")
+    assert dict(config.namenodes) == {"nn0": "127.0.0.1:9001", "nn1": "127.0.0.1:9002"}
     conf = adapter.spark_conf()
     assert conf.get("spark.hadoop.dfs.nameservices") == "ns1", conf
     assert json.loads(adapter.child_env()[NAMENODES_ENV]) == {"nn0": "127.0.0.1:9001", "nn1": "127.0.0.1:9002"}
     monkeypatch.delenv(NAMENODES_ENV)
     monkeypatch.setenv(URL_ENV, "hdfs://127.0.0.1:9000")
-    single = HdfsAdapter()
+    single = get_adapter("hdfs")
     assert not single.config("x").namenodes and single.spark_conf() == {}
