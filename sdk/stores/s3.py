@@ -204,16 +204,21 @@ def incomplete_uploads(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]
     return open_uploads(s3, bucket, found)
 
 
+def _upload_gone(exc: BaseException) -> bool:
+    """Whether an S3 error says the multipart upload does not exist (completed, aborted or never made)."""
+    from eosink.stores.s3_errors import error_code
+
+    return error_code(exc) == "NoSuchUpload"
+
+
 def _abort_quietly(s3: Any, bucket: str, upload: dict[str, Any]) -> None:
     """AbortMultipartUpload; an upload gone meanwhile is fine."""
     from botocore.exceptions import ClientError
 
-    from eosink.stores.s3_errors import error_code
-
     try:
         s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
     except ClientError as exc:
-        if error_code(exc) != "NoSuchUpload":
+        if not _upload_gone(exc):
             raise
 
 
@@ -224,14 +229,12 @@ def open_uploads(s3: Any, bucket: str, listed: list[dict[str, Any]]) -> list[dic
     or aborted through another node, for minutes: a listed upload is not proof that it exists."""
     from botocore.exceptions import ClientError
 
-    from eosink.stores.s3_errors import error_code
-
     still: list[dict[str, Any]] = []
     for upload in listed:
         try:
             s3.list_parts(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"], MaxParts=1)
         except ClientError as exc:
-            if error_code(exc) != "NoSuchUpload":
+            if not _upload_gone(exc):
                 raise
             continue
         still.append(upload)
