@@ -1,28 +1,64 @@
-"""KafkaSink as it was before its commit aborted leftover transactions: a negative control that the cluster
-pipeline's reader must flag.
+"""KafkaSink mutants: negative controls that the Kafka cluster tests' reader must flag.
 
-Imported by ``sink_driver.py`` (``EOSINK_TEST_SINK_CLASS=kafka_mutants:LeftoverKeepingKafkaSink``) from its own
-folder; it pickles as a plain :class:`KafkaSink` (its change is the driver's alone: the commit), so executors never
-import this module.
+Imported by ``sink_driver.py`` (``EOSINK_TEST_SINK_CLASS=kafka_mutants:<name>``) from its own folder, and by the
+connector tests; each changes the driver's commit alone and pickles as a plain :class:`KafkaSink`, so executors
+never import this module.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from eosink.connectors.kafka import KafkaSink
-from eosink.contract import BatchRef
+from eosink.connectors.kafka import KafkaSink, _wire
+from eosink.contract import BatchRef, Bundle, Committable
+from eosink.errors import CommitAbortedError, EosinkError, FencedError
 
 
-class LeftoverKeepingKafkaSink(KafkaSink):
-    """Writes a batch's bundle without ending the open transactions that failed attempts of the batch left behind:
-    until the broker's transaction timeout they hold back the last stable offset of the partitions they wrote."""
-
+class _DriverOnly(KafkaSink):
     def __reduce__(self) -> tuple[Any, ...]:
         return (KafkaSink, (self.config,))
+
+
+class LeftoverKeepingKafkaSink(_DriverOnly):
+    """Writes a batch's bundle without ending the open transactions that failed attempts of the batch left behind:
+    until the broker's transaction timeout they hold back the last stable offset of the partitions they wrote."""
 
     def _abort_leftovers(
         self, batch: BatchRef, epoch: int, ours: Sequence[tuple[str, int, int]]
     ) -> list[tuple[str, int, int]]:
         return []
+
+
+class AbortingOnTimeoutKafkaSink(_DriverOnly):
+    """Takes a commit that got no answer (an EndTxn's reply lost, its coordinator killed or paused as it
+    answered) for a failed one: it sends EndTxn(abort) for every transaction of the batch, ignores the answers
+    (its ``abort`` never refuses committed work), and gives the batch up for a replay (CommitAbortedError),
+    instead of asking the coordinator again. When a participant's commit had been decided, the replay writes its
+    rows a second time."""
+
+    aborted: list[int] = []
+    """The batches it gave up (in the driver's process), for a test to assert on."""
+
+    def commit(self, batch: BatchRef, committables: Sequence[Committable], bundle: Bundle) -> None:
+        try:
+            super().commit(batch, committables, bundle)
+        except (CommitAbortedError, FencedError):
+            raise
+        except EosinkError:
+            self.abort(committables)
+            self.aborted.append(batch.batch_id)
+            raise CommitAbortedError(
+                f"The commit of batch {batch} got no answer; its transactions were aborted.", "Spark replays it."
+            ) from None
+
+    def abort(self, committables: Sequence[Committable]) -> None:
+        """EndTxn(abort) for each transaction, whatever the answer: committed work is not refused."""
+        admin = self._admin()
+        for c in committables:
+            if "txid" in c.payload:
+                with contextlib.suppress(Exception):  # best effort, as the mutant it is
+                    _wire.end_txn(
+                        admin, c.payload["txid"], c.payload["producer_id"], c.payload["producer_epoch"], False, 10
+                    )

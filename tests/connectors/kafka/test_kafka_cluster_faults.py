@@ -7,8 +7,8 @@ same producer. eosink's answer (docs/design.md): a data transaction's id is init
 at every ``begin``, and the bundle producer is replaced after any EndTxn whose reply did not come; a stale
 EndTxn then carries an old epoch and is refused. These tests hold the commit's EndTxn at the coordinator's
 proxy for longer than the client waits, let the batches go on, and check every batch once when it lands; one makes
-it land inside the next transaction of its id; others lose an EndTxn's reply, or hold a Produce past its
-transaction's abort.
+it land inside the next transaction of its id; others lose an EndTxn's reply (the coordinator also SIGKILLed or
+paused once it decided the commit), or hold a Produce past its transaction's abort.
 
 Every test is judged by :class:`~eosink.connectors.kafka.audit.CommittedReader` (confluent-kafka, a client eosink
 does not write with), polling while the batches run and after: no row lost or duplicated, no batch torn, no
@@ -19,6 +19,7 @@ mutant sink that the reader must catch.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -38,6 +39,7 @@ from eosink.errors import EosinkError, InjectedFault
 from eosink.services.kafka_cluster import KafkaCluster, kafka_request
 from eosink.services.proxy import FaultProxy, RequestMatch
 
+from ...spark.kafka_mutants import AbortingOnTimeoutKafkaSink
 from .test_kafka_bad_input import APP, Driver, batches, expected
 
 pytestmark = [pytest.mark.full, pytest.mark.timeout(600)]
@@ -123,26 +125,33 @@ def _scenario(
     node: Callable[[KafkaConfig], int],
     fault: Callable[[FaultProxy], None],
     after: Callable[[FaultProxy], None],
-) -> None:
+    sink: type[KafkaSink] | None = None,
+) -> KafkaVerdict:
     """A first batch on a fresh topic; then ``fault`` armed on the proxy of ``node`` (of the config), every batch
-    run through it, ``after`` checked; the batches run once more (nothing left to do); then the verdict."""
+    run through it, ``after`` checked; the batches run once more (nothing left to do); then the verdict, judged
+    (:func:`_judge`) for the sink itself, returned as read for a mutant ``sink``."""
     config = _config(cluster, f"k_{uuid.uuid4().hex[:8]}")
     proxy = cluster.proxy(node(config))
     work = batches(batches_n)
-    driver = Driver(tmp_path, variant, config)  # type: ignore[arg-type]
+    driver = SparkOrderDriver(tmp_path, variant, config, sink or KafkaSink, APP)  # type: ignore[arg-type]
     reader = None
     try:
         driver.run(work[:1])  # the fence and a first batch, on a cluster that just made the topic
         reader = _reader(cluster, config)
         fault(proxy)
-        _run_through(driver, work)
+        _run_through(driver, work)  # type: ignore[arg-type]
         after(proxy)
-        driver.run(work)  # after the late request: nothing left to do, nothing changed
+        driver.run(work)  # type: ignore[arg-type]  # after the late request: nothing left to do, nothing changed
     finally:
         proxy.passthrough()
         driver.close()
     assert reader is not None
-    _judge(cluster, config, reader, work)
+    if sink is None:
+        return _judge(cluster, config, reader, work)
+    try:
+        return reader.verdict(expected(work), settle_s=2 * TRANSACTION_TIMEOUT_MS / 1000)
+    finally:
+        reader.close()
 
 
 def _coordinator(cluster: KafkaCluster) -> Callable[[KafkaConfig], int]:
@@ -302,6 +311,92 @@ def test_an_end_txn_whose_reply_is_lost_is_settled_from_what_the_cluster_holds(
     _scenario(
         tmp_path, cluster, variant, 4, _coordinator(cluster), lambda proxy: proxy.cut_after_request(match), was_cut
     )
+
+
+def test_negative_control_an_end_txn_whose_reply_is_lost_taken_for_a_failed_commit_is_written_twice(
+    tmp_path: Path, cluster: KafkaCluster
+) -> None:
+    """The teeth of the test above: its run (the first participant's EndTxn reply lost, txid-check) with
+    :class:`AbortingOnTimeoutKafkaSink`, which aborts after a commit that got no answer and gives the batch up.
+    Pass: the mutant gave a transaction up, and the reader flags the replayed participant's rows duplicated (the
+    coordinator had committed them)."""
+    AbortingOnTimeoutKafkaSink.aborted.clear()
+    verdict = _scenario(
+        tmp_path,
+        cluster,
+        TRANSACTIONAL[1],
+        4,
+        _coordinator(cluster),
+        lambda proxy: proxy.cut_after_request(kafka_request("EndTxn")),
+        lambda proxy: None,
+        AbortingOnTimeoutKafkaSink,
+    )
+    assert AbortingOnTimeoutKafkaSink.aborted, "the mutant never gave a commit up"
+    assert verdict.duplicated > 0, verdict
+
+
+def _coordinator_lost_once_it_decided(
+    cluster: KafkaCluster, how: str
+) -> tuple[Callable[[FaultProxy], None], Callable[[FaultProxy], None]]:
+    """The fault and its check for a coordinator that fails as it commits: every EndTxn reaching it has its reply
+    dropped, and once the first one was answered (the commit decided and in its log) the node is SIGKILLed
+    (``kill``) or SIGSTOPped past its session timeout (``pause``), from another thread while the batches go on;
+    the check brings it back and waits for the transaction log to be in sync again."""
+    node = cluster.coordinator()
+    failed: list[int] = []
+
+    def fail_when_decided(proxy: FaultProxy) -> None:
+        if proxy.wait_for_cut(120):
+            (cluster.kill if how == "kill" else cluster.pause)(node)
+            failed.append(node)
+
+    worker: list[threading.Thread] = []
+
+    def arm(proxy: FaultProxy) -> None:
+        proxy.cut_after_request(kafka_request("EndTxn"), times=1000)
+        worker.append(threading.Thread(target=fail_when_decided, args=(proxy,), daemon=True))
+        worker[0].start()
+
+    def back(proxy: FaultProxy) -> None:
+        worker[0].join(150)
+        proxy.passthrough()
+        assert failed == [node], "no EndTxn reached the coordinator: it was never failed"
+        if how == "kill":
+            cluster.start_node(node)
+        else:
+            cluster.resume(node)
+        cluster.wait_in_sync("__transaction_state")
+
+    return arm, back
+
+
+@pytest.mark.parametrize("variant", TRANSACTIONAL, ids=lambda v: v.id)
+@pytest.mark.parametrize("how", ["kill", "pause"])
+def test_a_coordinator_lost_as_it_answers_the_commit_is_settled_by_the_next_one(
+    tmp_path: Path, cluster: KafkaCluster, variant: object, how: str
+) -> None:
+    """Batch 1's first EndTxn is decided by the transaction coordinator, whose reply is lost; the coordinator is
+    then SIGKILLed, or paused past its session timeout (a zombie), and the controller moves the transaction log to
+    another node. Pass: the sink asks the new coordinator, which holds the decided commit; every batch once, nothing
+    torn or stuck, no transaction left open."""
+    arm, back = _coordinator_lost_once_it_decided(cluster, how)
+    _scenario(tmp_path, cluster, variant, 4, _coordinator(cluster), arm, back)
+
+
+@pytest.mark.parametrize("how", ["kill", "pause"])
+def test_negative_control_a_commit_given_up_when_its_coordinator_is_lost_is_written_twice(
+    tmp_path: Path, cluster: KafkaCluster, how: str
+) -> None:
+    """The teeth of the test above: the same run (txid-check) with :class:`AbortingOnTimeoutKafkaSink`. Pass: the
+    reader flags the replayed participant's rows duplicated (the old coordinator had decided its commit, and the
+    new one completed it)."""
+    AbortingOnTimeoutKafkaSink.aborted.clear()
+    arm, back = _coordinator_lost_once_it_decided(cluster, how)
+    verdict = _scenario(
+        tmp_path, cluster, TRANSACTIONAL[1], 4, _coordinator(cluster), arm, back, AbortingOnTimeoutKafkaSink
+    )
+    assert AbortingOnTimeoutKafkaSink.aborted, "the mutant never gave a commit up"
+    assert verdict.duplicated > 0, verdict
 
 
 @pytest.mark.parametrize("variant", TRANSACTIONAL, ids=lambda v: v.id)
