@@ -41,11 +41,12 @@ class S3ClusterChaosTarget(MinioClusterSide, S3ChaosTarget):
         return rows, frozenset(int(r["batch_id"]) for r in rows)
 
     def leftovers(self, names: Names) -> dict[str, int]:
-        """Incomplete uploads, and markers the pyarrow reader finds torn once the schedule is over (while it runs,
-        a partial batch is the harness's reader's finding)."""
+        """Incomplete uploads, as every node lists them, and markers the pyarrow reader finds torn once the schedule
+        is over (while it runs, a partial batch is the harness's reader's finding)."""
         reader = self._reader(names)
         reader.read()
         torn = set(reader.torn)
         for text in sorted(torn):
             print(f"    torn batch in {names.table}: {text}", file=sys.stderr, flush=True)
-        return {**super().leftovers(names), "torn_batches": len(torn)}
+        uploads = self.server.incomplete_uploads(BUCKET, names.table)
+        return {"incomplete_uploads": len(uploads), "torn_batches": len(torn)}

@@ -10,26 +10,35 @@ What each does (``ctl`` is ``<prefix>/_eosink/<app-dir>/``)::
                            3. CompleteMultipartUpload of every object, up to eight at once (each
                               reply checked: a 200 can carry an error); an upload that is gone is
                               looked up with HEAD: the object exists (an earlier commit completed
-                              it) -> go on; it does not -> CommitAbortedError (the work is lost),
-                              objects this call completed are deleted again
+                              it) -> go on; it does not, and its upload intent is there ->
+                              TransientError (retried: a node that is down may hold it), and once
+                              it stayed unfound for lost_after_s (or at once without an intent) ->
+                              CommitAbortedError (the work is lost), the batch's objects that were
+                              completed are deleted again
                            4. the epoch again (a writer that fenced meanwhile keeps the batch out)
                            5. the marker, PUT with If-None-Match: * : 412 -> read it (the same
                               committables: done; others: CommitAbortedError); no reply ->
                               AmbiguousCommitError (the marker's SHA-256 is remembered)
                            6. housekeeping, never failing the commit: old markers folded into
-                              segments (``_fold``; one one-key LIST, a fold every S batches)
+                              segments (``_fold``; one one-key LIST, a fold every S batches), the
+                              batch's upload intents deleted (one DeleteObjects)
     abort(cs)              refuses work a marker (or a segment) names (CommitAbortedError), except a
                            stray upload recover() found at a committed key (the object is complete:
                            only that upload is aborted); AbortMultipartUpload of every upload,
-                           DeleteObjects of the keys (an object a partial commit completed);
+                           DeleteObjects of the keys (an object a partial commit completed) and
+                           of their intents;
                            idempotent-strategy work (visible, unnamed by attempt) stays
     commit_status(b, cs)   the marker (HEAD; for an older batch also its range's segment, one GET by
                            name) exists -> COMMITTED (its SHA-256 told apart from ours after a lost
                            reply, for the log); else every object either still has its upload
                            (ListParts) or exists (HEAD) -> PREPARED; else ABORTED
-    recover(app_id)        ListMultipartUploads under the prefix: the incomplete uploads whose names
-                           carry the app_id's hash, grouped into one committable per attempt (what
-                           is in flight or left by failed attempts, not the history)
+    recover(app_id)        the incomplete uploads of each intent's key (ctl/uploads/, written by the
+                           attempt before it created the upload; ListMultipartUploads with the whole
+                           key as prefix), and those ListMultipartUploads under the prefix shows
+                           with the app_id's hash in their names; each confirmed with ListParts,
+                           grouped into one committable per attempt (what is in flight or left by
+                           failed attempts, not the history). A node of a MinIO cluster lists only
+                           the uploads it knows of itself: the intents are what finds the rest
     fetch_last_bundle      the newest marker: one LIST page of ctl/commits/ (at most about 1.5 S
                            markers are left unfolded; from the last marker seen, in a process that
                            saw one), then one GET; the newest segment only when commits/ is empty
@@ -52,20 +61,20 @@ from typing import Any
 from eosink import faults
 from eosink.connectors.s3._base import _S3Base
 from eosink.connectors.s3._fold import Folder
-from eosink.connectors.s3._layout import Layout, parse_object_name
-from eosink.connectors.s3._listing import first_numbered, list_page, newest_numbered
+from eosink.connectors.s3._layout import Layout, app_hash, parse_object_name
+from eosink.connectors.s3._listing import first_numbered, list_all, list_page, newest_numbered
 from eosink.connectors.s3._markers import SHA_META, CommitMarker, MarkedObject
 from eosink.connectors.s3._segments import Segment
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
-from eosink.errors import AmbiguousCommitError, CommitAbortedError
-from eosink.stores.s3 import open_uploads
+from eosink.errors import AmbiguousCommitError, CommitAbortedError, TransientError
+from eosink.stores.s3 import open_uploads, uploads_of_key
 from eosink.stores.s3_errors import error_code, is_connection_error, is_precondition_failed, translate
 from eosink.stores.s3_upload import ObjectRecord, UploadGone, abort_upload, complete, expected_etag
 
 __all__ = ["SETTLE_S", "_CommitSide"]
 
 SETTLE_S = 2.5
-"""How long a HEAD's 404 for an object whose upload is gone is asked again before its work is called lost."""
+"""How long a HEAD's 404 for an object whose upload is gone is asked again before the commit is retried."""
 
 log = logging.getLogger("eosink.s3")
 
@@ -83,6 +92,8 @@ class _CommitSide(_S3Base):
 
     _in_flight: dict[BatchRef, tuple[str, float]]
     """batch -> (SHA-256 of the marker sent, monotonic start) of a marker PUT whose reply was lost"""
+    _unfound: dict[tuple[str, str], float]
+    """(key, upload id) -> monotonic time since which an object whose upload is gone has not been found"""
     _last: dict[str, tuple[str, CommitMarker]]
     """app_id -> (key, marker) of the newest marker this process has seen"""
     _newest: dict[str, int]
@@ -118,6 +129,8 @@ class _CommitSide(_S3Base):
         if app in self._newest and batch.batch_id > self._newest[app]:
             self._newest[app] = batch.batch_id
         Folder(self, self._fold_due).after_commit(app, batch.batch_id)  # housekeeping: never raises
+        with self._quiet(f"removing the upload intents of batch {batch}"):
+            self._forget_intents(app, [c for c in committables if c.payload.get("transactional", True)])
 
     def compact(self, app_id: str) -> int:
         """Fold every range of ``app_id``'s commit markers that may be folded now; returns how many were folded.
@@ -163,16 +176,16 @@ class _CommitSide(_S3Base):
 
     def _complete_all(self, batch: BatchRef, committables: Sequence[Committable]) -> list[MarkedObject]:
         """Complete every object of the batch, up to ``_COMPLETE_THREADS`` at a time (each is one round trip
-        of its own); an object whose upload is gone and which does not exist either makes the batch
-        uncommittable: the objects this call completed are deleted again (CommitAbortedError)."""
+        of its own); an object whose upload is gone and which does not exist either is looked for again
+        (TransientError) until ``lost_after_s``, then makes the batch uncommittable: its objects that were
+        completed are deleted again (CommitAbortedError)."""
         jobs = [(c, record) for c in committables for record in records(c)]
-        completed: list[str] = []
         outcomes: list[str | BaseException | None] = [None] * len(jobs)
 
         def run(n: int) -> None:
             c, record = jobs[n]
             try:
-                outcomes[n] = self._complete_one(c, record, completed)
+                outcomes[n] = self._complete_one(c, record)
             except Exception as exc:
                 outcomes[n] = exc
 
@@ -187,9 +200,15 @@ class _CommitSide(_S3Base):
                         faults.hit(faults.FaultPoint.F6, batch.batch_id)  # some objects complete, the marker not yet
         lost = [(c, record) for (c, record), out in zip(jobs, outcomes, strict=True) if out is None]
         if lost:
-            if completed:
-                with self._quiet(f"removing the objects this commit of batch {batch} completed"):
-                    self._delete_keys(completed)
+            self._unfound_yet(batch, [record for _, record in lost])
+            finished = [
+                record.key
+                for (c, record), out in zip(jobs, outcomes, strict=True)
+                if isinstance(out, str) and c.payload.get("transactional", True)
+            ]
+            if finished:  # this call's, and those an earlier call completed before it was retried
+                with self._quiet(f"removing the objects of batch {batch} that were completed"):
+                    self._delete_keys(finished)
             c, record = lost[0]
             raise CommitAbortedError(
                 f"Committable {c.id} of batch {batch}: the upload of {record.key!r} is gone and the object does "
@@ -199,12 +218,37 @@ class _CommitSide(_S3Base):
         for out in outcomes:
             if isinstance(out, BaseException):
                 raise out
+        for _, record in jobs:
+            self._unfound.pop((record.key, record.upload_id or ""), None)
         return [
             MarkedObject(record.key, str(etag), record.size, record.rows, c.id, record.partition)
             for (c, record), etag in zip(jobs, outcomes, strict=True)
         ]
 
-    def _complete_one(self, c: Committable, record: ObjectRecord, completed: list[str]) -> str | None:
+    def _unfound_yet(self, batch: BatchRef, lost: Sequence[ObjectRecord]) -> None:
+        """TransientError (the commit is retried) until one of ``lost`` (objects whose upload is gone and that a HEAD
+        does not find) has been unfound for ``lost_after_s`` in this process; then return (the work is lost). An
+        object whose upload intent is gone returns at once: an abort deletes the intents of what it aborted.
+
+        A MinIO cluster that lost a node while that node applied the CompleteMultipartUpload can show neither the
+        upload nor the object (each on fewer drives than a read needs) until the node is back."""
+        doubtful = [r for r in lost if self._head(self.layout.intent_key(batch.app_id, r.key)) is not None]
+        if not doubtful:  # no intent: the upload was aborted (an abort deletes its intent), or predates intents
+            return
+        now = time.monotonic()
+        since = min(self._unfound.setdefault((r.key, r.upload_id or ""), now) for r in doubtful)
+        window = self.config.lost_after_s
+        if now - since < window:
+            raise TransientError(
+                f"Batch {batch}: the upload of {lost[0].key!r} is gone and the object is not found either "
+                f"(for {now - since:.0f} s); a node of the store may be down or restarting.",
+                f"Nothing to do: the commit is retried, and the work is called lost after {window:g} s "
+                "(lost_after_s; a node back by then lets the object be found).",
+            )
+        for r in lost:
+            self._unfound.pop((r.key, r.upload_id or ""), None)
+
+    def _complete_one(self, c: Committable, record: ObjectRecord) -> str | None:
         """The object's ETag once it is complete; None when its upload is gone and the object does not exist."""
         if not c.payload.get("transactional", True) or record.upload_id is None:
             return record.etag or self._existing_etag(record)
@@ -214,7 +258,6 @@ class _CommitSide(_S3Base):
             etag = complete(self.config, self._s3_once, record)
         except UploadGone:
             return self._existing_etag(record)
-        completed.append(record.key)
         return etag
 
     def _existing_etag(self, record: ObjectRecord) -> str | None:
@@ -333,15 +376,21 @@ class _CommitSide(_S3Base):
                     if record.upload_id is not None:
                         abort_upload(self.config, self._s3_once, record.key, record.upload_id)
             keys: list[str] = []
-            for c in (c for c in committables if not any(c is s for s in strays)):
-                if not c.payload.get("transactional", True):
-                    continue  # idempotent objects: visible already, and the replay's own (same names)
-                for record in records(c):
+            aborted = [c for c in committables if c.payload.get("transactional", True)]
+            for c in (c for c in aborted if not any(c is s for s in strays)):
+                for record in records(c):  # idempotent objects are skipped: visible already, the replay's own
                     if record.upload_id is not None:
                         abort_upload(self.config, self._s3_once, record.key, record.upload_id)
                     keys.append(record.key)
             if keys:
                 self._delete_keys(keys)
+            self._forget_intents(committables[0].batch.app_id, aborted)
+
+    def _forget_intents(self, app_id: str, committables: Sequence[Committable]) -> None:
+        """Delete the upload intents of the committables' objects (their uploads are completed or aborted)."""
+        intents = sorted({self.layout.intent_key(app_id, r.key) for c in committables for r in records(c)})
+        if intents:
+            self._delete_keys(intents)
 
     # -- status and recovery ---------------------------------------------------------------------------
 
@@ -384,13 +433,13 @@ class _CommitSide(_S3Base):
 
     def recover(self, app_id: str) -> list[Committable]:
         """Every incomplete upload of ``app_id`` under the prefix, one committable per attempt."""
-        from eosink.connectors.s3._layout import app_hash
-
         mine = app_hash(app_id)
         found: dict[str, tuple[Any, list[dict[str, Any]]]] = {}
         with self._errors("recover"):
             listed = [u for u in self._listed_uploads() if _transactional_of(u, mine)]
-            for upload in open_uploads(self._s3, self.config.bucket, listed):  # the app's only: one ListParts each
+            uploads = {(u["Key"], u["UploadId"]): u for u in open_uploads(self._s3, self.config.bucket, listed)}
+            uploads.update(self._intended_uploads(app_id))
+            for upload in uploads.values():
                 name = parse_object_name(upload["Key"])
                 assert name is not None
                 cid = name.committable_id()
@@ -407,6 +456,30 @@ class _CommitSide(_S3Base):
             for cid, (name, objs) in found.items()
         ]
         return sorted(out, key=lambda c: (c.batch.batch_id, c.id))
+
+    def _intended_uploads(self, app_id: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """The incomplete uploads the app_id's intents name (``Layout.intents``), by (key, upload id): each
+        intent's key asked with ``uploads_of_key``. An intent of a batch older than the newest this process knows
+        committed whose upload is gone is deleted: its attempt is over."""
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        newest = self._newest.get(app_id)
+        done: list[str] = []
+        for intent in list_all(self._s3, self.config.bucket, self.layout.intents(app_id)):
+            found = self._get(intent)
+            if found is None:  # deleted since the listing
+                continue
+            key = found[0].decode("utf-8")
+            name = parse_object_name(key)
+            if name is None or name.app16 != app_hash(app_id) or not name.transactional:
+                continue
+            open_ = uploads_of_key(self._s3, self.config.bucket, key)
+            out.update({(u["Key"], u["UploadId"]): u for u in open_})
+            if not open_ and newest is not None and name.batch_id < newest:
+                done.append(intent)
+        if done:
+            with self._quiet(f"removing {len(done)} upload intent(s) of finished attempts"):
+                self._delete_keys(done)
+        return out
 
     def _uploads(self) -> list[dict[str, Any]]:
         """Every incomplete multipart upload under the prefix that the store still has (``open_uploads``: a

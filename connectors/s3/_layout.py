@@ -164,6 +164,17 @@ class Layout:
         """A ``StartAfter`` key that the segments whose range starts after ``batch_id`` follow, and no other."""
         return f"{self.segments(app_id)}{batch_id:0{BATCH_DIGITS}d}."  # '.' sorts after the '-' of batch_id's own
 
+    def intents(self, app_id: str) -> str:
+        """The folder of the app_id's upload intents: one small object per transactional upload, written before the
+        upload is created and naming its key, so that recovery finds every upload by its key. Listing the uploads
+        themselves is not enough: a node of a MinIO cluster lists only the uploads it knows of itself, and lists a
+        prefix only when it is a whole key."""
+        return f"{self.control(app_id)}uploads/"
+
+    def intent_key(self, app_id: str, object_key: str) -> str:
+        """The intent of the upload of ``object_key`` (its last segment is unique within the app_id)."""
+        return f"{self.intents(app_id)}{object_key.rsplit('/', 1)[-1]}"
+
     @property
     def probes(self) -> str:
         """The folder of setup's conditional-write probes (shared by every app_id under the prefix)."""

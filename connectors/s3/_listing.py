@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PAGE", "first_numbered", "list_page", "newest_numbered"]
+__all__ = ["PAGE", "first_numbered", "list_all", "list_page", "newest_numbered"]
 
 PAGE = 1000
 """Keys per listing page (S3's most)."""
@@ -33,6 +33,18 @@ def list_page(
         args["StartAfter"] = start_after
     reply = client.list_objects_v2(**args)
     return [str(o["Key"]) for o in reply.get("Contents", [])], bool(reply.get("IsTruncated"))
+
+
+def list_all(client: Any, bucket: str, prefix: str) -> list[str]:
+    """Every key under ``prefix``, page by page (for folders kept small, as the upload intents are)."""
+    keys: list[str] = []
+    after: str | None = None
+    while True:
+        page, more = list_page(client, bucket, prefix, after)
+        keys += page
+        if not more or not page:
+            return keys
+        after = page[-1]
 
 
 def first_numbered(client: Any, bucket: str, prefix: str, number: Number, start_after: str | None = None) -> str | None:

@@ -22,6 +22,7 @@ Any error aborts the attempt's uploads (best effort: recovery lists and aborts w
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,11 +195,23 @@ class _WriteSide(_S3Base):
             extension(self.config),
         )
         txn.seq += 1
-        writer = PartWriter(self.config, self._s3, key, create_client=self._s3_once)
+        intent = functools.partial(self._record_intent, task.batch.app_id) if task.transactional else None
+        writer = PartWriter(self.config, self._s3, key, create_client=self._s3_once, before_create=intent)
         writer.record.partition = dict(txn.partitions.get(folder, {}))
         assert txn.data_schema is not None
         encoder = txn.open[folder] = ObjectEncoder(self.config, writer, txn.data_schema)
         return encoder
+
+    def _record_intent(self, app_id: str, key: str) -> None:
+        """PUT the intent of the upload of ``key`` (its body is the key) before the upload exists: whatever
+        happens to the attempt next, recovery finds the upload from it (``Layout.intents``)."""
+        self._s3.put_object(
+            Bucket=self.config.bucket,
+            Key=self.layout.intent_key(app_id, key),
+            Body=key.encode("utf-8"),
+            ContentType="text/plain",
+            **self.config.sse_args(),
+        )
 
     def _roll(self, txn: _Txn, folder: str) -> None:
         """Finish the folder's object once it passes max_object_bytes; the next rows start another."""
@@ -219,6 +232,10 @@ class _WriteSide(_S3Base):
         for encoder in txn.open.values():
             with self._quiet(f"aborting an upload of {txn.id}"):
                 encoder.abort()
+                if encoder.record.upload_id is not None and txn.task.transactional:
+                    self._s3.delete_object(
+                        Bucket=self.config.bucket, Key=self.layout.intent_key(txn.task.batch.app_id, encoder.record.key)
+                    )
         txn.open.clear()
 
     def pre_commit(self, txn: _Txn) -> Committable:

@@ -66,6 +66,10 @@ class S3Config:
       they are old (1 to 10,000; 100 by default). Markers are the readers' manifest, so they are
       folded, not deleted: the sink keeps about 1.5 x ``segment_batches`` markers and one segment per
       ``segment_batches`` batches. An app_id keeps the size of its first segment for good.
+    * ``lost_after_s``: how long a commit keeps looking for an object whose upload is gone and that the store
+      does not show (30 s by default; the commit is retried meanwhile) before it calls the batch's work lost.
+      A store of several nodes that lost one while it completed the upload shows neither the upload nor the
+      object until that node is back: raise it where a node takes longer to come back.
 
     Connection settings (``endpoint_url``, ``region``, ``path_style``, credentials, timeouts,
     ``max_attempts``, ``ca_bundle``) are those of :class:`S3Connection`; :meth:`connection` returns them as
@@ -102,6 +106,7 @@ class S3Config:
     ca_bundle: str | None = None
     check_conditional_writes: bool = True
     segment_batches: int = 100
+    lost_after_s: float = 30.0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -164,6 +169,12 @@ class S3Config:
                 f"segment_batches must be an integer from 1 to {MAX_SEGMENT_BATCHES}, not {segment!r}: it is how "
                 "many batches' commit markers one segment object holds.",
                 "Use the default (100); more means fewer, larger segments and more markers kept unfolded.",
+            )
+        lost = self.lost_after_s
+        if not isinstance(lost, (int, float)) or isinstance(lost, bool) or lost < 0:
+            raise ConfigurationError(
+                f"lost_after_s must be a number of seconds, 0 or more, not {lost!r}.",
+                "Use the default (30); it is how long a commit looks for an object whose upload is gone.",
             )
         if self.max_object_bytes > self.part_size_bytes * MAX_PARTS:
             raise ConfigurationError(

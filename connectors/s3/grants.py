@@ -21,8 +21,14 @@ _ACTIONS = (
     Action("s3:ListBucket", True, "finding a batch's objects and commit markers (and HeadBucket at setup)"),
     Action("s3:ListBucketMultipartUploads", True, "finding uploads a crashed writer left open, to abort them"),
     Action("s3:GetObject", False, "reading commit markers, segments and the epoch object back"),
-    Action("s3:PutObject", False, "uploading objects (multipart) and writing commit markers (create-only)"),
-    Action("s3:DeleteObject", False, "removing aborted attempts' objects and markers folded into segments"),
+    Action(
+        "s3:PutObject", False, "uploading objects (multipart), their upload intents, and commit markers (create-only)"
+    ),
+    Action(
+        "s3:DeleteObject",
+        False,
+        "removing aborted attempts' objects, finished uploads' intents, and markers folded into segments",
+    ),
     Action("s3:AbortMultipartUpload", False, "aborting the uploads of a batch that is aborted"),
     Action("s3:ListMultipartUploadParts", False, "completing an upload whose reply was lost (its parts)"),
 )

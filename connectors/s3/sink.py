@@ -119,6 +119,7 @@ class S3Sink(_WriteSide, _CommitSide, Sink[_Txn]):
         self._conn = self.config.connection()
         self._schemas = {}
         self._in_flight = {}
+        self._unfound = {}
         self._last = {}
         self._newest: dict[str, int] = {}
         self._spans: dict[str, int] = {}

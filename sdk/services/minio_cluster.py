@@ -27,6 +27,7 @@ next node).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -243,6 +244,21 @@ class MinioCluster:
                 f"(running nodes: {self.running()}).",
                 f"read the nodes' logs under {self.root}.",
             )
+
+    def incomplete_uploads(self, bucket: str, prefix: str) -> list[tuple[str, str]]:
+        """(key, upload id) of every incomplete multipart upload under ``prefix/``: each running node's own
+        listing together (a node lists only the uploads it knows of itself), those the store still has
+        (``ListParts``)."""
+        from eosink.stores.s3 import S3Connection, client, incomplete_uploads
+
+        found: set[tuple[str, str]] = set()
+        for node in self.running():
+            ep = self.direct_endpoint(node)
+            conn = S3Connection(ep.endpoint_url, ep.region)
+            conn = dataclasses.replace(conn, access_key_id=ep.access_key, secret_access_key=ep.secret_key)
+            s3 = client(conn)
+            found |= {(str(u["Key"]), str(u["UploadId"])) for u in incomplete_uploads(s3, bucket, prefix)}
+        return sorted(found)
 
     # -- inside ------------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ __all__ = [
     "open_uploads",
     "s3a_options",
     "show_url",
+    "uploads_of_key",
 ]
 
 MIN_PART_BYTES = 5 << 20
@@ -239,6 +240,23 @@ def open_uploads(s3: Any, bucket: str, listed: list[dict[str, Any]]) -> list[dic
             continue
         still.append(upload)
     return still
+
+
+def uploads_of_key(s3: Any, bucket: str, key: str) -> list[dict[str, Any]]:
+    """The incomplete uploads of exactly ``key`` that the store still has (:func:`open_uploads`).
+
+    ``ListMultipartUploads`` with the key as its prefix: AWS lists the uploads of keys under a prefix, and a
+    MinIO node lists the uploads of a whole key from the erasure set, whichever node is asked (without a
+    prefix it answers only for the uploads it knows of itself)."""
+    args: dict[str, Any] = {"Bucket": bucket, "Prefix": key}
+    found: list[dict[str, Any]] = []
+    while True:
+        reply = s3.list_multipart_uploads(**args)
+        found += [u for u in reply.get("Uploads", []) if u["Key"] == key]
+        if not reply.get("IsTruncated"):
+            return open_uploads(s3, bucket, found)
+        args["KeyMarker"] = reply.get("NextKeyMarker")
+        args["UploadIdMarker"] = reply.get("NextUploadIdMarker")
 
 
 def empty_prefix(s3: Any, bucket: str, prefix: str) -> None:

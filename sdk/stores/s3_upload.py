@@ -13,6 +13,7 @@ executor to the driver, into eosink's manifest and into the commit marker.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,12 +82,22 @@ def expected_etag(parts: list[tuple[int, str]]) -> str:
 class PartWriter(WriteOnlyFile):
     """A write-only file (``write``, ``tell``, ``flush``, ``close``) whose bytes become one object."""
 
-    def __init__(self, config: UploadTarget, client: Any, key: str, *, create_client: Any = None) -> None:
+    def __init__(
+        self,
+        config: UploadTarget,
+        client: Any,
+        key: str,
+        *,
+        create_client: Any = None,
+        before_create: Callable[[str], None] | None = None,
+    ) -> None:
         self.config = config
         self.client = client
         self.create_client = create_client or client
         """CreateMultipartUpload goes through a client that never retries: a retry after a lost reply would
         leave a second upload of the key behind."""
+        self.before_create = before_create
+        """Called with the key before its upload is created (the S3 sink records its intent there)."""
         self.record = ObjectRecord(key)
         self._buffer = bytearray()
         self._written = 0
@@ -127,6 +138,8 @@ class PartWriter(WriteOnlyFile):
     # -- the upload -----------------------------------------------------------------------------------
 
     def _create(self) -> None:
+        if self.before_create is not None:
+            self.before_create(self.record.key)
         with translated(self.config.connection(), f"creating the upload of {self.record.key!r}"):
             reply = self.create_client.create_multipart_upload(
                 Bucket=self.config.bucket, Key=self.record.key, **self.config.sse_args()

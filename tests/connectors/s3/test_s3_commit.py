@@ -15,7 +15,7 @@ import pytest
 
 from eosink.connectors.s3 import S3Sink, committed_markers
 from eosink.contract import BatchRef, Bundle, Committable, Fingerprint, TaskRef
-from eosink.errors import CommitAbortedError
+from eosink.errors import CommitAbortedError, TransientError
 from eosink.stores.s3_upload import ObjectRecord
 
 from .conftest import HARNESS
@@ -83,11 +83,15 @@ def test_every_object_of_a_batch_is_completed_concurrently_and_named_by_its_mark
     assert [m.batch_id for m in committed_markers(sink.config, APP)] == [0]
 
 
-def test_a_lost_upload_aborts_the_commit_and_removes_the_objects_it_completed(sink: S3Sink) -> None:
+def test_a_lost_upload_is_looked_for_then_aborts_the_commit_and_removes_the_objects_it_completed(
+    sink: S3Sink, prefix: str
+) -> None:
     """One upload is aborted behind the sink's back (a lifecycle rule) and its object never existed.
 
-    Pass: commit raises CommitAbortedError naming that object; none of the batch's six objects
-    exists afterwards (the five completed by the call are deleted again) and no marker was written.
+    Pass: the commit first raises TransientError naming that object and ``lost_after_s`` (a store that lost a node
+    may show it once the node is back), keeping the five objects it completed; a commit that has looked for it
+    longer than ``lost_after_s`` (0 here) raises CommitAbortedError naming it; none of the batch's six objects
+    exists afterwards (the five completed are deleted again) and no marker was written.
     """
     epoch = sink.fence(APP)
     batch = BatchRef(APP, 0)
@@ -96,8 +100,14 @@ def test_a_lost_upload_aborts_the_commit_and_removes_the_objects_it_completed(si
     HARNESS.client().abort_multipart_upload(Bucket=HARNESS.bucket, Key=lost.key, UploadId=lost.upload_id)
 
     bundle = Bundle(batch, epoch, Fingerprint(), tuple(sorted(c.id for c in committables)), None, "2pc")
-    with pytest.raises(CommitAbortedError) as err:
+    with pytest.raises(TransientError) as first:
         sink.commit(batch, committables, bundle)
+    assert lost.key in str(first.value) and "lost_after_s" in str(first.value)
+    assert len([k for k in _keys(committables) if _exists(k)]) == 5
+
+    impatient = S3Sink(HARNESS.config(prefix, partition_by=("region",), lost_after_s=0))
+    with pytest.raises(CommitAbortedError) as err:
+        impatient.commit(batch, committables, bundle)
     assert lost.key in str(err.value) and "replay the batch" in str(err.value)
     assert not [k for k in _keys(committables) if _exists(k)]
     assert committed_markers(sink.config, APP) == []
@@ -127,3 +137,43 @@ def test_a_stray_upload_at_a_committed_key_is_aborted_and_the_object_stays(sink:
     with pytest.raises(CommitAbortedError, match="Cannot abort committed work"):
         sink.abort(committables[:1])
     assert s3.head_object(Bucket=HARNESS.bucket, Key=key)["ETag"] == before
+
+
+class _ListingNothing(S3Sink):
+    """The sink as a node of a MinIO cluster answers it: a bucket-wide ``ListMultipartUploads`` shows none of the
+    uploads (that node did not create them)."""
+
+    def _listed_uploads(self) -> list[dict[str, object]]:
+        return []
+
+
+def test_prepared_uploads_a_bucket_listing_does_not_show_are_recovered_from_their_intents(
+    sink: S3Sink, prefix: str
+) -> None:
+    """A driver dies after its participants prepared batch 0 (six incomplete uploads); the next driver's store
+    lists no multipart upload for the bucket, as a node of a MinIO cluster that did not create them answers.
+    Pass: ``recover`` still finds every prepared attempt (from the intents the attempts wrote before their
+    uploads), aborting them leaves no upload and no intent behind, and a batch committed after that leaves no
+    intent either."""
+    epoch = sink.fence(APP)
+    prepared = _prepare(sink, BatchRef(APP, 0), epoch)
+    s3 = HARNESS.client()
+    intents = f"{sink.layout.control(APP)}uploads/"
+    assert len(s3.list_objects_v2(Bucket=HARNESS.bucket, Prefix=intents).get("Contents", [])) == 6
+
+    restarted = _ListingNothing(HARNESS.config(prefix, partition_by=("region",)))
+    restarted.setup(APP)
+    found = restarted.recover(APP)
+    assert sorted(c.id for c in found) == sorted(c.id for c in prepared)
+    assert sorted(_keys(found)) == sorted(_keys(prepared))
+    restarted.abort(found)
+    for key in _keys(prepared):
+        assert not s3.list_multipart_uploads(Bucket=HARNESS.bucket, Prefix=key).get("Uploads"), key
+    assert not s3.list_objects_v2(Bucket=HARNESS.bucket, Prefix=intents).get("Contents")
+
+    epoch = restarted.fence(APP)
+    batch = BatchRef(APP, 0)
+    again = _prepare(restarted, batch, epoch)
+    restarted.commit(batch, again, Bundle(batch, epoch, Fingerprint(), tuple(sorted(c.id for c in again)), None, "2pc"))
+    assert not s3.list_objects_v2(Bucket=HARNESS.bucket, Prefix=intents).get("Contents")
+    assert not restarted.recover(APP)
