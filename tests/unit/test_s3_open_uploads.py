@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from eosink.stores.s3 import empty_prefix, incomplete_uploads, open_uploads
+from eosink.stores.s3 import empty_prefix, incomplete_uploads, open_uploads, uploads_of_key
 
 
 class _Store:
@@ -63,3 +63,23 @@ def test_another_error_of_list_parts_is_raised() -> None:
 
     with pytest.raises(ClientError, match="AccessDenied"):
         open_uploads(Denied(), "b", [{"Key": "p/k1", "UploadId": "u1"}])
+
+
+def test_the_uploads_of_a_key_are_those_of_exactly_that_key_page_by_page_that_the_store_still_has() -> None:
+    """``uploads_of_key`` asks ``ListMultipartUploads`` with the whole key as its prefix (what a MinIO node answers
+    from the erasure set). Pass: a longer key under the same prefix is left out, the second page is read, and an
+    upload ``ListParts`` no longer finds is left out."""
+    calls: list[dict[str, Any]] = []
+
+    class Paged(_Store):
+        def list_multipart_uploads(self, **kwargs: Any) -> dict[str, Any]:
+            calls.append(kwargs)
+            if "KeyMarker" not in kwargs:
+                page = [{"Key": "p/k1", "UploadId": "u1"}, {"Key": "p/k1.x", "UploadId": "u3"}]
+                return {"Uploads": page, "IsTruncated": True, "NextKeyMarker": "p/k1", "NextUploadIdMarker": "u1"}
+            return {"Uploads": [{"Key": "p/k1", "UploadId": "u2"}, {"Key": "p/k1", "UploadId": "u4"}]}
+
+    found = uploads_of_key(Paged(), "b", "p/k1")
+    assert [u["UploadId"] for u in found] == ["u1", "u4"]  # u3 is another key's, u2 is gone
+    assert [c.get("Prefix") for c in calls] == ["p/k1", "p/k1"]
+    assert calls[1]["KeyMarker"] == "p/k1" and calls[1]["UploadIdMarker"] == "u1"
