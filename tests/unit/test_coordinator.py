@@ -864,7 +864,9 @@ def test_transient_commit_failures_are_retried(tmp_path: Path, variant: Variant)
 
     Pass: batch 0 is committed after 3 calls, with no ambiguity counted; exact.
     """
-    ms = mini(tmp_path, variant, sink_factory=lambda p: FlakySink(p, fail=2))
+    # FAST gives up 50 ms after the first failure: on a loaded machine the second came later than that
+    policy = replace(FAST, transient_timeout_s=10.0)
+    ms = mini(tmp_path, variant, sink_factory=lambda p: FlakySink(p, fail=2), policy=policy)
     ms.run()
     sink = ms.coordinator.sink
     assert isinstance(sink, FlakySink) and sink.commit_calls == 4 + 2
