@@ -199,11 +199,13 @@ class PartWriter(WriteOnlyFile):
 
 
 class UploadGone(Exception):
-    """CompleteMultipartUpload found no such upload: it was completed or aborted before (the caller looks)."""
+    """CompleteMultipartUpload found no such upload (completed or aborted before), or not all of its parts (an
+    earlier complete half applied): the caller looks for the object."""
 
 
 def complete(config: UploadTarget, client: Any, record: ObjectRecord) -> str:
-    """CompleteMultipartUpload of ``record``; its ETag. UploadGone when the upload no longer exists. A 200
+    """CompleteMultipartUpload of ``record``; its ETag. UploadGone when the upload no longer exists, or its parts
+    are not all there (``InvalidPart``, for parts whose ETags the writer was given). A 200
     reply with an error body, or one without an ETag, is a TransientError (the upload may or may not be
     complete: the caller finds out)."""
     from botocore.exceptions import ClientError
@@ -215,7 +217,9 @@ def complete(config: UploadTarget, client: Any, record: ObjectRecord) -> str:
                 Bucket=config.bucket, Key=record.key, UploadId=record.upload_id, MultipartUpload={"Parts": parts}
             )
         except ClientError as exc:
-            if error_code(exc) == "NoSuchUpload":
+            # InvalidPart: the upload is there with parts missing, as on a MinIO cluster that lost the node
+            # applying an earlier complete of it; like NoSuchUpload, only the object tells what happened
+            if error_code(exc) in ("NoSuchUpload", "InvalidPart"):
                 raise UploadGone(record.key) from None
             raise
     etag = reply.get("ETag") if isinstance(reply, dict) else None
