@@ -30,7 +30,7 @@ import pytest
 
 from eosink.connectors.kafka import KafkaConfig, KafkaSink, _wire
 from eosink.connectors.kafka._names import COMMIT_REQUEST
-from eosink.connectors.kafka._producer import mark_committed
+from eosink.connectors.kafka._producer import mark_committed, open_producer
 from eosink.connectors.kafka.admin import KafkaAdmin
 from eosink.connectors.kafka.audit import CommittedReader, KafkaVerdict
 from eosink.contract import Committable
@@ -417,6 +417,61 @@ def test_a_produce_held_past_its_transactions_abort_then_delivered_changes_nothi
         lambda proxy: proxy.hold_request(kafka_request("Produce"), HOLD_S),
         _went_on_while_held("Produce"),
     )
+
+
+class NonIdempotentKafkaSink(KafkaSink):
+    """The negative control of the held Produce: the idempotent strategy's writes (no transaction) from a producer
+    without the brokers' idempotence (no producer id, no sequence numbers), as an at-least-once writer's. Its client
+    resends a Produce that timed out, and a broker cannot tell the stale copy that arrives later from a new one."""
+
+    def _producer(self, **settings: Any) -> Any:
+        if "transactional_id" in settings:
+            return super()._producer(**settings)
+
+        producer = open_producer(**{**self.config.producer_kwargs(**settings), "enable_idempotence": False})
+        self._live.add(producer)
+        return producer
+
+
+def test_negative_control_a_produce_held_past_its_timeout_without_idempotence_lands_twice(
+    tmp_path: Path, cluster: KafkaCluster
+) -> None:
+    """The teeth of the test above: the same held Produce under the idempotent strategy (no transaction) with
+    :class:`NonIdempotentKafkaSink`. Pass: once the held Produce is delivered the reader sees more rows than
+    before (the stale request was appended beside its resent copy), and flags them duplicated."""
+    idempotent = next(v for v in VARIANTS if v.id == "idempotent-generated")
+    config = _config(cluster, f"k_{uuid.uuid4().hex[:8]}")
+    assert config.topic is not None
+    proxy = cluster.proxy(cluster.leader(config.topic, 0))
+    work = batches(4)
+    driver = SparkOrderDriver(tmp_path, idempotent, config, NonIdempotentKafkaSink, APP)
+    reader = None
+    try:
+        driver.run(work[:1])
+        reader = _reader(cluster, config)
+        proxy.hold_request(kafka_request("Produce"), HOLD_S)
+        _run_through(driver, work)  # type: ignore[arg-type]
+        assert proxy.stats.holding == 1, "every batch waited for the held Produce: nothing went on past it"
+        reader.poll()
+        before = sum(reader.seen.values())
+        assert proxy.wait_for_held(HOLD_S + 30), "the Produce was never delivered"
+
+        def grew() -> bool:
+            assert reader is not None
+            reader.poll()
+            return sum(reader.seen.values()) > before
+
+        assert wait_until(grew, 30), f"the held Produce added nothing visible ({before} rows before and after)"
+    finally:
+        proxy.passthrough()
+        driver.close()
+    try:
+        # the idempotent strategy adds its key to each record: rows are named by their id
+        ids = Counter(r["id"] for b in work for r in b.rows)
+        verdict = reader.verdict(ids, settle_s=10.0, key=lambda value: value["id"])
+    finally:
+        reader.close()
+    assert verdict.lost == 0 and verdict.duplicated > 0, verdict
 
 
 # -- the reader's negative controls ----------------------------------------------------------------------------
