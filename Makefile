@@ -47,7 +47,7 @@ WITH_KAFKA_MINIO = $(EOSINK) services up kafka minio && $(EOSINK) services check
 .PHONY: help venv java tools lint unit package docs contracts postgres15 test-postgres test-postgres-replicated test-postgres-replicated-full test-kafka test-s3 test-hdfs test-delta test-fanout test-fanout-full test-secured test-secured-full spark services services-up services-check services-down \
 	services-status test test-full demo demo-kafka demo-fanout demo-s3 demo-hdfs demo-delta bench clean chaos chaos-quick examples example-files example-kafka \
 	example-files-to-kafka example-kafka-to-kafka example-fanout example-files-to-s3 example-kafka-to-s3 example-files-to-hdfs example-files-to-delta \
-	spark-full local-cluster test-postgres-full test-kafka-full test-kafka-cluster test-hdfs-ha test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
+	spark-full local-cluster test-postgres-full test-kafka-full test-kafka-cluster test-hdfs-ha test-minio-cluster test-spark-cluster test-s3-full test-hdfs-full test-delta-full chaos-full examples-full services-full spark-matrix spark-on
 
 help:
 	@echo "make demo [ARGS=...]   the exactly-once demo: Spark into an embedded PostgreSQL, crashed, eosink vs plain"
@@ -71,6 +71,8 @@ help:
 	@echo "make test-postgres-replicated   PostgreSQL on a primary and two standbys failed over mid-commit"
 	@echo "make test-kafka-cluster   Kafka on three nodes: leaders and coordinators killed, paused, requests held (test-full)"
 	@echo "make test-hdfs-ha         HDFS with two NameNodes (ns1): the active one killed at each step of a commit (test-full)"
+	@echo "make test-minio-cluster   S3 and Delta on four MinIO nodes: a node or a reply lost at the commit's requests (test-full)"
+	@echo "make test-spark-cluster   pipelines on a standalone Spark cluster: lost executors and workers, speculation (test-full)"
 	@echo "make test-fanout    one query into PostgreSQL and Kafka: a Spark kill between the sinks' commits"
 	@echo "make test-secured   every sink on its secured server as the least-privileged writer (grants, TLS, credentials)"
 	@echo "make services   the service harness's own tests against the real servers (starts and stops them)"
@@ -168,7 +170,7 @@ SINK_TESTS_ONE = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) -q -m 'not full' $
 SINK_PIPELINES = tests/spark/test_$(1)_pipeline.py
 SPARK_PIPELINES = $(foreach s,$(SINKS),$(call SINK_PIPELINES,$(s))) tests/spark/test_secured_pipelines.py \
 	tests/spark/test_fanout_pipeline.py tests/spark/test_postgres_replicated.py tests/spark/test_kafka_cluster_pipeline.py \
-	tests/spark/test_hdfs_ha_pipeline.py
+	tests/spark/test_hdfs_ha_pipeline.py tests/spark/test_minio_cluster_pipeline.py tests/spark/test_spark_cluster.py
 # The quick Spark tests (tests/spark -m "not full or matrix", $(2) passed on) with Python $(1), in two pytest
 # processes run together: local-cluster and the PySpark matrix. Of the sinks' pipelines only the 2pc kill
 # (its checkpoint on S3 and HDFS; marked matrix where make test runs another kill): what the Spark version and the executors' layout touch is the executors'
@@ -177,7 +179,8 @@ SPARK_PIPELINES = $(foreach s,$(SINKS),$(call SINK_PIPELINES,$(s))) tests/spark/
 # file (the demo and the reference sink's kills in one, the data source and the sinks' pipelines in the
 # other), not by --shard: a dozen tests of unlike lengths dealt every second one left one process waiting
 # on the other for 1-3 minutes.
-QUICK_K := not (_pipeline and (txid or idempotent)) and not test_secured_pipelines and not test_postgres_replicated
+QUICK_K := not (_pipeline and (txid or idempotent)) and not test_secured_pipelines and not test_postgres_replicated \
+	and not test_spark_cluster
 QUICK_SPLIT := test_demo or test_kill_restart
 QUICK_SPARK = $(call TOGETHER_K,$(1) -m pytest -p no:cacheprovider tests/spark -q -m 'not full or matrix' --durations=5 $(2),\
 	($(QUICK_K)) and ,$(QUICK_SPLIT))
@@ -194,8 +197,12 @@ SINK_FULL_TESTS = $(TOGETHER) "$(PYTEST) tests/connectors/$(1) $(2) -q --duratio
 	$(foreach k,0 1,"$(PYTEST) $(call SINK_PIPELINES,$(1)) -q --durations=10 --shard=$(k)/2") $(call SINK_CHAOS,$(1))
 # The replicated server's tests run in test-postgres-replicated(-full), which starts that server.
 PG_PLAIN := --ignore=tests/connectors/postgres/test_postgres_replicated.py
+# make test's Spark-cluster scenario (a standalone master and two workers: a speculative copy beats a prepared
+# straggler into PostgreSQL under 2pc) runs after the PostgreSQL pipelines, in their process.
+SPARK_CLUSTER_QUICK := tests/spark/test_spark_cluster.py
 test-postgres: venv java
-	@$(call WITH_POSTGRES,$(call SINK_TESTS_ONE,postgres,$(PG_PLAIN)))
+	@$(call WITH_POSTGRES,$(TOGETHER) "$(PYTEST) tests/connectors/postgres -q -m 'not full' $(PG_PLAIN) --durations=10" \
+		"$(PYTEST) $(call SINK_PIPELINES,postgres) $(SPARK_CLUSTER_QUICK) -q -m 'not full' --durations=10")
 
 # PostgreSQL on a primary with a synchronous and an asynchronous standby that fail over (docs/connectors/postgres.md):
 # make test: the contract suite's failover cases and the connector's failover tests against the postgres-replicated
@@ -241,6 +248,21 @@ KAFKA_CLUSTER_FAULTS := tests/connectors/kafka/test_kafka_cluster_faults.py
 KAFKA_CLUSTER_TESTS := tests/services/test_kafka_cluster.py $(KAFKA_CLUSTER_FAULTS) tests/spark/test_kafka_cluster_pipeline.py
 test-kafka-cluster: venv java tools
 	@$(PYTEST) $(KAFKA_CLUSTER_TESTS) -q --durations=10
+
+# A standalone Spark cluster (a master, two one-core workers; sdk/services/spark_standalone.py): its own faults
+# (tests/services/test_spark_standalone.py), and pipelines on it: a speculative copy beating a prepared straggler,
+# an executor or a worker SIGKILLed or a worker decommissioned mid-write (PostgreSQL, 2pc and txid-check), the
+# driver SIGKILLed and restarted with its checkpoint on HDFS. Part of test-full.
+test-spark-cluster: venv java tools
+	@$(EOSINK) services up postgres hdfs && $(EOSINK) services check postgres hdfs && \
+		$(PYTEST) tests/services/test_spark_standalone.py $(SPARK_CLUSTER_QUICK) -q --durations=10; rc=$$?; \
+		$(EOSINK) services down postgres hdfs; exit $$rc
+
+# S3 and Delta on a private four-node MinIO: Spark pipelines (checkpoint on s3a:// through the balancer) whose
+# commit loses a node, or a reply, at CompleteMultipartUpload, the commit marker's PUT or the Delta log entry's PUT,
+# under each strategy; S3 read with pyarrow, Delta with DuckDB. Part of test-full.
+test-minio-cluster: venv java tools
+	@$(PYTEST) tests/spark/test_minio_cluster_pipeline.py -q --durations=10
 
 # HDFS HA (name service ns1, two NameNodes behind fault proxies): the cluster's own failovers; the sink's commit
 # whose deciding rename's reply is lost as the active NameNode dies; Spark pipelines (checkpoint on hdfs://ns1)
@@ -387,7 +409,7 @@ test: venv java tools
 FULL_CHAOS_SCHEDULES ?= 2
 FULL_CHAOS_DIR := $(CURDIR)/.cache/chaos-full
 FULL_STAGES := lint unit package docs contracts postgres15 services-full spark-full \
-	$(foreach s,$(SINKS),test-$(s)-full) test-kafka-cluster test-hdfs-ha test-postgres-replicated-full test-fanout-full test-secured-full examples-full \
+	$(foreach s,$(SINKS),test-$(s)-full) test-kafka-cluster test-hdfs-ha test-minio-cluster test-spark-cluster test-postgres-replicated-full test-fanout-full test-secured-full examples-full \
 	local-cluster chaos-full spark-matrix
 test-full: venv java tools
 	@$(STAGES) --title "make test-full" --budget 10800 --out build/test-full-times.json $(FULL_STAGES)

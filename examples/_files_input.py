@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+from _spark import builder
 from pyspark.sql import DataFrame, SparkSession
 
 import eosink
@@ -51,6 +52,7 @@ def strategy(name: str) -> eosink.Idempotent | str:
 
 
 def payment_stream(app_name: str, inbox: str) -> tuple[SparkSession, DataFrame]:
-    """A local Spark session, and the stream of the payments in ``inbox`` (two files per micro-batch)."""
-    spark = SparkSession.builder.master("local[2]").appName(app_name).config("spark.ui.enabled", "false").getOrCreate()
+    """A Spark session (``local[2]``, or spark-submit's master), and the stream of the payments in ``inbox`` (two
+    files per micro-batch)."""
+    spark = builder(app_name).getOrCreate()
     return spark, spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(inbox)

@@ -7,6 +7,7 @@ import json
 import os
 import random
 
+from _spark import builder as session_builder
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -28,7 +29,7 @@ def produce(bootstrap: str, topic: str, n: int, seed: int) -> None:
 
 
 def session(name: str = "eosink-example-kafka") -> SparkSession:
-    builder = SparkSession.builder.master("local[2]").appName(name)
+    builder = session_builder(name)
     jars = os.environ.get("EOSINK_EXAMPLE_SPARK_JARS")
     if jars:
         builder = builder.config("spark.jars", jars)

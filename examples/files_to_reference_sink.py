@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from _spark import builder
 
 import eosink
 from eosink.connectors.reference import ReferenceSink
@@ -28,7 +28,7 @@ def main(root: Path) -> None:
             path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark = builder("eosink-example-payments").getOrCreate()
     checkpoint = str(root / "checkpoint")
     sink = ReferenceSink(root / "ledger.db")
     writer = eosink.foreach_batch(sink, app_id="example-payments", strategy="2pc", checkpoint_location=checkpoint)

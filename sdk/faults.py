@@ -10,7 +10,8 @@ Spark's Python workers too) or :func:`configure`::
 A spec is ``POINT[@BATCH][:ACTION]``; ``POINT`` is ``F1``..``F9``, ``F11``, ``F14`` or its name below.
 Actions: ``kill`` (default; SIGKILL of the whole driver, as a real crash), ``raise``
 (:class:`~eosink.errors.InjectedFault`), ``ambiguous`` (:class:`~eosink.errors.AmbiguousCommitError`,
-as if a COMMIT reply was lost), ``stop`` (SIGSTOP of the whole driver, to make a zombie).
+as if a COMMIT reply was lost), ``stop`` (SIGSTOP of the whole driver, to make a zombie), ``slow``
+(:data:`SLOW_S` seconds of sleep where it fires: a straggling task attempt, for Spark's speculation).
 Each spec fires once per process; with ``EOSINK_FAULT_LOG`` set, once across all processes
 sharing that log (Spark forks a fresh Python worker per task attempt, and a retried attempt
 must not fail again). Every firing appends ``POINT BATCH ACTION PID`` to the log first, so a
@@ -29,11 +30,12 @@ from __future__ import annotations
 import enum
 import os
 import signal
+import time
 from dataclasses import dataclass
 
 from eosink.errors import AmbiguousCommitError, ConfigurationError, InjectedFault
 
-__all__ = ["CRASH_SCOPE_VARS", "FaultPoint", "configure", "enabled", "export_crash_scope", "hit", "reset"]
+__all__ = ["CRASH_SCOPE_VARS", "SLOW_S", "FaultPoint", "configure", "enabled", "export_crash_scope", "hit", "reset"]
 
 CRASH_SCOPE_VARS = ("EOSINK_FAULT_SESSION", "EOSINK_FAULT_PGID")
 """The variables that say what ``kill`` and ``stop`` signal; a driver passes them to its executors."""
@@ -56,7 +58,9 @@ class FaultPoint(str, enum.Enum):
     F14 = "between_sinks"
 
 
-_ACTIONS = ("kill", "raise", "ambiguous", "stop")
+_ACTIONS = ("kill", "raise", "ambiguous", "stop", "slow")
+SLOW_S = 60.0
+"""How long a ``slow`` fault holds the attempt it fires in (a straggler that Spark kills once its copy won)."""
 
 
 @dataclass
@@ -170,6 +174,8 @@ def _fire(spec: _Spec, batch_id: int | None) -> None:
     where = f"fault point {spec.point.name} ({spec.point.value}) at batch {batch_id}"
     if spec.action in ("kill", "stop"):
         _signal_driver(signal.SIGKILL if spec.action == "kill" else signal.SIGSTOP)
+    elif spec.action == "slow":
+        time.sleep(SLOW_S)
     elif spec.action == "ambiguous":
         raise AmbiguousCommitError(f"Injected lost commit reply at {where}.", "Resolve with commit_status.")
     else:
