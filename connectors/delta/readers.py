@@ -153,6 +153,7 @@ class DuckDBReader:
             raise ConfigurationError("DuckDB cannot read hdfs:// tables.", "Read them with deltalake or Spark.")
         self.config = config
         self._con: Any = None
+        self._found = False
 
     def _connect(self) -> Any:
         import duckdb
@@ -175,6 +176,18 @@ class DuckDBReader:
             body = ", ".join(f"{k} {v if k in ('TYPE', 'USE_SSL') else _literal(v)}" for k, v in settings.items())
             con.execute(f"CREATE OR REPLACE SECRET eosink_reader ({body})")
         return con
+
+    def table(self, columns: list[str] | None = None) -> pa.Table | None:
+        """Every row of the newest snapshot, ``columns`` only when given (None: no table yet). Once a table was
+        found, only DuckDB reads it (a reader polling in a loop asks delta-rs nothing more)."""
+        if self._con is None:
+            self._con = self._connect()
+        if not self._found:
+            if _log.load(self.config.table, self.config.delta_options()) is None:
+                return None
+            self._found = True
+        found: pa.Table = self._con.execute("SELECT * FROM delta_scan(?)", [self.config.table]).fetch_arrow_table()
+        return found if columns is None else found.select(columns)
 
     def counts(self) -> dict[int, int]:
         if self._con is None:

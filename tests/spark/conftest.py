@@ -467,27 +467,39 @@ class AtomicityReader:
 
 
 class PartialBatchReader:
-    """A concurrent reader of a sink's visible rows that records every partial batch it sees.
+    """A concurrent reader of a sink's visible rows that records every partial batch it sees, and every row
+    beyond the input or gone after it was seen.
 
     ``read`` returns the visible rows as a Counter of ``(id, account, amount)``. A row's file is
     ``id // 10000`` and a batch is usually one input file (Spark's offsets log says when a batch
-    took two); a file is partial when some but not all of its rows are visible.
+    took two); a file is partial when some but not all of its rows are visible. ``problems`` holds the
+    rows seen more often than the input has them (duplicated) and those seen once and missing from a later
+    read (vanished).
     """
 
-    def __init__(self, expected: Counter[tuple[Any, ...]], read: Callable[[], Counter[tuple[Any, ...]]]) -> None:
+    def __init__(
+        self,
+        expected: Counter[tuple[Any, ...]],
+        read: Callable[[], Counter[tuple[Any, ...]]],
+        interval_s: float = 0.05,
+    ) -> None:
         self.read = read
+        self.interval_s = interval_s
+        self.expected = expected
         self.per_file: Counter[int] = Counter()
         for (row_id, _, _), n in expected.items():
             self.per_file[row_id // 10_000] += n
         self.polls = 0
         self.partial: list[str] = []
+        self.problems: list[str] = []
+        self._last: Counter[tuple[Any, ...]] = Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         from eosink.errors import EosinkError
 
-        while not self._stop.wait(0.05):
+        while not self._stop.wait(self.interval_s):
             try:
                 rows = self.read()
             except (EosinkError, OSError):
@@ -499,6 +511,10 @@ class PartialBatchReader:
             self.partial += [
                 f"file {f}: {n} of {self.per_file[f]} rows" for f, n in counts.items() if n != self.per_file[f]
             ]
+            for what, found in (("duplicated", rows - self.expected), ("vanished", self._last - rows)):
+                if found:
+                    self.problems.append(f"{what}: {dict(sorted(found.items())[:5])} ({sum(found.values())} rows)")
+            self._last = rows
 
     def __enter__(self) -> PartialBatchReader:
         self._thread.start()

@@ -60,24 +60,25 @@ DOWN_S = 8.0
 """How long the killed node stays down (the fault's length, not a synchronisation)."""
 
 
-def _kill_where_cut(cluster: MinioCluster, killed: list[int]) -> threading.Thread:
-    """A thread that SIGKILLs the first node whose proxy cut a request, as soon as it did (the others disarmed),
-    and starts it again :data:`DOWN_S` later."""
+def fail_where_cut(cluster: MinioCluster, failed: list[int], *, kill: bool, wait_s: float = 60.0) -> threading.Thread:
+    """A thread that waits (at most ``wait_s``) for a node's proxy to cut a request; then disarms every proxy,
+    notes the node in ``failed`` and, ``kill``, SIGKILLs it and starts it again :data:`DOWN_S` later."""
 
     def watch() -> None:
-        for _ in range(6000):  # 60 s at most
+        for _ in range(int(wait_s * 100)):
             cut = [n for n in sorted(cluster.nodes) if cluster.proxy(n).stats.cuts]
             if cut:
                 for node in cluster.nodes:
                     cluster.proxy(node).passthrough()
-                cluster.kill(cut[0])
-                killed.append(cut[0])
-                threading.Event().wait(DOWN_S)
-                cluster.start_node(cut[0])
+                failed.append(cut[0])
+                if kill:
+                    cluster.kill(cut[0])
+                    threading.Event().wait(DOWN_S)
+                    cluster.start_node(cut[0])
                 return
             threading.Event().wait(0.01)
 
-    thread = threading.Thread(target=watch, name="kill-where-cut", daemon=True)
+    thread = threading.Thread(target=watch, name="fail-where-cut", daemon=True)
     thread.start()
     return thread
 
@@ -99,7 +100,7 @@ def test_a_node_killed_at_complete_multipart_upload_under_2pc_is_exact(
         driver.run(work[:1])
         for node in cluster.nodes:
             cluster.proxy(node).cut_after_request(COMPLETE, wait_for_reply=False)
-        watcher = _kill_where_cut(cluster, killed)
+        watcher = fail_where_cut(cluster, killed, kill=True)
         driver.run(work)
         watcher.join(timeout=120)
         assert len(killed) == 1 and not watcher.is_alive(), killed
