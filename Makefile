@@ -250,13 +250,14 @@ test-kafka-cluster: venv java tools
 	@$(PYTEST) $(KAFKA_CLUSTER_TESTS) -q --durations=10
 
 # A standalone Spark cluster (a master, two one-core workers; sdk/services/spark_standalone.py): its own faults
-# (tests/services/test_spark_standalone.py), and pipelines on it: a speculative copy beating a prepared straggler,
-# an executor or a worker SIGKILLed or a worker decommissioned mid-write (PostgreSQL, 2pc and txid-check), the
-# driver SIGKILLed and restarted with its checkpoint on HDFS. Part of test-full.
+# (tests/services/test_spark_standalone.py), and pipelines on it into each sink under 2pc and txid-check: a
+# speculative copy beating a prepared straggler, an executor or a worker SIGKILLed or a worker decommissioned
+# mid-write, the driver SIGKILLed and restarted with its checkpoint on HDFS. Part of test-full.
+SPARK_CLUSTER_SERVICES := postgres kafka minio hdfs
 test-spark-cluster: venv java tools
-	@$(EOSINK) services up postgres hdfs && $(EOSINK) services check postgres hdfs && \
+	@$(EOSINK) services up $(SPARK_CLUSTER_SERVICES) && $(EOSINK) services check $(SPARK_CLUSTER_SERVICES) && \
 		$(PYTEST) tests/services/test_spark_standalone.py $(SPARK_CLUSTER_QUICK) -q --durations=10; rc=$$?; \
-		$(EOSINK) services down postgres hdfs; exit $$rc
+		$(EOSINK) services down $(SPARK_CLUSTER_SERVICES); exit $$rc
 
 # S3 and Delta on a private four-node MinIO: Spark pipelines (checkpoint on s3a:// through the balancer) whose
 # commit loses a node, or a reply, at CompleteMultipartUpload, the commit marker's PUT or the Delta log entry's PUT,

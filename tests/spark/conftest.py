@@ -79,6 +79,9 @@ class Pipeline:
     """How a production sink's driver (sink_driver.py) writes: foreach_batch or datasource (format("eosink"))."""
     whole_row_keys: bool = False
     """Idempotent by whole-row keys: identical input rows are one key, so the sink holds them once."""
+    checkpoint_uri: str = ""
+    """A checkpoint location on a store (``hdfs://``, ``s3a://``) instead of the local ``checkpoint`` directory:
+    what a driver on a cluster uses, its executors sharing no disk with it."""
 
     def __post_init__(self) -> None:
         self.input = self.root / "input"
@@ -136,7 +139,7 @@ class Pipeline:
         """The driver script and its arguments."""
         return [
             str(DRIVER),
-            *("--input", str(self.input), "--checkpoint", str(self.checkpoint), "--sink", str(self.sink_path)),
+            *("--input", str(self.input), "--checkpoint", self.checkpoint_location(), "--sink", str(self.sink_path)),
             *("--strategy", self.strategy, "--app-id", self.app_id, "--mode", mode, "--master", master),
             *("--atomic", str(int(self.atomic)), "--stats-out", str(self.root / "stats.json")),
         ]
@@ -203,9 +206,13 @@ class Pipeline:
         assert committed == list(range(len(committed))) and committed, f"Spark's commit log: {committed}"
         return committed
 
+    def checkpoint_location(self) -> str:
+        """Where the driver keeps the query's checkpoint: ``checkpoint_uri``, else the local directory."""
+        return self.checkpoint_uri or str(self.checkpoint)
+
     def spark_checkpoint(self) -> SparkCheckpoint:
-        """The query's checkpoint, as eosink reads it (a pipeline with its checkpoint on a store overrides this)."""
-        return SparkCheckpoint(self.checkpoint)
+        """The query's checkpoint, as eosink reads it (``s3a://`` needs its store registered: S3 pipelines do)."""
+        return SparkCheckpoint(self.checkpoint_location())
 
     def batch_rows(self, batch_id: int) -> int | None:
         """How many input rows Spark planned into ``batch_id`` (None while it is not planned)."""

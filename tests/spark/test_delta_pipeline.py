@@ -78,7 +78,7 @@ class DeltaPipeline(Pipeline):
     def command(self, mode: str, master: str) -> list[str]:
         return [
             *(str(SINK_DRIVER), "--sink", "delta"),
-            *("--input", str(self.input), "--checkpoint", str(self.checkpoint)),
+            *("--input", str(self.input), "--checkpoint", self.checkpoint_location()),
             *("--target", self.prefix, "--namespace", self.prefix, "--app-id", self.app_id),
             *("--strategy", self.strategy, "--master", master, "--stats-out", str(self.root / "stats.json")),
             *("--way", self.way),

@@ -70,7 +70,7 @@ class FanOutPipeline(Pipeline):
     def command(self, mode: str, master: str) -> list[str]:
         return [
             *(str(SINK_DRIVER), "--sink", "+".join(self.kinds)),
-            *("--input", str(self.input), "--checkpoint", str(self.checkpoint)),
+            *("--input", str(self.input), "--checkpoint", self.checkpoint_location()),
             *("--target", self.name, "--namespace", self.name, "--app-id", self.app_id),
             *("--strategy", self.strategy, "--master", master, "--stats-out", str(self.root / "stats.json")),
             *(("--way", "datasource") if mode == "datasource" else ()),

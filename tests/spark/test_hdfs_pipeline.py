@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from eosink.checkpoint import SparkCheckpoint
 from eosink.connectors.hdfs import HdfsConfig, HdfsSink, committed_batches, read_committed
 from eosink.connectors.hdfs.admin import HdfsAdmin
 from eosink.connectors.hdfs.testing import files_under, listed_rows, remove
@@ -84,7 +83,6 @@ class HdfsPipeline(Pipeline):
     files: int = 3
     cluster: Any = None  # the HdfsEndpoint the driver and the checks use
     directory: str = ""  # the target's path in the cluster
-    checkpoint_uri: str = ""  # an hdfs:// checkpoint location instead of the local one
 
     def environment(self) -> dict[str, str]:
         return {**super().environment(), **self.cluster.env()}
@@ -92,7 +90,7 @@ class HdfsPipeline(Pipeline):
     def command(self, mode: str, master: str) -> list[str]:
         return [
             *(str(SINK_DRIVER), "--sink", "hdfs"),
-            *("--input", str(self.input), "--checkpoint", self.checkpoint_uri or str(self.checkpoint)),
+            *("--input", str(self.input), "--checkpoint", self.checkpoint_location()),
             *("--target", self.directory, "--namespace", "-", "--app-id", self.app_id),
             *("--strategy", self.strategy, "--master", master, "--stats-out", str(self.root / "stats.json")),
             *("--way", self.way),
@@ -100,9 +98,6 @@ class HdfsPipeline(Pipeline):
 
     def config(self) -> HdfsConfig:
         return HdfsConfig(f"{self.cluster.url.rstrip('/')}{self.directory}")
-
-    def spark_checkpoint(self) -> SparkCheckpoint:
-        return SparkCheckpoint(self.checkpoint_uri) if self.checkpoint_uri else super().spark_checkpoint()
 
     # -- reading HDFS back ------------------------------------------------------------------------
 

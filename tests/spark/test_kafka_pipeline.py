@@ -96,7 +96,7 @@ class KafkaPipeline(Pipeline):
     def command(self, mode: str, master: str) -> list[str]:
         return [
             *(str(SINK_DRIVER), "--sink", "kafka"),
-            *("--input", str(self.input), "--checkpoint", str(self.checkpoint)),
+            *("--input", str(self.input), "--checkpoint", self.checkpoint_location()),
             *("--target", self.topic, "--namespace", self.topic, "--app-id", self.app_id),
             *("--strategy", self.strategy, "--master", master, "--stats-out", str(self.root / "stats.json")),
             *("--way", self.way),

@@ -89,12 +89,6 @@ class DeltaClusterPipeline(DeltaPipeline):
     """A :class:`DeltaPipeline` through the cluster's balancer (``cluster``), its checkpoint on ``s3a://``."""
 
     cluster: Any = None
-    checkpoint_uri: str = ""
-
-    def command(self, mode: str, master: str) -> list[str]:
-        argv = super().command(mode, master)
-        argv[argv.index("--checkpoint") + 1] = self.checkpoint_uri
-        return argv
 
     def spark_checkpoint(self) -> SparkCheckpoint:
         register(BUCKET, self.harness().config(self.prefix).connection())

@@ -110,7 +110,7 @@ class PgPipeline(Pipeline):
         strategy, keys = VARIANTS[self.variant]
         return [
             *(str(SINK_DRIVER), "--sink", "postgres"),
-            *("--input", str(self.input), "--checkpoint", str(self.checkpoint)),
+            *("--input", str(self.input), "--checkpoint", self.checkpoint_location()),
             *("--target", self.table, "--namespace", self.control_schema, "--app-id", self.app_id),
             *("--strategy", strategy, "--key-columns", keys, "--query", self.query),
             *("--master", master, "--stats-out", str(self.root / "stats.json"), "--way", self.way),

@@ -71,7 +71,6 @@ class S3Pipeline(Pipeline):
     files: int = 3
     store: Any = None  # the S3Endpoint the driver and the checks use
     prefix: str = ""
-    checkpoint_uri: str = ""  # an s3a:// checkpoint location instead of the local one
     _harness: Any = field(default=None, repr=False)
 
     def harness(self) -> S3Harness:
@@ -86,7 +85,7 @@ class S3Pipeline(Pipeline):
     def command(self, mode: str, master: str) -> list[str]:
         return [
             *(str(SINK_DRIVER), "--sink", "s3"),
-            *("--input", str(self.input), "--checkpoint", self.checkpoint_uri or str(self.checkpoint)),
+            *("--input", str(self.input), "--checkpoint", self.checkpoint_location()),
             *("--target", self.prefix, "--namespace", self.prefix, "--app-id", self.app_id),
             *("--strategy", self.strategy, "--master", master, "--stats-out", str(self.root / "stats.json")),
             *("--way", self.way),
