@@ -310,6 +310,11 @@ class Capabilities:
     """``commit`` makes a whole batch visible in one atomic step."""
     supports_recover: bool = True
     """``recover`` can list in-doubt work left by crashed writers."""
+    begin_before_rows: bool = False
+    """A participant may call ``begin`` before its first row arrives, while Spark is still reading its input, so that
+    the round trips of ``begin`` overlap the read. An attempt that then gets no rows pre-commits its empty
+    transaction, which the batch commits with the others: only for sinks where that is cheap and leaves nothing
+    a reader sees (Kafka: two progress markers). False: ``begin`` runs at the first row, as it always may."""
 
     def to_json(self) -> dict[str, bool]:
         return {f.name: bool(getattr(self, f.name)) for f in fields(self)}

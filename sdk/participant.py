@@ -7,6 +7,7 @@ same pass, pre-commits, and hands back only a small :class:`~eosink.contract.Com
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -88,7 +89,7 @@ class WritePlan:
 
 
 def run_participant(plan: WritePlan, participant: int, batches: Iterable[pa.RecordBatch]) -> Committable | None:
-    """Write ``batches`` as one participant; None when it had no rows."""
+    """Write ``batches`` as one participant; None when it had no rows and began nothing."""
     return run_participants([plan], participant, batches)[0]
 
 
@@ -96,7 +97,7 @@ def run_participants(
     plans: Sequence[WritePlan], participant: int, batches: Iterable[pa.RecordBatch]
 ) -> list[Committable | None]:
     """Write ``batches`` as one participant into the sink of each plan, in one pass over the data (a fan-out,
-    :mod:`eosink.fanout`); per plan, its committable, or None when the participant had no rows."""
+    :mod:`eosink.fanout`); per plan, its committable, or None when it began nothing (no rows, see `_SinkWriter`)."""
     if not plans:
         return []
     writers = [_SinkWriter(plan, participant) for plan in plans]
@@ -119,7 +120,7 @@ def run_participants(
             for lane in lanes:
                 lane.stop()
             raise
-    if not fingerprint.rows:  # no rows: every sink's transaction is still unopened
+    if not fingerprint.rows and all(c is None for c in made):  # no rows, and no sink began a transaction
         return [None] * len(plans)
     committables: list[Committable | None] = [
         None if c is None else replace(c, rows=fingerprint.rows, fingerprint=fingerprint) for c in made
@@ -142,21 +143,58 @@ def _pass(batches: Iterable[pa.RecordBatch], write: Callable[[pa.RecordBatch], N
 
 
 class _SinkWriter:
-    """One sink's side of a participant: its transaction, opened at the first row, its keys, its pre-commit."""
+    """One sink's side of a participant: its transaction, opened at the first row (or, where the sink allows,
+    while the first row is on its way: ``Capabilities.begin_before_rows``), its keys, its pre-commit."""
 
     def __init__(self, plan: WritePlan, participant: int) -> None:
         self.plan, self.participant = plan, participant
         self.keys = KeyGenerator(plan.batch.app_id, plan.batch.batch_id, plan.time_ms) if plan.generate_keys else None
         self.txn: Any = None
+        capabilities = getattr(plan.sink, "capabilities", None)  # a duck-typed sink may leave them out
+        self._early = _EarlyBegin(plan, participant) if capabilities and capabilities.begin_before_rows else None
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self.txn is None:
-            self.txn = _begin(self.plan, self.participant)
+            self.txn = self._begun()
         self.plan.sink.write(self.txn, batch if self.keys is None else self.keys.add_keys(batch))
 
     def pre_commit(self) -> Committable | None:
-        """The sink's committable (rows and fingerprint filled in by the caller); None if it wrote no rows."""
+        """The sink's committable (rows and fingerprint filled in by the caller); None if it began nothing (no
+        rows, and a sink that begins at the first row)."""
+        if self.txn is None and self._early is not None:  # began before the rows, and none came: commit it empty
+            self.txn = self._begun()
         return None if self.txn is None else self.plan.sink.pre_commit(self.txn)
+
+    def _begun(self) -> Any:
+        early, self._early = self._early, None
+        return _begin(self.plan, self.participant) if early is None else early.result()
+
+
+class _EarlyBegin:
+    """``begin`` of a participant, run in a thread of its own from the moment the participant starts, while Spark
+    reads and converts its first rows; :meth:`result` waits for it (its error raised in the caller's thread). An
+    attempt that fails before it takes the result leaves its transaction as a crash would: the sink's recovery
+    and transaction timeout end it."""
+
+    def __init__(self, plan: WritePlan, participant: int) -> None:
+        self._txn: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(plan, participant), name=f"eosink-begin-{participant}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, plan: WritePlan, participant: int) -> None:
+        try:
+            self._txn = _begin(plan, participant)
+        except BaseException as exc:  # handed to the participant's own thread
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._txn
 
 
 def _named(plan: WritePlan, call: Callable[..., _T]) -> Callable[..., _T]:

@@ -98,6 +98,7 @@ class KafkaSink(_WriteSide, _CommitSide, Sink[_Txn]):
             supports_keys=True,
             atomic_batch_visibility=False,
             supports_recover=True,
+            begin_before_rows=True,  # a transaction's begin is several round trips; an empty one commits two markers
         )
         self._reset()
 
