@@ -12,14 +12,18 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from eosink.connectors.s3 import S3Config, S3Sink
 from eosink.connectors.s3._fold import Folder
 from eosink.connectors.s3._markers import SHA_META, CommitMarker, MarkedObject
 from eosink.connectors.s3._segments import Segment, foldable, range_of
+from eosink.stores.s3_errors import is_precondition_failed
 
 from ..history import History, synthetic_bundle
 
 THREADS = 16
+ATTEMPTS = 4  # per synthetic object: the writes go through the client that never retries by itself
 
 
 def synthetic_marker(history: History, batch_id: int, committables: tuple[str, ...] = ()) -> CommitMarker:
@@ -29,19 +33,43 @@ def synthetic_marker(history: History, batch_id: int, committables: tuple[str, .
     return CommitMarker(history.app_id, bundle, (obj,), None, "parquet")
 
 
+def _created(create: Callable[[], bool]) -> bool:
+    """``create()`` (a create-only PUT: False when the key exists), again after a connection error, as the writes
+    go through the client that never retries by itself and many run at once. After an error, False is taken for
+    the earlier attempt's object: its reply was the one lost."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return create() or attempt > 0
+        except BotoCoreError:
+            if attempt == ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def put_markers(sink: S3Sink, markers: Iterable[CommitMarker]) -> None:
     """Marker objects, as a commit creates them (If-None-Match: *, the SHA-256 as metadata)."""
 
     def put(marker: CommitMarker) -> None:
         body, sha = marker.encode()
-        sink._s3_once.put_object(
-            Bucket=sink.config.bucket,
-            Key=sink.layout.marker_key(marker.app_id, marker.batch_id),
-            Body=body,
-            IfNoneMatch="*",
-            ContentType="application/json",
-            Metadata={SHA_META: sha},
-        )
+        key = sink.layout.marker_key(marker.app_id, marker.batch_id)
+
+        def create() -> bool:
+            try:
+                sink._s3_once.put_object(
+                    Bucket=sink.config.bucket,
+                    Key=key,
+                    Body=body,
+                    IfNoneMatch="*",
+                    ContentType="application/json",
+                    Metadata={SHA_META: sha},
+                )
+            except ClientError as exc:
+                if not is_precondition_failed(exc):
+                    raise
+                return sink._s3.head_object(Bucket=sink.config.bucket, Key=key)["Metadata"].get(SHA_META) == sha
+            return True
+
+        assert _created(create), f"{key} exists with another body"
 
     with ThreadPoolExecutor(THREADS) as pool:
         list(pool.map(put, markers))
@@ -58,7 +86,8 @@ def put_segments(
     def put(item: tuple[int, int]) -> None:
         first, last = item
         bodies = [json.loads(marker(b).encode()[0]) for b in range(first, last + 1)]
-        assert folder.put_segment(Segment.of(app_id, first, last, bodies)), f"segment {first}..{last} exists"
+        segment = Segment.of(app_id, first, last, bodies)
+        assert _created(lambda: folder.put_segment(segment)), f"segment {first}..{last} exists"
 
     with ThreadPoolExecutor(THREADS) as pool:
         list(pool.map(put, ranges))
