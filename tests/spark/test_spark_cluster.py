@@ -171,10 +171,8 @@ def _kafka_left(p: Any) -> list[str]:
 
 def _s3_left(p: Any) -> list[str]:
     """Incomplete uploads under the prefix, and upload intents (``_eosink/<app>/uploads/``) still there."""
-    client = p.harness().client()
-    keys = [str(o["Key"]) for o in client.list_objects_v2(Bucket=BUCKET, Prefix=f"{p.prefix}/_eosink/").get(
-        "Contents", []
-    )]  # fmt: skip
+    pages = p.harness().client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"{p.prefix}/_eosink/")
+    keys = [str(o["Key"]) for page in pages for o in page.get("Contents", [])]
     return [*p.uploads(), *(k for k in keys if "/uploads/" in k)]
 
 
