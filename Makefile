@@ -261,9 +261,10 @@ test-spark-cluster: venv java tools
 
 # S3 and Delta on a private four-node MinIO: Spark pipelines (checkpoint on s3a:// through the balancer) whose
 # commit loses a node, or a reply, at CompleteMultipartUpload, the commit marker's PUT or the Delta log entry's PUT,
-# under each strategy; S3 read with pyarrow, Delta with DuckDB. Part of test-full.
+# under each strategy; S3 read with pyarrow, Delta with DuckDB; and the S3 sink's own cluster cases (recovery
+# through a node that was down when an upload was created). Part of test-full.
 test-minio-cluster: venv java tools
-	@$(PYTEST) tests/spark/test_minio_cluster_pipeline.py -q --durations=10
+	@$(PYTEST) tests/connectors/s3/test_s3_cluster.py tests/spark/test_minio_cluster_pipeline.py -q --durations=10
 
 # HDFS HA (name service ns1, two NameNodes behind fault proxies): the cluster's own failovers; the sink's commit
 # whose deciding rename's reply is lost as the active NameNode dies; Spark pipelines (checkpoint on hdfs://ns1)

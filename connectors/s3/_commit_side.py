@@ -32,13 +32,15 @@ What each does (``ctl`` is ``<prefix>/_eosink/<app-dir>/``)::
                            name) exists -> COMMITTED (its SHA-256 told apart from ours after a lost
                            reply, for the log); else every object either still has its upload
                            (ListParts) or exists (HEAD) -> PREPARED; else ABORTED
-    recover(app_id)        the incomplete uploads of each intent's key (ctl/uploads/, written by the
-                           attempt before it created the upload; ListMultipartUploads with the whole
-                           key as prefix), and those ListMultipartUploads under the prefix shows
-                           with the app_id's hash in their names; each confirmed with ListParts,
-                           grouped into one committable per attempt (what is in flight or left by
-                           failed attempts, not the history). A node of a MinIO cluster lists only
-                           the uploads it knows of itself: the intents are what finds the rest
+    recover(app_id)        the incomplete uploads the intents name (ctl/uploads/, written by the
+                           attempt before it created the upload and again with the upload's id:
+                           ListParts of that upload; an intent without an id: ListMultipartUploads
+                           with the whole key as prefix), and those ListMultipartUploads under the
+                           prefix shows with the app_id's hash in their names, each confirmed with
+                           ListParts; grouped into one committable per attempt (what is in flight
+                           or left by failed attempts, not the history). A node of a MinIO cluster
+                           lists uploads from one drive of its own, missing those created while it
+                           was down: the intents' ids are what finds the rest (``_intents``)
     fetch_last_bundle      the newest marker: one LIST page of ctl/commits/ (at most about 1.5 S
                            markers are left unfolded; from the last marker seen, in a process that
                            saw one), then one GET; the newest segment only when commits/ is empty
@@ -61,6 +63,7 @@ from typing import Any
 from eosink import faults
 from eosink.connectors.s3._base import _S3Base
 from eosink.connectors.s3._fold import Folder
+from eosink.connectors.s3._intents import decode_intent
 from eosink.connectors.s3._layout import Layout, app_hash, parse_object_name
 from eosink.connectors.s3._listing import first_numbered, list_all, list_page, newest_numbered
 from eosink.connectors.s3._markers import SHA_META, CommitMarker, MarkedObject
@@ -458,9 +461,10 @@ class _CommitSide(_S3Base):
         return sorted(out, key=lambda c: (c.batch.batch_id, c.id))
 
     def _intended_uploads(self, app_id: str) -> dict[tuple[str, str], dict[str, Any]]:
-        """The incomplete uploads the app_id's intents name (``Layout.intents``), by (key, upload id): each
-        intent's key asked with ``uploads_of_key``. An intent of a batch older than the newest this process knows
-        committed whose upload is gone is deleted: its attempt is over."""
+        """The incomplete uploads the app_id's intents name (``Layout.intents``), by (key, upload id): the upload
+        an intent names asked with ``ListParts`` (``open_uploads``), an intent without one by its key
+        (``uploads_of_key``). An intent of a batch older than the newest this process knows committed whose
+        upload is gone is deleted: its attempt is over."""
         out: dict[tuple[str, str], dict[str, Any]] = {}
         newest = self._newest.get(app_id)
         done: list[str] = []
@@ -468,11 +472,14 @@ class _CommitSide(_S3Base):
             found = self._get(intent)
             if found is None:  # deleted since the listing
                 continue
-            key = found[0].decode("utf-8")
+            key, upload_id = decode_intent(found[0])
             name = parse_object_name(key)
             if name is None or name.app16 != app_hash(app_id) or not name.transactional:
                 continue
-            open_ = uploads_of_key(self._s3, self.config.bucket, key)
+            if upload_id is None:
+                open_ = uploads_of_key(self._s3, self.config.bucket, key)
+            else:
+                open_ = open_uploads(self._s3, self.config.bucket, [{"Key": key, "UploadId": upload_id}])
             out.update({(u["Key"], u["UploadId"]): u for u in open_})
             if not open_ and newest is not None and name.batch_id < newest:
                 done.append(intent)

@@ -37,6 +37,7 @@ from eosink.connectors.s3._encode import (
     extension,
     schema_json,
 )
+from eosink.connectors.s3._intents import encode_intent
 from eosink.connectors.s3._layout import (
     app_hash,
     attempt_token,
@@ -196,19 +197,21 @@ class _WriteSide(_S3Base):
         )
         txn.seq += 1
         intent = functools.partial(self._record_intent, task.batch.app_id) if task.transactional else None
-        writer = PartWriter(self.config, self._s3, key, create_client=self._s3_once, before_create=intent)
+        writer = PartWriter(
+            self.config, self._s3, key, create_client=self._s3_once, before_create=intent, after_create=intent
+        )
         writer.record.partition = dict(txn.partitions.get(folder, {}))
         assert txn.data_schema is not None
         encoder = txn.open[folder] = ObjectEncoder(self.config, writer, txn.data_schema)
         return encoder
 
-    def _record_intent(self, app_id: str, key: str) -> None:
-        """PUT the intent of the upload of ``key`` (its body is the key) before the upload exists: whatever
-        happens to the attempt next, recovery finds the upload from it (``Layout.intents``)."""
+    def _record_intent(self, app_id: str, key: str, upload_id: str | None = None) -> None:
+        """PUT the intent of the upload of ``key`` before the upload exists, and again with its id once it does:
+        whatever happens to the attempt next, recovery finds the upload from it (``_intents``)."""
         self._s3.put_object(
             Bucket=self.config.bucket,
             Key=self.layout.intent_key(app_id, key),
-            Body=key.encode("utf-8"),
+            Body=encode_intent(key, upload_id),
             ContentType="text/plain",
             **self.config.sse_args(),
         )

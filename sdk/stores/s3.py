@@ -245,9 +245,9 @@ def open_uploads(s3: Any, bucket: str, listed: list[dict[str, Any]]) -> list[dic
 def uploads_of_key(s3: Any, bucket: str, key: str) -> list[dict[str, Any]]:
     """The incomplete uploads of exactly ``key`` that the store still has (:func:`open_uploads`).
 
-    ``ListMultipartUploads`` with the key as its prefix: AWS lists the uploads of keys under a prefix, and a
-    MinIO node lists the uploads of a whole key from the erasure set, whichever node is asked (without a
-    prefix it answers only for the uploads it knows of itself)."""
+    ``ListMultipartUploads`` with the key as its prefix: AWS lists the uploads of keys under a prefix; a MinIO
+    node lists those of a whole key from one drive of its own, so it misses an upload created while it was
+    down (a caller that knows the upload id asks ``ListParts`` instead, as :func:`open_uploads` does)."""
     args: dict[str, Any] = {"Bucket": bucket, "Prefix": key}
     found: list[dict[str, Any]] = []
     while True:

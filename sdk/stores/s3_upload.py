@@ -90,6 +90,7 @@ class PartWriter(WriteOnlyFile):
         *,
         create_client: Any = None,
         before_create: Callable[[str], None] | None = None,
+        after_create: Callable[[str, str], None] | None = None,
     ) -> None:
         self.config = config
         self.client = client
@@ -98,6 +99,8 @@ class PartWriter(WriteOnlyFile):
         leave a second upload of the key behind."""
         self.before_create = before_create
         """Called with the key before its upload is created (the S3 sink records its intent there)."""
+        self.after_create = after_create
+        """Called with the key and its upload id once the upload exists (the S3 sink adds the id to the intent)."""
         self.record = ObjectRecord(key)
         self._buffer = bytearray()
         self._written = 0
@@ -145,6 +148,8 @@ class PartWriter(WriteOnlyFile):
                 Bucket=self.config.bucket, Key=self.record.key, **self.config.sse_args()
             )
         self.record.upload_id = str(reply["UploadId"])
+        if self.after_create is not None:
+            self.after_create(self.record.key, self.record.upload_id)
 
     def _upload_part(self, chunk: bytes) -> None:
         if self.record.upload_id is None:

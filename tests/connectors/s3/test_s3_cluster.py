@@ -16,11 +16,13 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from eosink.connectors.s3 import S3Config, S3Sink
 from eosink.connectors.s3.audit import StoreReader, canonical
 from eosink.connectors.s3.testing import S3Harness
+from eosink.contract import BatchRef, TaskRef
 from eosink.contracts._mini import VARIANTS, MemoryBatch, PatientDriver, batches_for
 from eosink.services.minio_cluster import MinioCluster
 
@@ -109,4 +111,42 @@ def test_a_node_killed_at_complete_multipart_upload_under_2pc_is_exact(
     verdict = reader.verdict(_expected(work))
     assert not verdict.problems, verdict
     assert verdict.rows == verdict.listed == sum(len(b.rows) for b in work), verdict
+    assert cluster.incomplete_uploads(config.bucket, config.prefix) == []
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("intent", ["with its upload id", "key only (negative control)"])
+def test_recovery_asked_through_a_node_that_was_down_finds_the_upload_created_meanwhile(
+    cluster: MinioCluster, config: S3Config, intent: str
+) -> None:
+    """A 2pc attempt prepared (its upload incomplete) while node 2 was down; node 2 started again; recover() asked
+    through node 2 alone. Pass: the intent names the upload's id, and recovery finds the attempt from it (node 2
+    lists uploads from one drive of its own, which never saw this one). Negative control: the intent stripped
+    to its key, as one whose writer died before adding the id; recovery through node 2 must then miss it,
+    or the case shows nothing."""
+    node = 2
+    cluster.kill(node)
+    sink = S3Sink(config)
+    sink.setup(APP)
+    batch = BatchRef(APP, 0)
+    epoch = sink.fence(APP)
+    txn = sink.begin(TaskRef(batch, epoch, 0, "a0", strategy="2pc"))
+    sink.write(txn, pa.record_batch({"id": [1, 2, 3]}))
+    committable = sink.pre_commit(txn)
+    (key,) = (o["key"] for o in committable.payload["objects"])
+    intent_key = sink.layout.intent_key(APP, key)
+    admin = S3Harness(config.bucket, endpoint=cluster.endpoint).client()
+    recorded = admin.get_object(Bucket=config.bucket, Key=intent_key)["Body"].read()
+    assert recorded == f"{key}\n{committable.payload['objects'][0]['upload_id']}".encode(), recorded
+    if intent != "with its upload id":
+        admin.put_object(Bucket=config.bucket, Key=intent_key, Body=key.encode("utf-8"))
+    cluster.start_node(node)
+
+    through_node = S3Sink(S3Harness(config.bucket, endpoint=cluster.direct_endpoint(node)).config(config.prefix))
+    found = [c.id for c in through_node.recover(APP)]
+    if intent == "with its upload id":
+        assert found == [committable.id]
+    else:
+        assert found == [], "node 2 listed the upload: this case no longer shows what the intent's id is for"
+    sink.abort([committable])
     assert cluster.incomplete_uploads(config.bucket, config.prefix) == []
