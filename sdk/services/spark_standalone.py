@@ -42,6 +42,7 @@ EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 """The main class of an executor's JVM, as its command line names it."""
 _MASTER = "Spark master"
 _FIX = "look at the log named above; the machine needs Java 17+ and about 1 GB of free memory per process."
+_PAGE_TIMEOUT_S = 10.0  # how long the master's JSON page may answer nothing that parses
 
 
 def spark_home() -> Path:
@@ -170,10 +171,36 @@ class SparkStandalone:
     def state(self) -> dict[str, Any]:
         """The master's JSON page: ``workers`` (each with ``host``, ``port``, ``state``, ``coresused``),
         ``activeapps``, ``completedapps``, ``aliveworkers``."""
-        url = f"http://127.0.0.1:{self.master_webui_port}/json/"
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            found: dict[str, Any] = json.load(reply)
-        return found
+        found: list[dict[str, Any]] = []
+
+        def read() -> bool:
+            page = self._json_page()
+            if page is not None:
+                found.append(page)
+            return page is not None
+
+        if not poll(read, _PAGE_TIMEOUT_S, max_interval_s=0.2):
+            raise ServiceError(
+                f"the Spark master's JSON page ({self._json_url}) answered nothing that parses for "
+                f"{_PAGE_TIMEOUT_S:.0f} s. Last lines of its log:\n{log_tail(self.master_log)}",
+                _FIX,
+            )
+        return found[0]
+
+    @property
+    def _json_url(self) -> str:
+        return f"http://127.0.0.1:{self.master_webui_port}/json/"
+
+    def _json_page(self) -> dict[str, Any] | None:
+        """The master's JSON page, or None while its web UI answers an empty or partial body (it does so for a
+        moment as it starts, and while it is busy)."""
+        with urllib.request.urlopen(self._json_url, timeout=10) as reply:
+            body = reply.read()
+        try:
+            page = json.loads(body)
+        except ValueError:
+            return None
+        return page if isinstance(page, dict) else None
 
     def worker_states(self) -> dict[int, str]:
         """Each worker's state as the master last recorded it (ALIVE, DEAD, DECOMMISSIONED, ...): the newest
@@ -350,9 +377,10 @@ class SparkStandalone:
 
     def _master_alive(self) -> bool:
         try:
-            return self.state().get("status") == "ALIVE"
+            page = self._json_page()
         except OSError:
             return False
+        return page is not None and page.get("status") == "ALIVE"
 
     def _stop_worker(self, worker: SparkWorker, *, crash: bool) -> None:
         """Stop a worker's whole session (its executors and their Python workers sit in process groups of their
