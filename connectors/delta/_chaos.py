@@ -7,9 +7,10 @@ writing a Delta table at ``s3://eosink-chaos/<table>``; Spark's own Delta writer
 sits in front of the server and cuts the reply of the PUT that creates the log's next entry.
 
 The reader polls the table as other engines read it (:mod:`eosink.connectors.delta.readers`), in
-turn: ``deltalake`` and DuckDB's delta extension, and, with ``EOSINK_CHAOS_SPARK_READER=1`` (``make
-chaos SINK=delta``), Spark with delta-spark in a process of its own. Every engine sees one snapshot of
-the log, so every strategy is atomic: idempotent batches too commit as one MERGE.
+turn: ``deltalake`` and DuckDB's delta extension (in a worker process, :mod:`._chaos_reads` says why), and,
+with ``EOSINK_CHAOS_SPARK_READER=1`` (``make chaos SINK=delta``), Spark with delta-spark in a process of its own.
+Every engine sees one snapshot of the log, so every strategy is atomic: idempotent batches too commit as one
+MERGE.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from eosink.chaos.minio import BUCKET, DIRECT_VAR, MinioSide
 from eosink.chaos.oracle import Row
 from eosink.chaos.target import Names, Snapshot, oracle_rows
+from eosink.connectors.delta._chaos_reads import ReadsProcess
 from eosink.services.spark_jars import DELTA_SPARK_CONF
 
 __all__ = ["DeltaChaosTarget"]
@@ -42,6 +44,7 @@ class DeltaChaosTarget(MinioSide):
         super().__init__(root, "eosink-chaos-delta-")
         self.spark_reader = os.environ.get(SPARK_READER_VAR) == "1"
         self._spark: Any = None
+        self._reads = ReadsProcess()
 
     def atomic(self, strategy: str) -> bool:
         return True  # one commit per batch, idempotent too (a MERGE): every Delta reader sees it whole or not
@@ -52,48 +55,26 @@ class DeltaChaosTarget(MinioSide):
         return DeltaConfig.on_endpoint(f"s3://{BUCKET}/{table}", self.server.endpoint)
 
     def read_rows(self, names: Names) -> list[Row]:
-        from eosink.connectors.delta.readers import DeltaLakeReader
-
-        table = DeltaLakeReader(self._delta(names.table)).table(COLUMNS)
-        return oracle_rows(table.to_pylist() if table is not None else [])
+        return oracle_rows(self._reads.rows(self._delta(names.table), COLUMNS))
 
     def snapshotter(self, names: Names) -> Callable[[], Snapshot | None]:
         """A poll function: each poll reads the table with the next engine in turn (a pending Spark snapshot
-        first); None while the server is down (it is restarted on purpose)."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        from eosink.connectors.delta.readers import (
-            CommittedBatches,
-            DeltaLakeReader,
-            DuckDBReader,
-            SparkReader,
-        )
-        from eosink.errors import EosinkError
+        first), deltalake and DuckDB in the reads' process (:mod:`~eosink.connectors.delta._chaos_reads`); None
+        while the server is down (it is restarted on purpose)."""
+        from eosink.connectors.delta.readers import SparkReader
 
         config = self._delta(names.table)
-        batches = CommittedBatches(config, names.app_id)
-        engines: list[DeltaLakeReader | DuckDBReader] = [DeltaLakeReader(config), DuckDBReader(config)]
         self._stop_spark()
         if self.spark_reader:
             log = self.root / f"spark-reader-{names.table}.log"
             self._spark = SparkReader(config, names.app_id).start(self.server.endpoint.env(), log)
-        turn = [0]
 
         def poll() -> Snapshot | None:
             spark = self._spark.latest() if self._spark is not None else None
             if spark is not None:
                 return Snapshot(spark.rows_per_batch, spark.bundles, spark.reader)
-            engine = engines[turn[0] % len(engines)]
-            turn[0] += 1
-            try:
-                snap = engine.snapshot(batches)
-            except (BotoCoreError, ClientError, EosinkError, OSError):
-                return None
-            except Exception as exc:  # deltalake's and DuckDB's errors while the store is down or restarting
-                if _store_down(exc):
-                    return None
-                raise
-            return Snapshot(snap.rows_per_batch, snap.bundles, snap.reader)
+            snap = self._reads.snapshot(config, names.app_id)
+            return None if snap is None else Snapshot(snap.rows_per_batch, snap.bundles, snap.reader)
 
         return poll
 
@@ -119,10 +100,12 @@ class DeltaChaosTarget(MinioSide):
 
     def drop(self, names: Names) -> None:
         self._stop_spark()
+        self._reads.forget(self._delta(names.table), names.app_id)
         self.empty(names.table)
 
     def close(self) -> None:
         self._stop_spark()
+        self._reads.close()
         super().close()
 
     # -- the job's side ----------------------------------------------------------------------
@@ -150,10 +133,3 @@ class DeltaChaosTarget(MinioSide):
             df.write.format("delta").mode("append").options(**options).save(target)
 
         return write
-
-
-def _store_down(exc: Exception) -> bool:
-    """Whether a reader's error is the store being unreachable (restarted on purpose), not a wrong read."""
-    text = f"{type(exc).__name__}: {exc}".lower()
-    words = ("connection refused", "connect", "timed out", "timeout", "broken pipe", "reset by peer", "io error")
-    return any(word in text for word in words)
