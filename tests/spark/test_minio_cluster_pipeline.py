@@ -124,16 +124,25 @@ def _delta_records(config: Any, app_id: str) -> tuple[list[int], list[str]]:
     return committed_batches(config, app_id), [w.id for a in apps for w in a.in_doubt]
 
 
-def delta_records(config: Any, app_id: str) -> tuple[list[int], list[str]]:
+def delta_records(config: Any, app_id: str, *, tries: int = 3) -> tuple[list[int], list[str]]:
     """The batches the table's log holds eosink commits of, and the work eosink's admin finds in doubt, read with
-    delta-rs in a fresh process: in this one, delta-rs timed out (180 s, "error sending request") reaching the
-    store through the harness's proxies and balancer, which are threads of this process, while a fresh process
-    read the same table through each of them at once."""
+    delta-rs in a fresh process: delta-rs keeps the GIL while it waits on the store, whose proxies and balancer
+    are threads of this process (eosink.connectors.delta._chaos_reads). A read that delta-rs does not finish
+    within the table's read timeout (TransientError) is asked again, ``tries`` times in all, each in a process of
+    its own: right after a NameNode failover, delta-rs's HDFS client sometimes never answers one."""
     import concurrent.futures
     import multiprocessing
 
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_delta_records, config, app_id).result(timeout=300)
+    from eosink.errors import TransientError
+
+    for attempt in range(1, tries + 1):
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            try:
+                return pool.submit(_delta_records, config, app_id).result(timeout=300)
+            except TransientError:
+                if attempt == tries:
+                    raise
+    raise AssertionError("unreachable")
 
 
 def _duckdb_rows(p: DeltaClusterPipeline) -> Callable[[], Counter[tuple[Any, ...]]]:
