@@ -11,6 +11,7 @@ seen committed).
 from __future__ import annotations
 
 import multiprocessing
+import sys
 from typing import Any
 
 from eosink.connectors.delta.config import DeltaConfig
@@ -24,7 +25,8 @@ _OPEN: dict[tuple[str, str], _Readers] = {}
 
 
 def _snapshot(config: DeltaConfig, app_id: str) -> ReadSnapshot | None:
-    """One poll in the worker, by the next engine in turn; None while the store is down (restarted on purpose)."""
+    """One poll in the worker, by the next engine in turn; None when the store cannot be read now (see
+    :func:`unreadable_now`), noted on stderr."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from eosink.errors import EosinkError
@@ -37,12 +39,18 @@ def _snapshot(config: DeltaConfig, app_id: str) -> ReadSnapshot | None:
     turn[0] += 1
     try:
         return engine.snapshot(batches)
-    except (BotoCoreError, ClientError, EosinkError, OSError):
+    except (BotoCoreError, ClientError, EosinkError, OSError) as exc:
+        _skipped(engine.name, exc)
         return None
-    except Exception as exc:  # deltalake's and DuckDB's own errors: only the store being down is expected
-        if store_down(exc):
+    except Exception as exc:  # deltalake's and DuckDB's own errors: only the store's state now is expected
+        if unreadable_now(exc):
+            _skipped(engine.name, exc)
             return None
         raise RuntimeError(f"{engine.name} failed reading {config.table}: {type(exc).__name__}: {exc}") from None
+
+
+def _skipped(engine: str, exc: Exception) -> None:
+    print(f"chaos reader: {engine} skipped a read: {type(exc).__name__}: {str(exc)[:300]}", file=sys.stderr)
 
 
 def _forget(table: str, app_id: str) -> None:
@@ -96,8 +104,12 @@ class ReadsProcess:
             raise TimeoutError(f"a Delta read in the chaos reader process took over {self.timeout_s:g} s") from None
 
 
-def store_down(exc: Exception) -> bool:
-    """Whether a reader's error is the store being unreachable (restarted on purpose), not a wrong read."""
+def unreadable_now(exc: Exception) -> bool:
+    """Whether a reader's error is the store's state at the moment, not a wrong read: a node down or restarting
+    (on purpose), or a MinIO node listing a log entry that a read through the others does not find (a node lists
+    from drives of its own, which may hold the start of a PUT that failed or has not finished; pyarrow's S3
+    reader gets FileNotFoundError there, an OSError). A log entry that truly vanished fails the schedule's final
+    read, which is not guarded, and shows in later polls as vanished rows."""
     text = f"{type(exc).__name__}: {exc}".lower()
     words = ("connection refused", "connect", "timed out", "timeout", "broken pipe", "reset by peer", "io error")
-    return any(word in text for word in words)
+    return any(word in text for word in words) or "file not found" in text or "notfound" in text
