@@ -30,7 +30,7 @@ from typing import Any
 from eosink._audit import ReadVerdict, keyed, tally
 from eosink._polling import BackgroundPoll
 
-__all__ = ["HdfsVerdict", "WebHdfsReader", "canonical"]
+__all__ = ["HdfsVerdict", "WebHdfsReader", "canonical", "webhdfs_get"]
 
 _BUNDLE_FILE = "_eosink_bundle.json"
 _BATCH_PREFIX = "eosink_batch="
@@ -68,22 +68,7 @@ class WebHdfsReader(BackgroundPoll):
     # -- WebHDFS ----------------------------------------------------------------------------------
 
     def _call(self, path: str, op: str, **params: str) -> bytes:
-        """One GET, at the first NameNode that answers it (a standby refuses with 403 StandbyException)."""
-        query = urllib.parse.urlencode({"op": op, "user.name": self._user, **params})
-        failures: list[str] = []
-        for base in self._bases:
-            url = f"{base}{urllib.parse.quote(path)}?{query}"
-            try:
-                with urllib.request.urlopen(url, timeout=30) as reply:
-                    return bytes(reply.read())
-            except urllib.error.HTTPError as exc:
-                body = exc.read().decode("utf-8", "replace")
-                if exc.code == 404 and "FileNotFoundException" in body:
-                    raise FileNotFoundError(path) from None
-                failures.append(f"{base}: {exc.code} {body[:200]}")
-            except OSError as exc:  # a NameNode down or failing over: the next one
-                failures.append(f"{base}: {exc}")
-        raise OSError(f"WebHDFS {op} {path}: no NameNode answered ({'; '.join(failures)})")
+        return webhdfs_get(self._bases, path, op, user=self._user, **params)
 
     def _list(self, path: str) -> list[dict[str, Any]]:
         try:
@@ -167,3 +152,24 @@ class WebHdfsReader(BackgroundPoll):
             return HdfsVerdict(
                 **tally(final, keyed(expected, key), keyed(Counter(self.seen), key)), torn=list(self.torn)
             )
+
+
+def webhdfs_get(bases: Sequence[str], path: str, op: str, *, user: str, **params: str) -> bytes:
+    """One WebHDFS GET of ``path`` (``op``: LISTSTATUS, OPEN, ...), at the first NameNode of ``bases``
+    (``http://host:port/webhdfs/v1``) that answers it: a standby refuses with 403 StandbyException, a NameNode down
+    or failing over refuses the connection. FileNotFoundError when the path is not there."""
+    query = urllib.parse.urlencode({"op": op, "user.name": user, **params})
+    failures: list[str] = []
+    for base in bases:
+        url = f"{base}{urllib.parse.quote(path)}?{query}"
+        try:
+            with urllib.request.urlopen(url, timeout=30) as reply:
+                return bytes(reply.read())
+        except urllib.error.HTTPError as exc:
+            body = exc.read().decode("utf-8", "replace")
+            if exc.code == 404 and "FileNotFoundException" in body:
+                raise FileNotFoundError(path) from None
+            failures.append(f"{base}: {exc.code} {body[:200]}")
+        except OSError as exc:  # a NameNode down or failing over: the next one
+            failures.append(f"{base}: {exc}")
+    raise OSError(f"WebHDFS {op} {path}: no NameNode answered ({'; '.join(failures)})")

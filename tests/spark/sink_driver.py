@@ -16,7 +16,8 @@ of the reference sink:
   ``--target`` of the file system ``EOSINK_HDFS_URL``. An ``hdfs://`` checkpoint location needs
   nothing more: Spark's own Hadoop client reads it, eosink reads it through hdfs-native.
 * ``--sink delta``: :class:`~eosink.connectors.delta.DeltaSink` into the Delta table
-  ``s3://$EOSINK_TEST_S3_BUCKET/<target>`` (the store from ``EOSINK_S3_*``), created from the stream's schema.
+  ``s3://$EOSINK_TEST_S3_BUCKET/<target>`` (the store from ``EOSINK_S3_*``), created from the stream's schema;
+  a ``--target`` that is an ``hdfs://`` URI names the table itself.
 * ``--sink postgres+kafka`` (any ``+``-joined list): a fan-out (:mod:`eosink.fanout`) into each of them, each
   configured as above with the same ``--target`` and ``--namespace``, committed in the order given; its
   sinks are named after their kind (app_ids ``<app-id>.postgres``, ``<app-id>.kafka``).
@@ -140,6 +141,8 @@ def _sink(args: argparse.Namespace, kind: str) -> Any:
     if kind == "delta":
         from eosink.connectors.delta import DeltaConfig, DeltaSink
 
+        if args.target.startswith("hdfs://"):
+            return DeltaSink(DeltaConfig(args.target))
         return DeltaSink(DeltaConfig(f"s3://{os.environ['EOSINK_TEST_S3_BUCKET']}/{args.target}"))
     if kind == "hdfs":
         from eosink.connectors.hdfs import HdfsConfig, HdfsSink

@@ -13,43 +13,59 @@ an eosink error). The judge is :class:`~eosink.connectors.hdfs.audit.WebHdfsRead
 hdfs-native), polling throughout and once after: every row once, none gone after it was read, no batch torn; and
 the batch records hold every row once, one per batch of Spark's commit log, nothing left in doubt. Between tests
 the cluster is put back (the stopped NameNode started, nn0 active again).
+
+The same for a Delta table on the name service (``sink_driver.py --sink delta``, delta-rs through the NameNodes),
+judged by :class:`WebHdfsDeltaRows` (the log replayed over WebHDFS, the live files read with pyarrow) and by the
+table's own log (eosink's commits, nothing in doubt, read with delta-rs in a fresh process).
 """
 
 from __future__ import annotations
 
+import getpass
+import io
 import json
+import re
 import shlex
 import signal
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import pyarrow.parquet as pq
 import pytest
 
 from eosink._procs import is_stopped, kill_session, signal_session
+from eosink.connectors.delta import DeltaConfig
+from eosink.connectors.delta.testing import HDFS_COMMIT_REQUEST_MARKER as DELTA_HDFS_COMMIT
 from eosink.connectors.hdfs import HdfsConfig
-from eosink.connectors.hdfs.audit import canonical
+from eosink.connectors.hdfs.audit import canonical, webhdfs_get
 from eosink.connectors.hdfs.testing import COMMIT_REQUEST_MARKER
 from eosink.errors import ServiceError
 from eosink.services.hdfs_ha import HdfsHaCluster
 
 from ..connectors.hdfs.test_hdfs_ha import _reader, config, ha
-from .conftest import Pipeline, finish_with_restarts, wait_for
+from .conftest import PartialBatchReader, Pipeline, finish_with_restarts, wait_for
 from .test_hdfs_pipeline import SINK_DRIVER, HdfsPipeline
+from .test_minio_cluster_pipeline import delta_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.full, pytest.mark.timeout(900)]
 
 __all__ = ["config", "ha"]  # the connector test's fixtures: the cluster, and a fresh target with nn0 active
 
 NAMENODES_VAR = "EOSINK_TEST_HDFS_NAMENODES"
-# sink_driver.py makes its HdfsConfig from EOSINK_HDFS_URL alone: run it with the name service's NameNodes given.
+# sink_driver.py makes its HdfsConfig (DeltaConfig) from the URL alone: run it with the name service's NameNodes given.
 DRIVER_WITH_NAMENODES = f"""
 import functools, json, os, runpy, sys
+import eosink.connectors.delta as delta
 import eosink.connectors.hdfs as hdfs
-hdfs.HdfsConfig = functools.partial(hdfs.HdfsConfig, namenodes=json.loads(os.environ[{NAMENODES_VAR!r}]))
+namenodes = json.loads(os.environ[{NAMENODES_VAR!r}])
+hdfs.HdfsConfig = functools.partial(hdfs.HdfsConfig, namenodes=namenodes)
+delta.DeltaConfig = functools.partial(delta.DeltaConfig, namenodes=namenodes)
 sys.path.insert(0, {str(SINK_DRIVER.parent)!r})
 runpy.run_path({str(SINK_DRIVER)!r}, run_name="__main__")
 """
@@ -96,7 +112,18 @@ class HaPipeline(HdfsPipeline):
 def pipeline(
     tmp_path: Path, driver_java_opts: str, ha: HdfsHaCluster, config: HdfsConfig, conf_dir: Path
 ) -> Iterator[HaPipeline]:
-    p = HaPipeline(tmp_path, java_opts=driver_java_opts, cluster=ha, directory=config.path)
+    yield from _on_the_name_service(HaPipeline, tmp_path, driver_java_opts, ha, config)
+
+
+_P = TypeVar("_P", bound="HaPipeline")
+
+
+def _on_the_name_service(
+    kind: type[_P], tmp_path: Path, java_opts: str, ha: HdfsHaCluster, config: HdfsConfig
+) -> Iterator[_P]:
+    """A pipeline of ``kind`` into ``config``'s target, its checkpoint beside it on the name service; the cluster
+    put back after."""
+    p = kind(tmp_path, java_opts=java_opts, cluster=ha, directory=config.path)
     p.checkpoint_uri = f"{ha.url}{config.path}-checkpoint"
     yield p
     p.close()
@@ -141,20 +168,7 @@ def _failover_at(
     batch records are exact."""
     reader = _reader(ha, config)
     try:
-        proc = p.start(f"{point}@1:stop")
-        try:
-            wait_for(lambda: point in p.fired(), 300, f"{point} to fire")
-            wait_for(lambda: is_stopped(proc.pid), 30, "the driver to stop")
-            fail()
-            assert proc.poll() is None, "the run ended before the failover"
-            signal_session(proc.pid, signal.SIGCONT)
-            if then is not None:
-                then()
-        except BaseException:
-            kill_session(proc.pid)
-            proc.wait()
-            raise
-        finish_with_restarts(p, proc)
+        _frozen_then_failed(p, point, fail, then)
         verdict = reader.verdict(p.expected_canonical(), key=_row)
     finally:
         reader.stop()
@@ -167,6 +181,25 @@ def _failover_at(
     assert verdict.rows == sum(p.expected().values()), verdict
     p.assert_exact()
     assert not p.checkpoint.exists(), "a local checkpoint was written"
+
+
+def _frozen_then_failed(p: Pipeline, point: str, fail: Callable[[], None], then: Callable[[], None] | None) -> None:
+    """Run ``p`` with its driver frozen at ``point`` of batch 1; ``fail()`` the cluster there, thaw the driver
+    (``then()`` once it runs again), let the run finish (restarted while it stops with an eosink error)."""
+    proc = p.start(f"{point}@1:stop")
+    try:
+        wait_for(lambda: point in p.fired(), 300, f"{point} to fire")
+        wait_for(lambda: is_stopped(proc.pid), 30, "the driver to stop")
+        fail()
+        assert proc.poll() is None, "the run ended before the failover"
+        signal_session(proc.pid, signal.SIGCONT)
+        if then is not None:
+            then()
+    except BaseException:
+        kill_session(proc.pid)
+        proc.wait()
+        raise
+    finish_with_restarts(p, proc)
 
 
 def _kill_active(ha: HdfsHaCluster) -> None:
@@ -221,3 +254,135 @@ def test_the_commits_rename_reply_lost_as_the_active_namenode_dies_is_exact(
         _put_back(ha)  # before its proxy forwards again
         proxy.passthrough()
     assert len(proxy.stats.requests_cut) == 1, proxy.stats  # batch 1's rename (the kill cut the other connections)
+
+
+# -- Delta on the name service ------------------------------------------------------------------------------------
+
+
+@dataclass
+class DeltaHaPipeline(HaPipeline):
+    """A Delta table on ``hdfs://ns1`` (``sink_driver.py --sink delta``: delta-rs through the name service's
+    NameNodes), its checkpoint there too."""
+
+    def command(self, mode: str, master: str) -> list[str]:
+        argv = super().command(mode, master)
+        argv[argv.index("--sink") + 1] = "delta"
+        argv[argv.index("--target") + 1] = f"{self.cluster.url}{self.directory}"
+        return argv
+
+    def delta_config(self) -> DeltaConfig:
+        return DeltaConfig(f"{self.cluster.url}{self.directory}", namenodes=self.cluster.namenodes())
+
+    def found(self, app_id: str | None = None) -> Counter[tuple[Any, ...]]:
+        """The table's rows over WebHDFS (:class:`WebHdfsDeltaRows`; delta-rs only in a fresh process, see
+        :func:`~tests.spark.test_minio_cluster_pipeline.delta_records`)."""
+        return WebHdfsDeltaRows(self.cluster, self.directory)()
+
+    def bundles(self) -> list[int]:
+        return delta_records(self.delta_config(), self.app_id)[0]
+
+    def in_doubt(self) -> list[str]:
+        return delta_records(self.delta_config(), self.app_id)[1]
+
+
+class WebHdfsDeltaRows:
+    """The newest snapshot of a Delta table on the name service as a reader that shares no client with eosink sees
+    it: the log's JSON entries over WebHDFS (plain HTTP, at whichever NameNode answers as active), replayed into
+    the live files, each read with pyarrow; the (id, account, amount) of every row."""
+
+    def __init__(self, ha: HdfsHaCluster, path: str) -> None:
+        self._bases = [f"http://127.0.0.1:{ha.http_port(nn)}/webhdfs/v1" for nn in (0, 1)]
+        self._path = path.rstrip("/")
+        self._user = getpass.getuser()
+
+    def _get(self, path: str, op: str) -> bytes:
+        return webhdfs_get(self._bases, path, op, user=self._user)
+
+    def __call__(self) -> Counter[tuple[Any, ...]]:
+        log = f"{self._path}/_delta_log"
+        try:
+            listing = json.loads(self._get(log, "LISTSTATUS"))["FileStatuses"]["FileStatus"]
+        except FileNotFoundError:
+            return Counter()
+        names = sorted(str(f["pathSuffix"]) for f in listing)
+        assert not any("checkpoint" in n for n in names), f"a log checkpoint this reader does not read: {names}"
+        live: dict[str, None] = {}
+        for name in (n for n in names if re.fullmatch(r"\d{20}\.json", n)):
+            for line in self._get(f"{log}/{name}", "OPEN").decode("utf-8").splitlines():
+                action = json.loads(line) if line.strip() else {}
+                if "add" in action:
+                    live[urllib.parse.unquote(action["add"]["path"])] = None
+                elif "remove" in action:
+                    live.pop(urllib.parse.unquote(action["remove"]["path"]), None)
+        rows: Counter[tuple[Any, ...]] = Counter()
+        for rel in live:
+            table = pq.read_table(io.BytesIO(self._get(f"{self._path}/{rel}", "OPEN")), columns=list(COLUMNS))
+            rows.update(_row(r) for r in table.to_pylist())
+        return rows
+
+
+@pytest.fixture
+def delta_pipeline(
+    tmp_path: Path, driver_java_opts: str, ha: HdfsHaCluster, config: HdfsConfig, conf_dir: Path
+) -> Iterator[DeltaHaPipeline]:
+    yield from _on_the_name_service(DeltaHaPipeline, tmp_path, driver_java_opts, ha, config)
+
+
+def _delta_failover_at(
+    p: DeltaHaPipeline,
+    ha: HdfsHaCluster,
+    point: str,
+    fail: Callable[[], None],
+    then: Callable[[], None] | None = None,
+) -> None:
+    """:func:`_failover_at` for a Delta table, judged by :class:`WebHdfsDeltaRows` polling throughout and once
+    after: every row once, no batch in part, nothing vanished; eosink's commits one per batch of Spark's log."""
+    read = WebHdfsDeltaRows(ha, p.directory)
+    with PartialBatchReader(p.expected(), read, interval_s=0.5) as reader:
+        _frozen_then_failed(p, point, fail, then)
+    final = read()
+    assert final == p.expected(), f"lost {p.expected() - final}, duplicated {final - p.expected()}"
+    assert reader.polls > 0
+    assert reader.partial == [] and reader.problems == [], (reader.partial[:5], reader.problems)
+    p.assert_exact()
+    assert not p.checkpoint.exists(), "a local checkpoint was written"
+
+
+@pytest.mark.parametrize(("strategy", "point"), STEPS)
+def test_delta_the_active_namenode_killed_at_a_step_of_the_commit_is_exact(
+    delta_pipeline: DeltaHaPipeline, ha: HdfsHaCluster, strategy: str, point: str
+) -> None:
+    delta_pipeline.strategy = strategy
+    _delta_failover_at(delta_pipeline, ha, point, lambda: _kill_active(ha))
+
+
+@pytest.mark.xfail(
+    run=False,
+    reason="delta-rs's bundled HDFS client never answers after this failover (docs/design.md, 9. Known limits): in "
+    "the run of 2026-12-04 the 2pc case's every read of the log hung (3 fresh processes, 60 s each) and the "
+    "txid-check case's driver did not finish; run with --runxfail",
+)
+@pytest.mark.parametrize(("strategy", "point"), [("2pc", "F5"), ("txid-check", "F3")])
+def test_delta_the_log_entrys_rename_reply_lost_as_the_active_namenode_dies_is_exact(
+    delta_pipeline: DeltaHaPipeline, ha: HdfsHaCluster, strategy: str, point: str
+) -> None:
+    """Batch 1's log entry (the rename of its temporary file onto ``_delta_log/<version>.json``) reaches the active
+    NameNode and its reply is lost at that NameNode's proxy; right after, the proxy refuses the clients and the
+    NameNode is killed, the standby made active. Pass: the new active NameNode has the entry (the shared edit log),
+    the batch is found committed by its txn, and the run is exact."""
+    delta_pipeline.strategy = strategy
+    proxy = ha.proxy(0)
+
+    def kill_after_the_cut() -> None:
+        assert proxy.wait_for_cut(240), "the log entry's rename never reached the active NameNode"
+        proxy.refuse()
+        _kill_active(ha)
+
+    try:
+        _delta_failover_at(
+            delta_pipeline, ha, point, lambda: proxy.cut_after_request(DELTA_HDFS_COMMIT), kill_after_the_cut
+        )
+    finally:
+        _put_back(ha)
+        proxy.passthrough()
+    assert len(proxy.stats.requests_cut) == 1, proxy.stats
