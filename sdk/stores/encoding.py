@@ -4,6 +4,9 @@
 HDFS file, a Delta data file). Record batches wait in memory until ``row_group_rows`` rows or
 ``row_group_bytes`` bytes have gathered, then become one row group: Spark hands Arrow batches of
 about 10,000 rows, and a row group per batch would make files slow to read and poorly compressed.
+Dictionary encoding is chosen per column from the first row group (:func:`dictionary_columns`): a column
+of mostly distinct values (ids, amounts, timestamps) is written plain, since building its dictionary
+costs about half of the encode and the file comes out larger.
 
 :func:`json_lines` and :func:`check_record_sizes` refuse a row with a clear BadRecordError before
 any of its batch is written: NaN or infinity (which JSON cannot hold) and rows over the limit.
@@ -23,10 +26,46 @@ import pyarrow.compute as pc
 
 from eosink.errors import BadRecordError
 
-__all__ = ["DEFAULT_ROW_GROUP_BYTES", "ParquetStream", "WriteOnlyFile", "check_record_sizes", "json_lines"]
+__all__ = [
+    "DEFAULT_ROW_GROUP_BYTES",
+    "ParquetStream",
+    "WriteOnlyFile",
+    "check_record_sizes",
+    "dictionary_columns",
+    "json_lines",
+]
 
 DEFAULT_ROW_GROUP_BYTES = 64 << 20
 """Bytes (as Arrow holds them) a row group gathers in memory at most, by default."""
+DICTIONARY_SAMPLE_ROWS = 65_536
+"""Rows of the first row group whose distinct values decide a column's dictionary encoding."""
+DICTIONARY_MAX_DISTINCT = 0.5
+"""A column whose sample is more distinct than this share is written without a dictionary."""
+
+
+def dictionary_columns(table: pa.Table) -> bool | list[str]:
+    """The columns worth a Parquet dictionary, judged on ``table``'s first rows: ``pyarrow.parquet``'s
+    ``use_dictionary``.
+
+    A column repeats enough values when its sample's distinct count is at most
+    :data:`DICTIONARY_MAX_DISTINCT` of the sample. Nested columns, and any column whose distinct values
+    cannot be counted, keep the default (every column with a dictionary: ``True``).
+    """
+    sample = table.slice(0, DICTIONARY_SAMPLE_ROWS)
+    if sample.num_rows == 0 or any(pa.types.is_nested(f.type) for f in table.schema):
+        return True
+    chosen = []
+    for name, column in zip(table.column_names, sample.columns, strict=True):
+        if pa.types.is_dictionary(column.type):
+            chosen.append(name)
+            continue
+        try:
+            distinct = pc.count_distinct(column, mode="all").as_py()
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return True
+        if distinct <= DICTIONARY_MAX_DISTINCT * sample.num_rows:
+            chosen.append(name)
+    return chosen
 
 
 class WriteOnlyFile:
@@ -59,8 +98,6 @@ class ParquetStream:
         row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
         on_rows: Callable[[pa.Table], None] | None = None,
     ) -> None:
-        import pyarrow.parquet as pq
-
         self.schema = schema
         self.rows = 0
         self.row_group_rows = row_group_rows
@@ -70,7 +107,9 @@ class ParquetStream:
         self._pending_bytes = 0
         self._pending_rows = 0
         codec = None if compression in (None, "none") else compression
-        self._writer = pq.ParquetWriter(out, schema, compression=codec, compression_level=compression_level)
+        self._options: dict[str, Any] = {"compression": codec, "compression_level": compression_level}
+        self._out = out
+        self._writer: Any = None  # a ParquetWriter, opened at the first row group (its rows choose dictionaries)
 
     @property
     def pending_bytes(self) -> int:
@@ -93,14 +132,23 @@ class ParquetStream:
         if not self._pending:
             return
         table = pa.Table.from_batches(self._pending, self.schema)
+        if self._writer is None:
+            self._writer = self._open(dictionary_columns(table))
         self._writer.write_table(table, row_group_size=self._pending_rows)
         if self.on_rows is not None:
             self.on_rows(table)
         self._pending, self._pending_bytes, self._pending_rows = [], 0, 0
 
+    def _open(self, use_dictionary: bool | list[str]) -> Any:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetWriter(self._out, self.schema, use_dictionary=use_dictionary, **self._options)
+
     def close(self) -> None:
         """Write the last row group and the footer (``out`` itself stays open)."""
         self.flush()
+        if self._writer is None:
+            self._writer = self._open(True)
         self._writer.close()
 
     def discard(self) -> None:

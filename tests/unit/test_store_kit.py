@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eosink.errors import BadRecordError, SchemaError
-from eosink.stores.encoding import ParquetStream, json_lines
+from eosink.stores.encoding import ParquetStream, dictionary_columns, json_lines
 from eosink.stores.partitions import DEFAULT_PARTITION, check_column_name, folder, groups, unescape
 
 
@@ -71,6 +71,42 @@ def test_parquet_row_groups_gather_small_batches_up_to_the_row_and_byte_bounds()
         stream.write(batch)
     stream.close()
     assert pq.ParquetFile(io.BytesIO(small.getvalue())).metadata.num_row_groups == 4
+
+
+def _encodings(data: bytes) -> dict[str, bool]:
+    """Per column of the first row group: whether it is dictionary-encoded."""
+    group = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0)
+    return {
+        group.column(i).path_in_schema: "RLE_DICTIONARY" in group.column(i).encodings for i in range(group.num_columns)
+    }
+
+
+def test_parquet_dictionaries_only_for_columns_that_repeat_their_values() -> None:
+    """Distinct ids and amounts are written plain (a dictionary costs time and bytes there); a column of few
+    names, and a constant one, get a dictionary. Every value reads back. A nested column keeps pyarrow's
+    default (a dictionary everywhere)."""
+    n = 20_000
+    table = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "amount": pa.array([decimal.Decimal(i) / 100 for i in range(n)], pa.decimal128(12, 2)),
+            "name": pa.array([f"customer-{i % 50}" for i in range(n)]),
+            "region": pa.array([7] * n, pa.int32()),
+        }
+    )
+    assert dictionary_columns(table) == ["name", "region"]
+    out = io.BytesIO()
+    stream = ParquetStream(out, table.schema)
+    stream.write(table)
+    stream.close()
+    assert _encodings(out.getvalue()) == {"id": False, "amount": False, "name": True, "region": True}
+    assert pq.read_table(io.BytesIO(out.getvalue())).equals(table)
+
+    nested = table.append_column("tags", pa.array([[i % 3] for i in range(n)], pa.list_(pa.int64())))
+    assert dictionary_columns(nested) is True
+    empty = io.BytesIO()
+    ParquetStream(empty, table.schema).close()
+    assert pq.read_table(io.BytesIO(empty.getvalue())).num_rows == 0
 
 
 def test_json_lines_are_the_documented_bytes_for_every_type() -> None:
