@@ -108,8 +108,11 @@ def unreadable_now(exc: Exception) -> bool:
     """Whether a reader's error is the store's state at the moment, not a wrong read: a node down or restarting
     (on purpose), or a MinIO node listing a log entry that a read through the others does not find (a node lists
     from drives of its own, which may hold the start of a PUT that failed or has not finished; pyarrow's S3
-    reader gets FileNotFoundError there, an OSError). A log entry that truly vanished fails the schedule's final
-    read, which is not guarded, and shows in later polls as vanished rows."""
+    reader gets FileNotFoundError there, an OSError), or a data file answered ``NoSuchKey`` through a node that had
+    just been started again (no eosink request deletes a file the log names: delta-rs names its merges' and
+    compactions' files, eosink deletes only its own prepared ones). A log entry or file that truly vanished fails
+    the schedule's final read, which is not guarded, and shows in later polls as vanished rows."""
     text = f"{type(exc).__name__}: {exc}".lower()
     words = ("connection refused", "connect", "timed out", "timeout", "broken pipe", "reset by peer", "io error")
-    return any(word in text for word in words) or "file not found" in text or "notfound" in text
+    missing = ("file not found", "notfound", "nosuchkey")
+    return any(word in text for word in (*words, *missing))

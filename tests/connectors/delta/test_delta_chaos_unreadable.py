@@ -15,6 +15,9 @@ from eosink.connectors.delta._chaos_reads import unreadable_now
         "IO Error: Connection refused (os error 111)",
         "Kernel error: File not found: t/_delta_log/00000000000000000008.json",
         "Object at location t/_delta_log/00000000000000000008.json not found: NotFound",
+        "Parquet error: Failed to fetch metadata for file t/part-00000-1eee-c000.snappy.parquet: Object Store error: "
+        "Object at location t/part-00000-1eee-c000.snappy.parquet not found: Error performing GET "
+        "http://127.0.0.1:1/b/t/part-00000-1eee-c000.snappy.parquet: 404 Not Found: <Code>NoSuchKey</Code>",
     ],
 )
 def test_the_store_down_or_listing_ahead_of_its_reads_skips_the_poll(message: str) -> None:
