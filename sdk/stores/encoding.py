@@ -18,6 +18,7 @@ import base64
 import datetime as dt
 import decimal
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -110,11 +111,12 @@ class ParquetStream:
         self._options: dict[str, Any] = {"compression": codec, "compression_level": compression_level}
         self._out = out
         self._writer: Any = None  # a ParquetWriter, opened at the first row group (its rows choose dictionaries)
+        self._encoding: _Encoding | None = None
 
     @property
     def pending_bytes(self) -> int:
-        """Bytes of the row group in waiting."""
-        return self._pending_bytes
+        """Bytes (as Arrow holds them) of the rows in waiting and of the row group being encoded."""
+        return self._pending_bytes + (self._encoding.bytes if self._encoding is not None else 0)
 
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
         """Add rows; a row group is written once enough have gathered."""
@@ -128,16 +130,32 @@ class ParquetStream:
             self.flush()
 
     def flush(self) -> None:
-        """Write the rows in waiting as one row group."""
+        """Write the rows in waiting as one row group: encoded on a thread of its own while the caller goes on
+        gathering rows, once the row group before it is written (its error, if any, is raised here)."""
+        self._hand_over(background=True)
+
+    def _hand_over(self, *, background: bool) -> None:
+        self._wait()
         if not self._pending:
             return
         table = pa.Table.from_batches(self._pending, self.schema)
+        self._pending, self._pending_bytes, self._pending_rows = [], 0, 0
+        if not background:
+            self._encode(table)
+            return
+        self._encoding = _Encoding(self._encode, table)
+
+    def _encode(self, table: pa.Table) -> None:
         if self._writer is None:
             self._writer = self._open(dictionary_columns(table))
-        self._writer.write_table(table, row_group_size=self._pending_rows)
+        self._writer.write_table(table, row_group_size=table.num_rows)
         if self.on_rows is not None:
             self.on_rows(table)
-        self._pending, self._pending_bytes, self._pending_rows = [], 0, 0
+
+    def _wait(self) -> None:
+        encoding, self._encoding = self._encoding, None
+        if encoding is not None:
+            encoding.result()
 
     def _open(self, use_dictionary: bool | list[str]) -> Any:
         import pyarrow.parquet as pq
@@ -146,14 +164,42 @@ class ParquetStream:
 
     def close(self) -> None:
         """Write the last row group and the footer (``out`` itself stays open)."""
-        self.flush()
+        self._hand_over(background=False)
         if self._writer is None:
             self._writer = self._open(True)
         self._writer.close()
 
     def discard(self) -> None:
-        """Drop the rows in waiting (the file is being abandoned)."""
+        """Drop the rows in waiting (the file is being abandoned): a row group being encoded is waited for,
+        and its error dropped, so that nothing writes into ``out`` after this returns."""
         self._pending, self._pending_bytes, self._pending_rows = [], 0, 0
+        encoding, self._encoding = self._encoding, None
+        if encoding is not None:
+            encoding.join()
+
+
+class _Encoding:
+    """One row group being encoded on a thread of its own (pyarrow lets go of the GIL while it encodes)."""
+
+    def __init__(self, encode: Callable[[pa.Table], None], table: pa.Table) -> None:
+        self.bytes = table.nbytes
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(encode, table), name="eosink-parquet", daemon=True)
+        self._thread.start()
+
+    def _run(self, encode: Callable[[pa.Table], None], table: pa.Table) -> None:
+        try:
+            encode(table)
+        except BaseException as exc:  # raised in the caller's thread by result()
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def check_record_sizes(batch: pa.RecordBatch, limit: int, where: str) -> None:

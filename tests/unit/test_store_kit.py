@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import io
+import threading
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -71,6 +73,47 @@ def test_parquet_row_groups_gather_small_batches_up_to_the_row_and_byte_bounds()
         stream.write(batch)
     stream.close()
     assert pq.ParquetFile(io.BytesIO(small.getvalue())).metadata.num_row_groups == 4
+
+
+class _FailingOut(io.BytesIO):
+    def write(self, data: Any) -> int:
+        raise OSError("the store went away")
+
+
+def test_a_row_group_encoded_in_the_background_raises_its_error_to_the_writer() -> None:
+    """A full row group is encoded on a thread of its own while rows keep coming; the store's error in it is
+    raised by the stream's next call (here its close), never lost."""
+    schema = pa.schema([("n", pa.int64())])
+    stream = ParquetStream(_FailingOut(), schema, row_group_rows=1000)
+    stream.write(pa.record_batch({"n": list(range(1000))}, schema=schema))
+    with pytest.raises(OSError, match="went away"):
+        stream.close()
+
+
+class _GatedOut(io.BytesIO):
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def write(self, data: Any) -> int:
+        self.gate.wait(30)
+        return super().write(data)
+
+
+def test_discarding_waits_for_the_row_group_being_encoded() -> None:
+    """Nothing writes into an abandoned file after discard returns: the encoding thread, held in the store's
+    write until a timer lets it go, is over by then."""
+    schema = pa.schema([("n", pa.int64())])
+    gate = threading.Event()
+    out = _GatedOut(gate)
+    stream = ParquetStream(out, schema, row_group_rows=1000)
+    stream.write(pa.record_batch({"n": list(range(1000))}, schema=schema))
+    assert stream.pending_bytes == 8000  # the row group being encoded still counts as held in memory
+    threading.Timer(0.2, gate.set).start()
+    stream.discard()
+    assert not [t for t in threading.enumerate() if t.name == "eosink-parquet"]
+    written = len(out.getvalue())
+    assert written > 0 and stream.pending_bytes == 0
 
 
 def _encodings(data: bytes) -> dict[str, bool]:
