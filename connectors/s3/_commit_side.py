@@ -9,8 +9,9 @@ What each does (``ctl`` is ``<prefix>/_eosink/<app-dir>/``)::
                               done; with others, or a folded range without it -> CommitAbortedError
                            3. CompleteMultipartUpload of every object, up to eight at once (each
                               reply checked: a 200 can carry an error); an upload that is gone is
-                              looked up with HEAD: the object exists (an earlier commit completed
-                              it) -> go on; it does not, and its upload intent is there ->
+                              looked up with HEAD, as is one whose complete fails for the moment
+                              (a store busy or not answering): the object exists (an earlier commit
+                              completed it) -> go on; it does not, and its upload intent is there ->
                               TransientError (retried: a node that is down may hold it), and once
                               it stayed unfound for lost_after_s (or at once without an intent) ->
                               CommitAbortedError (the work is lost), the batch's objects that were
@@ -258,10 +259,21 @@ class _CommitSide(_S3Base):
         if not record.parts:  # a committable recover() listed: its parts are on the store
             record.parts = self._parts(record)
         try:
-            etag = complete(self.config, self._s3_once, record)
+            return complete(self.config, self._s3_once, record)
         except UploadGone:
-            return self._existing_etag(record)
-        return etag
+            found = self._existing_etag(record)
+        except TransientError:
+            # A MinIO node that died while applying an earlier complete can leave the object on a read quorum of
+            # drives and the upload on fewer than a write quorum: every later complete then answers SlowDownWrite
+            # for as long as that lasts, and only the object tells that the work is done.
+            head = self._head(record.key)
+            if head is None:
+                raise
+            found = self._etag_of(head, record)
+        if found is not None:  # what is left of the upload on some drives would show as an incomplete one
+            with self._quiet(f"aborting what is left of the completed upload of {record.key!r}"):
+                abort_upload(self.config, self._s3_once, record.key, record.upload_id)
+        return found
 
     def _existing_etag(self, record: ObjectRecord) -> str | None:
         """The ETag of an object whose upload is gone (completed before), or None (the object is lost).
@@ -275,8 +287,12 @@ class _CommitSide(_S3Base):
         while head is None and time.monotonic() < deadline:
             time.sleep(0.25)
             head = self._head(record.key)
-        if head is None:
-            return None
+        return None if head is None else self._etag_of(head, record)
+
+    @staticmethod
+    def _etag_of(head: dict[str, Any], record: ObjectRecord) -> str:
+        """The ETag of the object found for ``record`` (its key is the attempt's own: the object is this upload's;
+        an ETag other than its parts give, as under some server-side encryptions, is logged)."""
         etag = str(head["ETag"])
         if record.parts and etag != expected_etag(record.parts):
             log.warning("eosink: %s exists with ETag %s, not %s", record.key, etag, expected_etag(record.parts))

@@ -90,9 +90,9 @@ def test_a_node_killed_at_complete_multipart_upload_under_2pc_is_exact(
 ) -> None:
     """Batch 1's first CompleteMultipartUpload reaches a node, which is SIGKILLed right after (its reply never
     comes), and started again 8 s later. Pass: the sink settles the object from what the store holds (the upload
-    gone: a HEAD of the object; while the dead node held part of either, neither shows, and the commit is retried
-    until it is back), writes the marker, batch 2 commits, and the reader finds every row once with no incomplete
-    upload left on any node."""
+    gone, or every repeated complete answering SlowDownWrite: a HEAD of the object; while the dead node held part
+    of either, neither shows, and the commit is retried until it is back), writes the marker, batch 2 commits,
+    and the reader finds every row once with no incomplete upload left on any node."""
     variant = next(v for v in VARIANTS if v.id == "2pc")
     driver = PatientDriver(tmp_path, variant, config, S3Sink, APP)
     reader = _reader(cluster, config)

@@ -113,6 +113,49 @@ def test_a_lost_upload_is_looked_for_then_aborts_the_commit_and_removes_the_obje
     assert committed_markers(sink.config, APP) == []
 
 
+def test_a_complete_failing_for_the_moment_is_settled_by_the_object_it_finds(sink: S3Sink) -> None:
+    """Every CompleteMultipartUpload answers ``SlowDownWrite`` (503), as a MinIO cluster does for an upload that a
+    node died applying (the object on a read quorum of drives, the upload on less than a write quorum); the
+    uploads were in fact completed by an earlier request, here another client. Pass: while one object does not
+    exist the commit raises TransientError and writes no marker; once every object exists the commit settles
+    each from its HEAD (ETag as its parts give) and writes the marker, with no upload left."""
+    from botocore.exceptions import ClientError
+
+    epoch = sink.fence(APP)
+    batch = BatchRef(APP, 0)
+    committables = _prepare(sink, batch, epoch)
+    records = [ObjectRecord.from_json(o) for c in committables for o in c.payload["objects"]]
+    s3 = HARNESS.client()
+
+    def complete_elsewhere(record: ObjectRecord) -> None:
+        parts = [{"PartNumber": n, "ETag": e} for n, e in record.parts]
+        s3.complete_multipart_upload(
+            Bucket=HARNESS.bucket, Key=record.key, UploadId=record.upload_id, MultipartUpload={"Parts": parts}
+        )
+
+    def unwritable(**kwargs: object) -> object:
+        error = {"Code": "SlowDownWrite", "Message": "Resource requested is unwritable"}
+        raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": 503}}, "CompleteMultipartUpload")
+
+    for record in records[1:]:
+        complete_elsewhere(record)
+    sink._s3_once.complete_multipart_upload = unwritable
+    bundle = Bundle(batch, epoch, Fingerprint(), tuple(sorted(c.id for c in committables)), None, "2pc")
+    try:
+        with pytest.raises(TransientError, match="SlowDownWrite"):
+            sink.commit(batch, committables, bundle)
+        assert committed_markers(sink.config, APP) == []
+        complete_elsewhere(records[0])
+        sink.commit(batch, committables, bundle)
+    finally:
+        del sink._s3_once.complete_multipart_upload
+    (marker,) = committed_markers(sink.config, APP)
+    assert sorted(o.key for o in marker.objects) == sorted(r.key for r in records)
+    for obj in marker.objects:
+        assert s3.head_object(Bucket=HARNESS.bucket, Key=obj.key)["ETag"] == obj.etag
+    assert not any(s3.list_multipart_uploads(Bucket=HARNESS.bucket, Prefix=r.key).get("Uploads") for r in records)
+
+
 def test_a_stray_upload_at_a_committed_key_is_aborted_and_the_object_stays(sink: S3Sink) -> None:
     """A second incomplete upload at the key of a committed object (a CreateMultipartUpload that reached the store
     twice) is listed by ``recover`` under the committed committable's id. Pass: aborting what ``recover`` found
