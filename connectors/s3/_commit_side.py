@@ -71,13 +71,13 @@ from eosink.connectors.s3._markers import SHA_META, CommitMarker, MarkedObject
 from eosink.connectors.s3._segments import Segment
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
 from eosink.errors import AmbiguousCommitError, CommitAbortedError, TransientError
-from eosink.stores.s3 import open_uploads, uploads_of_key
+from eosink.stores.s3 import NOT_FOUND_SETTLE_S, open_uploads, uploads_of_key
 from eosink.stores.s3_errors import error_code, is_connection_error, is_precondition_failed, translate
 from eosink.stores.s3_upload import ObjectRecord, UploadGone, abort_upload, complete, expected_etag
 
 __all__ = ["SETTLE_S", "_CommitSide"]
 
-SETTLE_S = 2.5
+SETTLE_S = NOT_FOUND_SETTLE_S
 """How long a HEAD's 404 for an object whose upload is gone is asked again before the commit is retried."""
 
 log = logging.getLogger("eosink.s3")
@@ -279,9 +279,8 @@ class _CommitSide(_S3Base):
         """The ETag of an object whose upload is gone (completed before), or None (the object is lost).
 
         An upload that is gone was completed or aborted, whatever a repeated complete answers (MinIO's
-        ``NoSuchUpload``); only the object tells which. A MinIO node restarted a moment ago answers 404 for
-        objects written while it was down until it has reached its peers' drives (up to 1.6 s seen here), so a 404 is
-        asked again for :data:`SETTLE_S` before the work is called lost."""
+        ``NoSuchUpload``); only the object tells which. A 404 is asked again for :data:`SETTLE_S` before the work
+        is called lost (a MinIO node restarted a moment ago answers 404 for a while)."""
         head = self._head(record.key)
         deadline = time.monotonic() + SETTLE_S
         while head is None and time.monotonic() < deadline:

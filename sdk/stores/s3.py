@@ -22,6 +22,7 @@ __all__ = [
     "ENV_VARS",
     "MAX_PARTS",
     "MIN_PART_BYTES",
+    "NOT_FOUND_SETTLE_S",
     "S3Connection",
     "client",
     "empty_prefix",
@@ -38,6 +39,9 @@ MIN_PART_BYTES = 5 << 20
 """S3's smallest part (all but the last part of a multipart upload)."""
 MAX_PARTS = 10_000
 """S3's most parts per upload."""
+NOT_FOUND_SETTLE_S = 2.5
+"""How long a 404 that would make work lost is asked again first: a MinIO node restarted a moment ago answers
+404 for objects written while it was down until it has reached its peers' drives (up to 1.6 s seen)."""
 ENV_VARS = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY", "EOSINK_S3_REGION")
 """Where :meth:`S3Connection.from_env` looks first (the service harness's variables); boto3's chain after."""
 

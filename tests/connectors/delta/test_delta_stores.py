@@ -18,7 +18,7 @@ from eosink.connectors.delta.testing import DeltaHarness, read_table
 from eosink.contract import BatchRef, CommitStatus
 from eosink.contracts._steps import bundle_for, prepare, rows_for
 from eosink.contracts.harness import CONTRACT_SCHEMA, Namespace
-from eosink.errors import ConfigurationError, FencedError, TransientError
+from eosink.errors import CommitAbortedError, ConfigurationError, FencedError, TransientError
 from tests.connectors._no_conditions import NoConditionsProxy
 
 HARNESS = DeltaHarness("s3")
@@ -67,6 +67,40 @@ def test_a_zombie_whose_snapshot_predates_a_fence_loses_the_create_only_write(ns
     assert fenced == [epoch + 1]
     assert read_table(zombie.config) == []
     assert sink_of(ns, harness).commit_status(batch, made) is CommitStatus.PREPARED
+
+
+def test_a_prepared_file_a_head_misses_for_a_moment_is_asked_again_before_the_batch_is_lost(ns: Namespace) -> None:
+    """The first HEADs of one prepared file answer 404, as a MinIO node restarted a moment ago does for an object
+    written while it was down. Pass: the commit asks again and lands the batch whole. Control: a prepared file
+    deleted for good still makes the batch's work lost (CommitAbortedError naming it), after the same asking."""
+    sink = sink_of(ns)
+    epoch = sink.fence(APP)
+    made = [prepare(sink, BatchRef(APP, 0), epoch, p, rows_for(APP, 0, p, 3)) for p in range(2)]
+    client = sink._storage().client()
+    real = client.head_object
+    misses: list[str] = []
+
+    def restarted_node(**kwargs: Any) -> Any:
+        if len(misses) < 3:
+            from botocore.exceptions import ClientError
+
+            misses.append(kwargs["Key"])
+            raise ClientError({"Error": {"Code": "404", "Message": "Not Found"}}, "HeadObject")
+        return real(**kwargs)
+
+    client.head_object = restarted_node
+    try:
+        sink.commit(BatchRef(APP, 0), made, bundle_for(BatchRef(APP, 0), epoch, made))
+    finally:
+        del client.head_object
+    assert len(misses) == 3 and len(read_table(sink.config)) == 6
+
+    lost = [prepare(sink, BatchRef(APP, 1), epoch, p, rows_for(APP, 1, p, 3)) for p in range(2)]
+    gone = str(lost[1].payload["adds"][0]["path"])
+    client.delete_object(Bucket=urlsplit(sink.config.table).netloc, Key=sink._storage().key(gone))
+    with pytest.raises(CommitAbortedError, match="are gone"):
+        sink.commit(BatchRef(APP, 1), lost, bundle_for(BatchRef(APP, 1), epoch, lost))
+    assert len(read_table(sink.config)) == 6
 
 
 def test_a_store_that_ignores_if_none_match_is_refused_at_setup(ns: Namespace) -> None:
