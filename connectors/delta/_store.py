@@ -10,7 +10,6 @@ process, fault proxies included.) Paths are relative to the table's root, ``/``-
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from eosink.stores.encoding import WriteOnlyFile
 from eosink.stores.hdfs import bounded
-from eosink.stores.s3 import NOT_FOUND_SETTLE_S, S3Connection
+from eosink.stores.s3 import S3Connection, asked_again
 
 if TYPE_CHECKING:
     from eosink.connectors.delta.config import DeltaConfig
@@ -231,15 +230,13 @@ class _S3Store:
         self.client().delete_object(Bucket=self.config.bucket, Key=self.key(path))
 
     def missing(self, paths: list[str]) -> list[str]:
-        """The paths a HEAD does not find, each 404 asked again for :data:`NOT_FOUND_SETTLE_S` first (a MinIO node
+        """The paths a HEAD does not find, each 404 asked again for 2.5 s first (``asked_again``: a MinIO node
         restarted a moment ago answers 404 for objects written while it was down, and missing files make the
         batch's work lost)."""
         gone = [p for p in paths if not self._exists(p)]
-        deadline = time.monotonic() + NOT_FOUND_SETTLE_S
-        while gone and time.monotonic() < deadline:
-            time.sleep(0.25)
-            gone = [p for p in gone if not self._exists(p)]
-        return gone
+        if not gone:
+            return gone
+        return asked_again(lambda: [p for p in gone if not self._exists(p)], lambda still: not still)
 
     def _exists(self, path: str) -> bool:
         from botocore.exceptions import ClientError

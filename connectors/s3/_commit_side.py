@@ -71,7 +71,7 @@ from eosink.connectors.s3._markers import SHA_META, CommitMarker, MarkedObject
 from eosink.connectors.s3._segments import Segment
 from eosink.contract import BatchRef, Bundle, CommitStatus, Committable
 from eosink.errors import AmbiguousCommitError, CommitAbortedError, TransientError
-from eosink.stores.s3 import NOT_FOUND_SETTLE_S, open_uploads, uploads_of_key
+from eosink.stores.s3 import NOT_FOUND_SETTLE_S, asked_again, open_uploads, uploads_of_key
 from eosink.stores.s3_errors import error_code, is_connection_error, is_precondition_failed, translate
 from eosink.stores.s3_upload import ObjectRecord, UploadGone, abort_upload, complete, expected_etag
 
@@ -281,11 +281,7 @@ class _CommitSide(_S3Base):
         An upload that is gone was completed or aborted, whatever a repeated complete answers (MinIO's
         ``NoSuchUpload``); only the object tells which. A 404 is asked again for :data:`SETTLE_S` before the work
         is called lost (a MinIO node restarted a moment ago answers 404 for a while)."""
-        head = self._head(record.key)
-        deadline = time.monotonic() + SETTLE_S
-        while head is None and time.monotonic() < deadline:
-            time.sleep(0.25)
-            head = self._head(record.key)
+        head = asked_again(lambda: self._head(record.key), lambda found: found is not None, SETTLE_S)
         return None if head is None else self._etag_of(head, record)
 
     @staticmethod

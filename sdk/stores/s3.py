@@ -10,8 +10,10 @@ boto3's usual chain applies (environment, shared files, instance or container ro
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from eosink._secrets import scrub
@@ -24,6 +26,7 @@ __all__ = [
     "MIN_PART_BYTES",
     "NOT_FOUND_SETTLE_S",
     "S3Connection",
+    "asked_again",
     "client",
     "empty_prefix",
     "ensure_bucket",
@@ -42,6 +45,20 @@ MAX_PARTS = 10_000
 NOT_FOUND_SETTLE_S = 2.5
 """How long a 404 that would make work lost is asked again first: a MinIO node restarted a moment ago answers
 404 for objects written while it was down until it has reached its peers' drives (up to 1.6 s seen)."""
+_T = TypeVar("_T")
+
+
+def asked_again(look: Callable[[], _T], settled: Callable[[_T], bool], settle_s: float = NOT_FOUND_SETTLE_S) -> _T:
+    """``look()``'s answer, asked again every 0.25 s for ``settle_s`` while it is not ``settled`` (an object not
+    found yet, where not finding it would make work lost)."""
+    answer = look()
+    deadline = time.monotonic() + settle_s
+    while not settled(answer) and time.monotonic() < deadline:
+        time.sleep(0.25)
+        answer = look()
+    return answer
+
+
 ENV_VARS = ("EOSINK_S3_ENDPOINT", "EOSINK_S3_ACCESS_KEY", "EOSINK_S3_SECRET_KEY", "EOSINK_S3_REGION")
 """Where :meth:`S3Connection.from_env` looks first (the service harness's variables); boto3's chain after."""
 
