@@ -143,6 +143,12 @@ class KafkaCluster:
         return ",".join(f"127.0.0.1:{n.proxy_port}" for n in self.nodes.values())
 
     @property
+    def live_bootstrap(self) -> str:
+        """The fault proxies of the nodes running now (:meth:`running`; every node's if none is): for a check's own
+        client, which would otherwise pick a paused node's proxy at random and wait out its request timeout there."""
+        return ",".join(f"127.0.0.1:{self.nodes[i].proxy_port}" for i in self.running()) or self.bootstrap_servers
+
+    @property
     def direct_bootstrap(self) -> str:
         """Every node's own listener, past the proxies (for checks that must not meet a fault)."""
         return ",".join(n.direct for n in self.nodes.values())

@@ -33,7 +33,7 @@ def topic(cluster: KafkaCluster) -> str:
 
 def _commit_one(cluster: KafkaCluster, topic: str, value: bytes, **producer: object) -> None:
     p = KafkaProducer(
-        bootstrap_servers=cluster.bootstrap_servers,
+        bootstrap_servers=cluster.live_bootstrap,  # not a paused node's proxy: its bootstrap would time out
         transactional_id=f"kc-{uuid.uuid4().hex[:8]}",
         acks="all",
         request_timeout_ms=30_000,
