@@ -233,10 +233,13 @@ class _S3Store:
         """The paths a HEAD does not find, each 404 asked again for 2.5 s first (``asked_again``: a MinIO node
         restarted a moment ago answers 404 for objects written while it was down, and missing files make the
         batch's work lost)."""
-        gone = [p for p in paths if not self._exists(p)]
-        if not gone:
+        gone = list(paths)
+
+        def look() -> list[str]:  # each round asks only about the paths the round before did not find
+            gone[:] = [p for p in gone if not self._exists(p)]
             return gone
-        return asked_again(lambda: [p for p in gone if not self._exists(p)], lambda still: not still)
+
+        return list(asked_again(look, lambda still: not still))
 
     def _exists(self, path: str) -> bool:
         from botocore.exceptions import ClientError

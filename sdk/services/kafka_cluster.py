@@ -140,13 +140,16 @@ class KafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         """Where clients connect: every node's fault proxy."""
-        return ",".join(f"127.0.0.1:{n.proxy_port}" for n in self.nodes.values())
+        return self._proxies(list(self.nodes))
 
     @property
     def live_bootstrap(self) -> str:
         """The fault proxies of the nodes running now (:meth:`running`; every node's if none is): for a check's own
         client, which would otherwise pick a paused node's proxy at random and wait out its request timeout there."""
-        return ",".join(f"127.0.0.1:{self.nodes[i].proxy_port}" for i in self.running()) or self.bootstrap_servers
+        return self._proxies(self.running()) or self.bootstrap_servers
+
+    def _proxies(self, node_ids: list[int]) -> str:
+        return ",".join(f"127.0.0.1:{self.nodes[i].proxy_port}" for i in node_ids)
 
     @property
     def direct_bootstrap(self) -> str:
