@@ -40,6 +40,10 @@ class S3ClusterChaosTarget(MinioClusterSide, S3ChaosTarget):
         rows = [json.loads(row) for row in committed.elements()]
         return rows, frozenset(int(r["batch_id"]) for r in rows)
 
+    def recover_args(self, names: Names) -> list[str]:
+        """The sink's bucket and prefix, for the rewind after a node killed mid-complete lost prepared work."""
+        return ["--sink", "s3", "--bucket", BUCKET, "--prefix", names.table]
+
     def leftovers(self, names: Names) -> dict[str, int]:
         """Incomplete uploads, as every node lists them, and markers the pyarrow reader finds torn once the schedule
         is over (while it runs, a partial batch is the harness's reader's finding)."""

@@ -180,7 +180,7 @@ class _CommitSide(_S3Base):
 
     def _complete_all(self, batch: BatchRef, committables: Sequence[Committable]) -> list[MarkedObject]:
         """Complete every object of the batch, up to ``_COMPLETE_THREADS`` at a time (each is one round trip
-        of its own); an object whose upload is gone and which does not exist either is looked for again
+        of its own); an object whose upload cannot be completed and which does not exist either is looked for again
         (TransientError) until ``lost_after_s``, then makes the batch uncommittable: its objects that were
         completed are deleted again (CommitAbortedError)."""
         jobs = [(c, record) for c in committables for record in records(c)]
@@ -215,8 +215,8 @@ class _CommitSide(_S3Base):
                     self._delete_keys(finished)
             c, record = lost[0]
             raise CommitAbortedError(
-                f"Committable {c.id} of batch {batch}: the upload of {record.key!r} is gone and the object does "
-                "not exist; the batch cannot be committed.",
+                f"Committable {c.id} of batch {batch}: the upload of {record.key!r} cannot be completed (gone, or "
+                "refused) and the object does not exist; the batch cannot be committed.",
                 "Abort the batch's other committables and replay the batch.",
             )
         for out in outcomes:
@@ -230,9 +230,10 @@ class _CommitSide(_S3Base):
         ]
 
     def _unfound_yet(self, batch: BatchRef, lost: Sequence[ObjectRecord]) -> None:
-        """TransientError (the commit is retried) until one of ``lost`` (objects whose upload is gone and that a HEAD
-        does not find) has been unfound for ``lost_after_s`` in this process; then return (the work is lost). An
-        object whose upload intent is gone returns at once: an abort deletes the intents of what it aborted.
+        """TransientError (the commit is retried) until one of ``lost`` (objects whose upload cannot be completed and
+        that a HEAD does not find) has been unfound for ``lost_after_s`` in this process; then return (the work is
+        lost). An object whose upload intent is gone returns at once: an abort deletes the intents of what it
+        aborted.
 
         A MinIO cluster that lost a node while that node applied the CompleteMultipartUpload can show neither the
         upload nor the object (each on fewer drives than a read needs) until the node is back."""
@@ -244,7 +245,7 @@ class _CommitSide(_S3Base):
         window = self.config.lost_after_s
         if now - since < window:
             raise TransientError(
-                f"Batch {batch}: the upload of {lost[0].key!r} is gone and the object is not found either "
+                f"Batch {batch}: the upload of {lost[0].key!r} cannot be completed and the object is not found either "
                 f"(for {now - since:.0f} s); a node of the store may be down or restarting.",
                 f"Nothing to do: the commit is retried, and the work is called lost after {window:g} s "
                 "(lost_after_s; a node back by then lets the object be found).",
@@ -253,7 +254,8 @@ class _CommitSide(_S3Base):
             self._unfound.pop((r.key, r.upload_id or ""), None)
 
     def _complete_one(self, c: Committable, record: ObjectRecord) -> str | None:
-        """The object's ETag once it is complete; None when its upload is gone and the object does not exist."""
+        """The object's ETag once it is complete; None when its upload cannot be completed (gone, or every complete
+        failing) and the object does not exist: the caller gives that ``lost_after_s`` before it calls the work lost."""
         if not c.payload.get("transactional", True) or record.upload_id is None:
             return record.etag or self._existing_etag(record)
         if not record.parts:  # a committable recover() listed: its parts are on the store
@@ -265,10 +267,14 @@ class _CommitSide(_S3Base):
         except TransientError:
             # A MinIO node that died while applying an earlier complete can leave the object on a read quorum of
             # drives and the upload on fewer than a write quorum: every later complete then answers SlowDownWrite
-            # for as long as that lasts, and only the object tells that the work is done.
+            # for as long as that lasts, and only the object tells that the work is done. A crash at another moment
+            # of the complete leaves both the upload and the object short of drives: SlowDownWrite, and a 404,
+            # until MinIO heals it or for good; the object missing is then treated as for an upload gone.
             head = self._head(record.key)
             if head is None:
-                raise
+                if self._head(self.layout.intent_key(c.batch.app_id, record.key)) is None:
+                    raise  # no intent to tell a half-applied complete from work aborted: only retried
+                return None
             found = self._etag_of(head, record)
         if found is not None:  # what is left of the upload on some drives would show as an incomplete one
             with self._quiet(f"aborting what is left of the completed upload of {record.key!r}"):

@@ -60,7 +60,8 @@ class ScheduleResult:
     """On a replicated server: ``sync`` or ``async``; else empty."""
     failovers: int = 0
     losses_detected: int = 0
-    """Runs that stopped with CommittedWorkLostError: an asynchronous failover dropped acknowledged batches."""
+    """Runs that stopped with CommittedWorkLostError (an asynchronous failover dropped acknowledged batches) or
+    PreparedWorkLostError (a node killed as it applied a request lost prepared work)."""
     rewinds: int = 0
     """``eosink recover --rewind`` runs that followed, each landing the lost batches again."""
     verdict: dict[str, Any] = field(default_factory=dict)

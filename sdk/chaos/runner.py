@@ -319,11 +319,12 @@ class ScheduleRunner:
                 result.detected_batch = int(m.group(1)) if m else None
                 return
             rewound = False
-            if rec.error_kind == "CommittedWorkLostError" and self._expects_loss(schedule, result):
-                # An asynchronous standby promoted without batches the primary had acknowledged: PostgreSQL
-                # dropped them, eosink stopped instead of going on silently. The operator's way back: a rewind.
+            if self._expects_loss(schedule, result, rec.error_kind):
+                # An asynchronous standby promoted without batches the primary had acknowledged, or a store node
+                # killed as it applied a request that then lost prepared work: eosink stopped instead of going on
+                # silently. The operator's way back: a rewind.
                 result.losses_detected += 1
-                self.say(f"    batches lost in the failover, detected: {(rec.error or '')[:200]}; rewinding")
+                self.say(f"    batches lost to a fault, detected: {(rec.error or '')[:200]}; rewinding")
                 refused = self._rewind(names, root)
                 if refused is not None:
                     result.failure = f"run {rec.index}: eosink recover --rewind failed: {refused}"
@@ -342,11 +343,17 @@ class ScheduleRunner:
             result.failure = f"run {rec.index} failed: {rec.error_kind}: {(rec.error or '')[:600]}"
             return
 
-    @staticmethod
-    def _expects_loss(schedule: Schedule, result: ScheduleResult) -> bool:
-        """Whether a lost batch is what the schedule's faults may cause: a failover to an asynchronous standby."""
-        failed_over = any(x.startswith("failover") for r in result.runs for x in r.injected)
-        return schedule.replication == "async" and failed_over
+    def _expects_loss(self, schedule: Schedule, result: ScheduleResult, error_kind: str | None) -> bool:
+        """Whether the run's error is a lost batch the schedule's faults may cause: CommittedWorkLostError after a
+        failover to an asynchronous standby; PreparedWorkLostError after a node kill, on a store whose nodes can
+        lose prepared work (:attr:`~eosink.chaos.schedule.ClusterFaults.loses_prepared`)."""
+        injected = [x for r in result.runs for x in r.injected]
+        if error_kind == "CommittedWorkLostError":
+            return schedule.replication == "async" and any(x.startswith("failover") for x in injected)
+        if error_kind == "PreparedWorkLostError":
+            faults = self.target.cluster_faults
+            return faults is not None and faults.loses_prepared and any(x.startswith("node killed") for x in injected)
+        return False
 
     def _rewind(self, names: Names, root: Path) -> str | None:
         """``eosink recover --rewind --yes`` as an operator runs it, against the sink's current primary; None when

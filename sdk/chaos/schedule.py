@@ -89,6 +89,10 @@ class ClusterFaults:
     kill: bool = True
     pause: bool = True
     hold: bool = False
+    loses_prepared: bool = False
+    """A node killed as it applies a request can make the store lose prepared work for good (MinIO's
+    ``CompleteMultipartUpload``): a run that then stops with PreparedWorkLostError is rewound, as an operator
+    would, and counted among the losses detected."""
 
 
 KAFKA_CLUSTER = ClusterFaults(NODE_ROLES, hold=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -751,3 +752,35 @@ def test_a_following_proxy_cuts_at_the_current_node_and_counts_every_nodes_cuts(
     assert sorted(proxy.stats.requests_cut) == [b"a", b"b"] and proxy.port == 7001
     proxy.passthrough()
     assert not nodes[0].armed and not nodes[1].armed
+
+
+def test_a_lost_batch_is_an_expected_outcome_only_after_the_fault_that_can_cause_it(tmp_path: Path) -> None:
+    """The runner rewinds a run that stopped with a lost batch only where a fault of the schedule can lose one:
+    CommittedWorkLostError after a failover to an asynchronous standby; PreparedWorkLostError after a node kill,
+    on a cluster whose nodes can lose prepared work (MinIO). Pass: each is expected there and nowhere else."""
+    from eosink.chaos.results import RunRecord, ScheduleResult
+    from eosink.chaos.runner import ScheduleRunner
+    from eosink.chaos.schedule import ClusterFaults
+
+    class Target:
+        def __init__(self, faults: ClusterFaults | None) -> None:
+            self.cluster_faults = faults
+
+    def expects(faults: ClusterFaults | None, replication: str, injected: list[str], kind: str) -> bool:
+        schedule = dataclasses.replace(make_schedule(1, "2pc", W), replication=replication)
+        result = ScheduleResult("2pc", 1, "eo", {})
+        result.runs.append(RunRecord(0, [], "", injected=injected))
+        runner = ScheduleRunner(Target(faults), tmp_path)  # type: ignore[arg-type]
+        return runner._expects_loss(schedule, result, kind)
+
+    minio = ClusterFaults(("storage",), pause=False, loses_prepared=True)
+    kafka = ClusterFaults(("leader",))
+    killed = ["node killed: storage node 2 SIGKILLed"]
+    assert expects(minio, "", killed, "PreparedWorkLostError")
+    assert not expects(minio, "", ["sink restarted"], "PreparedWorkLostError")
+    assert not expects(kafka, "", killed, "PreparedWorkLostError")
+    assert not expects(None, "", killed, "PreparedWorkLostError")
+    assert not expects(minio, "", killed, "CommittedWorkLostError")
+    assert expects(None, "async", ["failover: primary killed"], "CommittedWorkLostError")
+    assert not expects(None, "sync", ["failover: primary killed"], "CommittedWorkLostError")
+    assert not expects(minio, "", killed, "CommitAbortedError")

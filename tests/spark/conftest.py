@@ -261,17 +261,23 @@ def assert_stopped_as_lost(run: Run) -> None:
     assert "Batch 1 of app_id" in run.stderr and "--rewind" in run.stderr
 
 
-def rewind_batch_1(checkpoint: Path, recover_args: Sequence[str], env: dict[str, str]) -> str:
+def rewind_batch_1(checkpoint: Path | SparkCheckpoint, recover_args: Sequence[str], env: dict[str, str]) -> str:
     """``eosink recover ... --rewind`` (``recover_args`` name the sink, app_id and checkpoint): the dry run
     prints its plan and changes nothing; ``--yes`` moves batch 1 out of Spark's commit log, its offsets kept.
-    Both runs' output, for checks of what they must not print."""
+    Both runs' output, for checks of what they must not print. ``checkpoint``: a local directory, or any
+    location as eosink reads it."""
+    ckpt = SparkCheckpoint(str(checkpoint)) if isinstance(checkpoint, Path) else checkpoint
+
+    def holds(folder: str) -> bool:
+        return "1" in ckpt.names(folder)
+
     eosink = [sys.executable, "-m", "eosink.cli", *recover_args]
     dry = subprocess.run(eosink, capture_output=True, text=True, env=env, timeout=120)
     assert dry.returncode == 0 and "dry run: nothing changed" in dry.stdout, dry.stdout + dry.stderr
-    assert (checkpoint / "commits" / "1").exists()
+    assert holds("commits")
     done = subprocess.run([*eosink, "--yes"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and "Start the query again" in done.stdout, done.stdout + done.stderr
-    assert not (checkpoint / "commits" / "1").exists() and (checkpoint / "offsets" / "1").exists()
+    assert not holds("commits") and holds("offsets")
     return dry.stdout + dry.stderr + done.stdout + done.stderr
 
 
@@ -310,13 +316,23 @@ def assert_store_crash_mid_batch_exact(p: Any, server: Any) -> None:
     p.assert_exact()
 
 
-def finish_with_restarts(p: Pipeline, proc: subprocess.Popen[str], env: dict[str, str] | None = None) -> None:
+def finish_with_restarts(
+    p: Pipeline,
+    proc: subprocess.Popen[str],
+    env: dict[str, str] | None = None,
+    *,
+    on_lost: Callable[[Run], None] | None = None,
+) -> None:
     """Wait for the driver ``proc`` of ``p``; while it stops with an eosink error (exit 3) restart it from the
-    checkpoint (with ``env`` over its environment, as ``proc`` had), at most twice. Pass: the last run ends
-    cleanly."""
+    checkpoint (with ``env`` over its environment, as ``proc`` had), at most twice. A stop with
+    PreparedWorkLostError is passed to ``on_lost`` first (a rewind, where the store may lose prepared work), and
+    fails the test without it. Pass: the last run ends cleanly."""
     runs = [p.finish(proc)]
     while runs[-1].returncode != 0 and len(runs) < 3:
         assert runs[-1].returncode == 3, f"driver failed ({runs[-1].returncode}):\n{runs[-1].stderr[-4000:]}"
+        if runs[-1].error_kind == "PreparedWorkLostError":
+            assert on_lost is not None, f"the store lost prepared work:\n{runs[-1].stderr[-4000:]}"
+            on_lost(runs[-1])
         runs.append(p.run(env=env))
     assert_clean(runs[-1])
 
