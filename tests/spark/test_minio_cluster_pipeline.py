@@ -21,6 +21,7 @@ upload of the target is left on any node (each node's own listing).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -33,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from eosink._procs import is_stopped, kill_session, signal_session
+from eosink._procs import is_stopped, kill_session, parse_error_line, signal_session
 from eosink.checkpoint import SparkCheckpoint
 from eosink.connectors.delta.readers import DuckDBReader
 from eosink.connectors.delta.testing import COMMIT_REQUEST_MARKER as DELTA_LOG_PUT
@@ -54,6 +55,8 @@ from .conftest import (
 )
 from .test_delta_pipeline import DeltaPipeline
 from .test_s3_pipeline import S3Pipeline
+
+log = logging.getLogger(__name__)
 
 pytestmark = [pytest.mark.spark, pytest.mark.full, pytest.mark.timeout(900)]
 
@@ -207,6 +210,8 @@ def _rewind_batch_1(p: S3ClusterPipeline) -> Callable[[Run], None]:
 
     def rewind(stopped: Run) -> None:
         assert_stopped_as_lost(stopped)
+        said = parse_error_line(stopped.stderr)[1] or ""
+        log.warning("MinIO lost batch 1's prepared work; rewinding it: %s", said[:300])
         cli = [
             *("recover", "--sink", "s3", "--bucket", BUCKET, "--prefix", p.prefix, "--app-id", p.app_id),
             *("--checkpoint", p.checkpoint_uri, "--rewind"),
