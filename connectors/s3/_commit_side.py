@@ -216,7 +216,7 @@ class _CommitSide(_S3Base):
             c, record = lost[0]
             raise CommitAbortedError(
                 f"Committable {c.id} of batch {batch}: the upload of {record.key!r} cannot be completed (gone, or "
-                "refused) and the object does not exist; the batch cannot be committed.",
+                "parts missing) and the object does not exist; the batch cannot be committed.",
                 "Abort the batch's other committables and replay the batch.",
             )
         for out in outcomes:
@@ -254,8 +254,8 @@ class _CommitSide(_S3Base):
             self._unfound.pop((r.key, r.upload_id or ""), None)
 
     def _complete_one(self, c: Committable, record: ObjectRecord) -> str | None:
-        """The object's ETag once it is complete; None when its upload cannot be completed (gone, or every complete
-        failing) and the object does not exist: the caller gives that ``lost_after_s`` before it calls the work lost."""
+        """The object's ETag once it is complete; None when its upload is gone (or some of its parts) and the object
+        does not exist: the caller gives that ``lost_after_s`` before it calls the work lost."""
         if not c.payload.get("transactional", True) or record.upload_id is None:
             return record.etag or self._existing_etag(record)
         if not record.parts:  # a committable recover() listed: its parts are on the store
@@ -267,14 +267,11 @@ class _CommitSide(_S3Base):
         except TransientError:
             # A MinIO node that died while applying an earlier complete can leave the object on a read quorum of
             # drives and the upload on fewer than a write quorum: every later complete then answers SlowDownWrite
-            # for as long as that lasts, and only the object tells that the work is done. A crash at another moment
-            # of the complete leaves both the upload and the object short of drives: SlowDownWrite, and a 404,
-            # until MinIO heals it or for good; the object missing is then treated as for an upload gone.
+            # for as long as that lasts, and only the object tells that the work is done. Without the object the
+            # refusal is retried: a cluster short of its write quorum (a node restarting) answers the same.
             head = self._head(record.key)
             if head is None:
-                if self._head(self.layout.intent_key(c.batch.app_id, record.key)) is None:
-                    raise  # no intent to tell a half-applied complete from work aborted: only retried
-                return None
+                raise
             found = self._etag_of(head, record)
         if found is not None:  # what is left of the upload on some drives would show as an incomplete one
             with self._quiet(f"aborting what is left of the completed upload of {record.key!r}"):
