@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from eosink.chaos.minio import BUCKET, MinioClusterSide
+from eosink.chaos.schedule import ClusterFaults
 from eosink.chaos.target import Names
 from eosink.connectors.s3._chaos import S3ChaosTarget
 
@@ -24,6 +25,8 @@ class S3ClusterChaosTarget(MinioClusterSide, S3ChaosTarget):
     """S3 on a private four-node MinIO (see the module docstring)."""
 
     reader = "pyarrow"
+    cluster_faults = ClusterFaults(("storage",), pause=False, loses_prepared=True)
+    """A node killed as it applies a ``CompleteMultipartUpload`` can make MinIO lose that upload (see ``s3.md``)."""
 
     def __init__(self, root: Any = None) -> None:
         super().__init__(root, "eosink-chaos-s3-cluster-")

@@ -99,7 +99,7 @@ class MinioClusterSide(MinioSide):
     """A :class:`MinioSide` on a private four-node MinIO behind a balancer (see the module docstring); a sink's
     cluster target derives from it and from the sink's target, this first."""
 
-    cluster_faults = ClusterFaults(("storage",), pause=False, loses_prepared=True)
+    cluster_faults = ClusterFaults(("storage",), pause=False)
     _victim = 0
     """The node killed last (they are killed in turn)."""
 
