@@ -245,6 +245,24 @@ class MinioCluster:
                 f"read the nodes' logs under {self.root}.",
             )
 
+    def wait_can_lose_a_node(self, timeout_s: float = 60.0) -> None:
+        """Wait until every node is running and each says the cluster keeps its write quorum without it
+        (``/minio/health/cluster?maintenance=true``): a node started a moment ago may not count yet, and killing
+        another one then leaves the cluster unwritable (``SlowDownWrite``), a fault no test asked for."""
+
+        def ready() -> bool:
+            running = self.running()
+            return len(running) == len(self.nodes) and all(
+                _http_ok(f"{self.nodes[i].direct_url}/minio/health/cluster?maintenance=true") for i in running
+            )
+
+        if not poll(ready, timeout_s, interval_s=0.05, max_interval_s=0.5):
+            raise ServiceError(
+                f"the {_WHAT} under {self.root} could not lose a node within {timeout_s:.0f} s "
+                f"(running nodes: {self.running()}).",
+                f"read the nodes' logs under {self.root}.",
+            )
+
     def incomplete_uploads(self, bucket: str, prefix: str) -> list[tuple[str, str]]:
         """(key, upload id) of every incomplete multipart upload under ``prefix/``: each running node's own
         listing together (a node lists only the uploads it knows of itself), those the store still has

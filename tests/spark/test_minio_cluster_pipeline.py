@@ -86,6 +86,7 @@ def _put_back(cluster: MinioCluster) -> None:
         cluster.proxy(node).passthrough()
         if node not in cluster.running():
             cluster.start_node(node)
+    cluster.wait_can_lose_a_node()  # the next test kills one
 
 
 @dataclass

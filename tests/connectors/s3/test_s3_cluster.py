@@ -42,7 +42,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinioCluster]:
 
 @pytest.fixture
 def config(cluster: MinioCluster) -> Iterator[S3Config]:
-    """A fresh prefix, through the balancer; every node running again afterwards."""
+    """A fresh prefix, through the balancer, on a cluster that can lose a node; every node running again
+    afterwards."""
+    cluster.wait_can_lose_a_node()
     yield S3Harness("eosink-cluster", endpoint=cluster.endpoint).config(f"c-{uuid.uuid4().hex[:10]}")
     for node in sorted(cluster.nodes):
         cluster.proxy(node).passthrough()
