@@ -67,13 +67,17 @@ class BenchPlan:
     out: Path
     docs: Path | None
     cache: Path
+    warm_on_data: bool = False
+    """Warm each throughput run up on the whole data set, not a few rows (``--warm-up data``)."""
     topology: str = "single"
     """The servers' shape: ``single`` (one of each), or another the sink's adapter offers (``topologies``)."""
 
     @property
     def label(self) -> str:
-        """The report's name: the sink, or ``<sink>-<topology>`` (``results/bench-<label>.*``)."""
-        return self.sink if self.topology == "single" else f"{self.sink}-{self.topology}"
+        """The report's name: the sink, or ``<sink>-<topology>``, then ``-warm`` when runs warm up on the data set
+        (``results/bench-<label>.*``)."""
+        label = self.sink if self.topology == "single" else f"{self.sink}-{self.topology}"
+        return f"{label}-warm" if self.warm_on_data else label
 
 
 def _ints(text: str) -> list[int]:
@@ -112,6 +116,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--repeat-other", type=int, help="rounds at every other size (default: the sink's, 1 for most; quick 1)"
+    )
+    ap.add_argument(
+        "--warm-up",
+        choices=("rows", "data"),
+        default="rows",
+        help="what each throughput run writes its own way before its clock starts: a few rows (default: workers "
+        "started, classes loaded) or the whole data set (also the JVM's compiled steady state of a long-running "
+        "stream; each run takes about twice as long)",
     )
     ap.add_argument("--trigger-ms", type=int, help="trigger interval of the streaming runs (default: the sink's)")
     ap.add_argument("--rss-rows", help="batch sizes of the driver-RSS runs (default 1000000,5000000); 0 skips")
@@ -164,6 +176,7 @@ def plan_from_args(argv: Sequence[str]) -> BenchPlan:
         docs=docs,
         cache=cache,
         topology=args.topology,
+        warm_on_data=args.warm_up == "data",
     )
 
 
@@ -219,7 +232,15 @@ class _Bench:
                     body = {"error": f"{type(exc).__name__}: {exc}"[:1500]}
             else:
                 master = spec.master or master
-                job = self._job(kind, spec, ns, master=master, data=str(dataset.parquet), rows=dataset.rows)
+                job = self._job(
+                    kind,
+                    spec,
+                    ns,
+                    master=master,
+                    data=str(dataset.parquet),
+                    rows=dataset.rows,
+                    warm_on_data=self.plan.warm_on_data,
+                )
                 body = self._run(job)
             if body.get("error") is None and spec.kind != "floor":
                 try:
@@ -401,6 +422,7 @@ def run(plan: BenchPlan) -> Report:
             "repeat_other": bench.repeat_other,
             "latency_seconds": plan.latency_s,
             "trigger_ms": bench.trigger_ms,
+            "warm_up": "data set" if plan.warm_on_data else "a few rows",
             "server": server,
         },
         throughput=throughput,

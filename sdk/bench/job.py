@@ -32,6 +32,9 @@ class Job:
     warmup_s: float = 0.0
     trigger_ms: int = 200
     poll_ms: int = 10
+    warm_on_data: bool = False
+    """Throughput: warm up by writing the whole data set the run's own way (a stream's JIT-compiled steady
+    state) instead of a few rows (:func:`~eosink.bench.session.warm_up`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
