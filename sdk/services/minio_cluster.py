@@ -35,7 +35,7 @@ import secrets
 import signal
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -238,12 +238,7 @@ class MinioCluster:
 
     def wait_healthy(self, timeout_s: float = 60.0) -> None:
         """Wait until :meth:`healthy`."""
-        if not poll(self.healthy, timeout_s, interval_s=0.05, max_interval_s=0.5):
-            raise ServiceError(
-                f"the {_WHAT} under {self.root} did not report healthy within {timeout_s:.0f} s "
-                f"(running nodes: {self.running()}).",
-                f"read the nodes' logs under {self.root}.",
-            )
+        self._wait_until(self.healthy, timeout_s, "did not report healthy")
 
     def wait_can_lose_a_node(self, timeout_s: float = 60.0) -> None:
         """Wait until every node is running and each says the cluster keeps its write quorum without it
@@ -256,10 +251,13 @@ class MinioCluster:
                 _http_ok(f"{self.nodes[i].direct_url}/minio/health/cluster?maintenance=true") for i in running
             )
 
+        self._wait_until(ready, timeout_s, "could not lose a node")
+
+    def _wait_until(self, ready: Callable[[], bool], timeout_s: float, failed: str) -> None:
+        """Poll ``ready`` for up to ``timeout_s``; ServiceError saying the cluster ``failed`` (and which nodes ran)."""
         if not poll(ready, timeout_s, interval_s=0.05, max_interval_s=0.5):
             raise ServiceError(
-                f"the {_WHAT} under {self.root} could not lose a node within {timeout_s:.0f} s "
-                f"(running nodes: {self.running()}).",
+                f"the {_WHAT} under {self.root} {failed} within {timeout_s:.0f} s (running nodes: {self.running()}).",
                 f"read the nodes' logs under {self.root}.",
             )
 

@@ -51,7 +51,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinioCluster]:
 
 @pytest.fixture
 def bucket(cluster: MinioCluster) -> str:
-    cluster.wait_healthy()
+    cluster.wait_can_lose_a_node()  # every node back from an earlier test's fault, and counted by every other
     name = f"mc-{secrets.token_hex(4)}"
     _create_bucket(cluster.endpoint, name)
     return name
